@@ -1,0 +1,34 @@
+# torchneuron: the two set-up commands are `make demo` and `make test` (see README.md).
+# Every target installs what is missing and builds incrementally; all are idempotent.
+SHELL := /bin/bash
+BUILD ?= build
+PYTHON := /usr/bin/python3
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps configure build demo test conformance bench bench-quick clean
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+	@scripts/link_python_package.sh $(BUILD)/python
+
+demo: build
+	$(PYTHON) demo/train.py
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+conformance: build
+	$(PYTHON) tests/conformance/run_conformance.py --output $(BUILD)/conformance/summary.json
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,62 @@
+// torchneuron._C: the device runtime's Python surface. Loading it registers the device
+// (allocator, guard, kernels) with PyTorch through neuron_device's static initializers.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <c10/util/Exception.h>
+
+#include "device/caching_allocator.h"
+#include "device/device.h"
+#include "device/metrics.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::dict allocatorStatsDict() {
+  const torchneuron::AllocatorStats stats = torchneuron::allocatorStats();
+  py::dict result;
+  result["allocated_bytes"] = stats.allocated_bytes;
+  result["peak_allocated_bytes"] = stats.peak_allocated_bytes;
+  result["reserved_bytes"] = stats.reserved_bytes;
+  result["peak_reserved_bytes"] = stats.peak_reserved_bytes;
+  result["allocations"] = stats.allocations;
+  result["cache_hits"] = stats.cache_hits;
+  result["system_allocations"] = stats.system_allocations;
+  result["system_frees"] = stats.system_frees;
+  return result;
+}
+
+py::dict metricsDict() {
+  const torchneuron::MetricsSnapshot snapshot = torchneuron::metricsSnapshot();
+  py::dict result;
+  result["launches"] = snapshot.launches;
+  result["ops"] = snapshot.ops_by_kind;
+  result["allocator"] = allocatorStatsDict();
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchneuron device runtime";
+  // c10 errors reach Python as RuntimeError with PyTorch's message and no C++ backtrace.
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const c10::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+    }
+  });
+  m.def("device_count", [] { return static_cast<int>(torchneuron::neuronDeviceCount()); });
+  m.def("check_device_index", [](int index) {
+    torchneuron::checkNeuronDeviceIndex(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("allocator_stats", &allocatorStatsDict);
+  m.def("reset_peak_memory_stats", &torchneuron::resetPeakAllocatorStats);
+  m.def("empty_cache", &torchneuron::emptyAllocatorCache);
+  m.def("rounded_block_size", &torchneuron::roundedBlockSize, py::arg("nbytes"));
+  m.def("metrics", &metricsDict);
+  m.def("reset_metrics", &torchneuron::resetMetrics);
+}

@@ -1,0 +1,112 @@
+"""torchneuron: an out-of-tree PyTorch device with an MLIR/LLVM eager engine.
+
+``import torchneuron`` registers the device with PyTorch. On PyTorch 1.13 the device type
+string is ``privateuseone`` (PrivateUse1 cannot be renamed there); use :func:`device` rather
+than spelling it.
+"""
+
+import torch
+
+from . import _C
+from . import _storage_compat
+
+DEVICE_TYPE = "privateuseone"
+
+__all__ = [
+    "DEVICE_TYPE", "device", "is_available", "device_count", "synchronize", "manual_seed",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
+]
+
+
+def device(index: int = 0) -> torch.device:
+    """The torch.device of neuron device ``index`` (``privateuseone:index``)."""
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"[device] device index must be an int, got {type(index).__name__}")
+    _C.check_device_index(index)
+    return torch.device(DEVICE_TYPE, index)
+
+
+def is_available() -> bool:
+    """Always true: the device target is the host CPU through LLVM."""
+    return _C.device_count() > 0
+
+
+def device_count() -> int:
+    return _C.device_count()
+
+
+def synchronize(device=None) -> None:
+    """Waits for all work on the device. Eager kernels complete before they return, so this
+    only validates ``device``."""
+    _index_of(device)
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the device's random ops. They draw from PyTorch's default CPU generator, so
+    ``torch.manual_seed`` does the same and device results equal CPU results."""
+    torch.manual_seed(seed)
+
+
+def _index_of(dev) -> int:
+    if dev is None:
+        return 0
+    dev = torch.device(dev) if not isinstance(dev, int) else torch.device(DEVICE_TYPE, dev)
+    if dev.type != DEVICE_TYPE:
+        raise ValueError(f"[device] expected a {DEVICE_TYPE} device, got {dev}")
+    index = 0 if dev.index is None else dev.index
+    _C.check_device_index(index)
+    return index
+
+
+def memory_stats(device=None) -> dict:
+    """Allocator counters: allocated/reserved bytes (current and peak), allocations, cache
+    hits, and blocks obtained from and returned to the OS."""
+    _index_of(device)
+    return _C.allocator_stats()
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live device tensors (block capacities: requests rounded up to 512 B
+    below 1 MiB, to 64 KiB above)."""
+    return memory_stats(device)["allocated_bytes"]
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device)["peak_allocated_bytes"]
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the caching allocator holds from the OS: live blocks plus cached free ones."""
+    return memory_stats(device)["reserved_bytes"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["peak_reserved_bytes"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _index_of(device)
+    _C.reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    """Returns cached free blocks to the OS. Live tensors are unaffected."""
+    _C.empty_cache()
+
+
+def metrics() -> dict:
+    """Counters of the device runtime.
+
+    ``launches``: ops run by kind (``compiled``, ``library``, ``fallback``);
+    ``ops``: per kind, counts per op (e.g. ``metrics()["ops"]["fallback"]["aten::add.Tensor"]``);
+    ``allocator``: as :func:`memory_stats`.
+    """
+    return _C.metrics()
+
+
+def reset_metrics() -> None:
+    _C.reset_metrics()
+
+
+_storage_compat.install()

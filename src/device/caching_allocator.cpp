@@ -1,0 +1,155 @@
+#include "device/caching_allocator.h"
+
+#include <c10/util/Exception.h>
+#include <pthread.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "device/device.h"
+
+namespace torchneuron {
+namespace {
+
+constexpr size_t kAlignment = 64;              // a cache line and an AVX-512 vector
+constexpr size_t kSmallGranule = 512;          // size class step below kLargeThreshold
+constexpr size_t kLargeThreshold = 1 << 20;    // 1 MiB
+constexpr size_t kLargeGranule = 64 << 10;     // size class step from kLargeThreshold up
+
+void releaseDeviceBlock(void* context);
+
+// Locking: one mutex guards the free lists and the counters. Allocation is a map lookup, so
+// the critical section is short. pthread_atfork keeps the mutex usable in a forked child.
+class CachingAllocator final : public c10::Allocator {
+ public:
+  CachingAllocator() {
+    pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                   [] { instance().mutex_.unlock(); });
+  }
+
+  static CachingAllocator& instance();
+
+  c10::DataPtr allocate(size_t nbytes) const override {
+    const c10::Device device(kNeuronDeviceType, 0);
+    if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &releaseDeviceBlock, device);
+    DeviceBlock* block = acquire(nbytes);
+    return c10::DataPtr(block->data, block, &releaseDeviceBlock, device);
+  }
+
+  // A DataPtr's context is its DeviceBlock, not the data pointer, so no raw deleter.
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void release(DeviceBlock* block) const {
+    block->pending.reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.allocated_bytes -= static_cast<int64_t>(block->bytes);
+    free_blocks_.emplace(block->bytes, block);
+  }
+
+  AllocatorStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void resetPeaks() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+  void emptyCache() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    freeCachedBlocksLocked();
+  }
+
+ private:
+  DeviceBlock* acquire(size_t nbytes) const {
+    const size_t bytes = roundedBlockSize(nbytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.allocations;
+    // Best fit among cached blocks, wasting at most 1/8 of the request.
+    auto it = free_blocks_.lower_bound(bytes);
+    DeviceBlock* block = nullptr;
+    if (it != free_blocks_.end() && it->first <= bytes + bytes / 8) {
+      block = it->second;
+      free_blocks_.erase(it);
+      ++stats_.cache_hits;
+    } else {
+      block = systemAllocateLocked(bytes);
+    }
+    stats_.allocated_bytes += static_cast<int64_t>(block->bytes);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return block;
+  }
+
+  DeviceBlock* systemAllocateLocked(size_t bytes) const {
+    void* data = std::aligned_alloc(kAlignment, bytes);
+    if (data == nullptr) {
+      // Cached blocks may be what stands between us and success.
+      freeCachedBlocksLocked();
+      data = std::aligned_alloc(kAlignment, bytes);
+    }
+    TORCH_CHECK(data != nullptr, "[device] out of memory: tried to allocate ", bytes,
+                " bytes (allocated ", stats_.allocated_bytes, ", reserved ",
+                stats_.reserved_bytes, ")");
+    ++stats_.system_allocations;
+    stats_.reserved_bytes += static_cast<int64_t>(bytes);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    return new DeviceBlock{data, bytes, nullptr};
+  }
+
+  void freeCachedBlocksLocked() const {
+    for (auto& [bytes, block] : free_blocks_) {
+      std::free(block->data);
+      stats_.reserved_bytes -= static_cast<int64_t>(bytes);
+      ++stats_.system_frees;
+      delete block;
+    }
+    free_blocks_.clear();
+  }
+
+  mutable std::mutex mutex_;
+  mutable std::multimap<size_t, DeviceBlock*> free_blocks_;
+  mutable AllocatorStats stats_;
+};
+
+// Never destroyed: tensors may be freed during interpreter shutdown after static destructors.
+CachingAllocator& CachingAllocator::instance() {
+  static auto* allocator = new CachingAllocator();
+  return *allocator;
+}
+
+void releaseDeviceBlock(void* context) {
+  if (context != nullptr) CachingAllocator::instance().release(static_cast<DeviceBlock*>(context));
+}
+
+}  // namespace
+
+c10::Allocator* neuronAllocator() { return &CachingAllocator::instance(); }
+
+size_t roundedBlockSize(size_t nbytes) {
+  const size_t granule = nbytes < kLargeThreshold ? kSmallGranule : kLargeGranule;
+  return (nbytes + granule - 1) / granule * granule;
+}
+
+AllocatorStats allocatorStats() { return CachingAllocator::instance().stats(); }
+void resetPeakAllocatorStats() { CachingAllocator::instance().resetPeaks(); }
+void emptyAllocatorCache() { CachingAllocator::instance().emptyCache(); }
+
+DeviceBlock* deviceBlockOf(const c10::Storage& storage) {
+  const c10::DataPtr& ptr = storage.data_ptr();
+  if (ptr.get_deleter() != &releaseDeviceBlock) return nullptr;
+  return static_cast<DeviceBlock*>(ptr.get_context());
+}
+
+void materializeStorage(const c10::Storage& storage) {
+  DeviceBlock* block = deviceBlockOf(storage);
+  if (block == nullptr || !block->pending) return;
+  std::shared_ptr<PendingContents> pending = std::move(block->pending);
+  pending->materialize();
+}
+
+REGISTER_ALLOCATOR(kNeuronDeviceType, &CachingAllocator::instance());
+
+}  // namespace torchneuron

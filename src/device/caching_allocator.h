@@ -1,0 +1,61 @@
+#pragma once
+// Device memory: host memory handed out by a caching allocator, so that freed blocks are
+// reused instead of returned to the OS (a fresh 64 MB buffer costs ~190 ms of page faults).
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace torchneuron {
+
+// Contents of a device storage that are not in memory yet (DESIGN.md decision 4): the lazy op
+// window that will produce them. Every host access of a storage materializes it first.
+class PendingContents {
+ public:
+  virtual ~PendingContents() = default;
+  // Writes the storage's bytes; called once, before the first host access.
+  virtual void materialize() = 0;
+};
+
+// One block of device memory. It is the DataPtr context of every non-empty device storage.
+// Locking: `pending` is set and cleared by the thread that records into the owning window.
+struct DeviceBlock {
+  void* data = nullptr;
+  size_t bytes = 0;  // capacity: the request rounded up to its size class
+  std::shared_ptr<PendingContents> pending;
+};
+
+// Counters of the allocator. All byte counts are block capacities (see roundedBlockSize).
+struct AllocatorStats {
+  int64_t allocated_bytes = 0;       // in live tensors
+  int64_t peak_allocated_bytes = 0;  // since start or resetPeakAllocatorStats()
+  int64_t reserved_bytes = 0;        // held from the OS: allocated plus cached free blocks
+  int64_t peak_reserved_bytes = 0;
+  int64_t allocations = 0;         // allocate() calls with a non-zero size
+  int64_t cache_hits = 0;          // of those, served from a cached block
+  int64_t system_allocations = 0;  // blocks obtained from the OS
+  int64_t system_frees = 0;        // blocks returned to the OS
+};
+
+// The allocator of every neuron device storage.
+c10::Allocator* neuronAllocator();
+
+// The capacity of the block that a request of `nbytes` gets when no cached block is reused.
+size_t roundedBlockSize(size_t nbytes);
+
+AllocatorStats allocatorStats();
+void resetPeakAllocatorStats();
+
+// Returns every cached (free) block to the OS; live tensors are untouched.
+void emptyAllocatorCache();
+
+// The block behind a device storage, or nullptr for an empty storage.
+DeviceBlock* deviceBlockOf(const c10::Storage& storage);
+
+// Ensures the storage's bytes are in memory (runs a pending producer, if any).
+void materializeStorage(const c10::Storage& storage);
+
+}  // namespace torchneuron

@@ -1,0 +1,116 @@
+#include "device/host_view.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/Functions.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/intrusive_ptr.h>
+#include <c10/util/strides.h>
+
+#include <cstring>
+
+#include "device/caching_allocator.h"
+#include "device/device.h"
+
+namespace torchneuron {
+namespace {
+
+void dropStorageReference(void* context) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(context));
+}
+
+// A CPU storage over the bytes of a device storage that holds a reference to it. It is
+// resizable through the CPU allocator: a CPU kernel that grows an out= tensor gets fresh host
+// memory, and writeBack() moves the result to the device.
+c10::Storage makeHostStorage(const c10::Storage& device_storage) {
+  materializeStorage(device_storage);
+  c10::StorageImpl* impl = device_storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(impl);
+  c10::DataPtr ptr(device_storage.data_ptr().get(), impl, &dropStorageReference,
+                   c10::Device(c10::kCPU));
+  return c10::Storage(c10::Storage::use_byte_size_t(), device_storage.nbytes(), std::move(ptr),
+                      c10::GetCPUAllocator(), /*resizable=*/true);
+}
+
+at::Tensor viewOver(const c10::Storage& storage, const at::Tensor& like, c10::DispatchKeySet keys) {
+  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), keys,
+                                                             like.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                    like.storage_offset());
+  if (like.is_conj()) view._set_conj(true);
+  if (like.is_neg()) view._set_neg(true);
+  return view;
+}
+
+const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
+const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
+
+at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype) {
+  return at::detail::empty_strided_generic(sizes, strides, neuronAllocator(), kDeviceKeys, dtype);
+}
+
+}  // namespace
+
+at::Tensor hostView(const at::Tensor& device_tensor) {
+  TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
+  return viewOver(makeHostStorage(device_tensor.storage()), device_tensor, kCpuKeys);
+}
+
+at::Tensor HostAliasSet::toHost(const at::Tensor& device_tensor) {
+  const c10::Storage& device_storage = device_tensor.storage();
+  auto found = host_storage_of_.find(device_storage.unsafeGetStorageImpl());
+  if (found == host_storage_of_.end()) {
+    c10::Storage host = makeHostStorage(device_storage);
+    device_storage_of_.emplace(host.unsafeGetStorageImpl(), device_storage);
+    found = host_storage_of_.emplace(device_storage.unsafeGetStorageImpl(), host).first;
+  }
+  return viewOver(found->second, device_tensor, kCpuKeys);
+}
+
+at::Tensor HostAliasSet::toDevice(const at::Tensor& host, c10::Device device) const {
+  auto alias = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
+  const bool still_aliases = alias != device_storage_of_.end() &&
+                             host.storage().data() == alias->second.data();
+  if (still_aliases) return viewOver(alias->second, host, kDeviceKeys);
+  return copyHostToNewDeviceTensor(host, device);
+}
+
+void HostAliasSet::writeBack(const at::Tensor& host, const at::Tensor& device_tensor) const {
+  c10::TensorImpl* device_impl = device_tensor.unsafeGetTensorImpl();
+  const bool same_bytes = host.storage().data() == device_tensor.storage().data() &&
+                          host.storage().nbytes() <= device_tensor.storage().nbytes();
+  if (same_bytes) {
+    if (host.sizes() != device_tensor.sizes() || host.strides() != device_tensor.strides() ||
+        host.storage_offset() != device_tensor.storage_offset()) {
+      device_impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
+    }
+    return;
+  }
+  // The CPU kernel re-allocated the tensor (an out= argument of the wrong size): move the new
+  // bytes into a fresh device storage with the same layout.
+  const size_t nbytes = host.storage().nbytes();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, neuronAllocator()->allocate(nbytes),
+                       neuronAllocator(), /*resizable=*/true);
+  if (nbytes > 0) std::memcpy(storage.data(), host.storage().data(), nbytes);
+  device_impl->set_storage_keep_dtype(std::move(storage));
+  device_impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
+}
+
+at::Tensor copyHostToNewDeviceTensor(const at::Tensor& host, c10::Device device) {
+  TORCH_INTERNAL_ASSERT(device.type() == kNeuronDeviceType);
+  if (host._is_zerotensor()) {
+    return at::_efficientzerotensor(host.sizes(), host.options().device(device));
+  }
+  if (host.is_non_overlapping_and_dense() && !host.is_conj() && !host.is_neg()) {
+    at::Tensor result = newDeviceTensor(host.sizes(), host.strides(), host.scalar_type());
+    // Dense with non-negative strides: the bytes are one span starting at data_ptr().
+    const size_t nbytes = static_cast<size_t>(host.numel()) * host.element_size();
+    if (nbytes > 0) std::memcpy(result.data_ptr(), host.data_ptr(), nbytes);
+    return result;
+  }
+  at::Tensor result = newDeviceTensor(host.sizes(), c10::contiguous_strides(host.sizes()),
+                                      host.scalar_type());
+  hostView(result).copy_(host);
+  return result;
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,142 @@
+// Ops every device implements itself and that must never fall back: allocation, copies,
+// resizing, storage swaps, views and scalar reads. Thin wrappers; the work is in the
+// allocator, the host views and ATen's device-generic implementations.
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include "device/caching_allocator.h"
+#include "device/device.h"
+#include "device/host_view.h"
+
+namespace torchneuron {
+namespace {
+
+const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
+
+void checkFactoryOptions(c10::optional<at::Layout> layout, c10::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "[device] the neuron device holds strided tensors only, got layout ", *layout);
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "[device] pin_memory applies to CPU tensors only, not to neuron tensors");
+}
+
+at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                             c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                             c10::optional<bool> pin_memory,
+                             c10::optional<at::MemoryFormat> memory_format) {
+  resolveNeuronDevice(device);
+  checkFactoryOptions(layout, pin_memory);
+  return at::detail::empty_generic(size, neuronAllocator(), kDeviceKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor emptyStrided(at::IntArrayRef size, at::IntArrayRef stride,
+                        c10::optional<at::ScalarType> dtype, c10::optional<at::Layout> layout,
+                        c10::optional<at::Device> device, c10::optional<bool> pin_memory) {
+  resolveNeuronDevice(device);
+  checkFactoryOptions(layout, pin_memory);
+  return at::detail::empty_strided_generic(size, stride, neuronAllocator(), kDeviceKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+// A tensor of zeros that owns no memory (autograd uses them for zero gradients). As on the
+// CPU, the ZeroTensor key materializes it for ops that do not special-case it.
+at::Tensor efficientZeroTensor(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                               c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                               c10::optional<bool> pin_memory) {
+  const c10::Device target = resolveNeuronDevice(device);
+  checkFactoryOptions(layout, pin_memory);
+  at::native::ZeroTensorAllocator allocator(target);
+  const c10::DispatchKeySet keys = kDeviceKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype),
+                                   c10::nullopt);
+}
+
+// A host-addressable CPU tensor for either side of a copy.
+at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
+  if (tensor.device().type() == kNeuronDeviceType) return hostView(tensor);
+  TORCH_CHECK(tensor.is_cpu(), "[device] cannot copy between the neuron device and ",
+              tensor.device().str(), " (", role, "); go through the CPU");
+  return tensor;
+}
+
+// Copies between CPU and device, or within the device: both sides are host memory, so ATen's
+// CPU copy does it (dtype conversion, strides, broadcasting, overlap) with no staging buffer.
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  hostSide(dst, "destination").copy_(hostSide(self, "source"));
+  return dst;
+}
+
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copyFrom(self, dst, false);
+}
+
+const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
+                         c10::optional<at::MemoryFormat> memory_format) {
+  // Growing copies the old bytes, so they must be materialized first.
+  materializeStorage(self.storage());
+  return at::native::resize_(self, size, memory_format);
+}
+
+void checkStorageOnDevice(const at::Storage& source) {
+  TORCH_CHECK(source.device().type() == kNeuronDeviceType,
+              "[device] set_ expects a neuron storage, got a storage on ", source.device().str());
+}
+
+at::Tensor& setStorage(at::Tensor& self, at::Storage source, int64_t storage_offset,
+                       at::IntArrayRef size, at::IntArrayRef stride) {
+  checkStorageOnDevice(source);
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+at::Tensor& setWholeStorage(at::Tensor& self, at::Storage source) {
+  checkStorageOnDevice(source);
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& setEmpty(at::Tensor& self) {
+  at::Storage empty(at::Storage::use_byte_size_t(), 0, neuronAllocator(), /*resizable=*/true);
+  return at::native::set_storage_cpu_(self, std::move(empty), 0, {0}, {});
+}
+
+at::Scalar localScalarDense(const at::Tensor& self) {
+  return at::native::_local_scalar_dense_cpu(hostView(self));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", &emptyMemoryFormat);
+  m.impl("empty_strided", &emptyStrided);
+  m.impl("_efficientzerotensor", &efficientZeroTensor);
+  m.impl("_copy_from", &copyFrom);
+  m.impl("_copy_from_and_resize", &copyFromAndResize);
+  m.impl("resize_", &resize);
+  m.impl("set_.source_Storage_storage_offset", &setStorage);
+  m.impl("set_.source_Storage", &setWholeStorage);
+  m.impl("set_", &setEmpty);
+  m.impl("set_.source_Tensor", &at::native::set_tensor_);
+  m.impl("view", &at::native::view);
+  m.impl("as_strided", &at::native::as_strided_tensorimpl);
+  m.impl("_reshape_alias", &at::native::_reshape_alias);
+  m.impl("unfold", &at::native::unfold);
+  m.impl("view_as_real", &at::native::view_as_real);
+  m.impl("view_as_complex", &at::native::view_as_complex);
+  m.impl("_local_scalar_dense", &localScalarDense);
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,291 @@
+"""One conformance worker: runs the samples of a list of OpInfos and appends one JSON line per
+OpInfo to a results file (read by run_conformance.py while it runs)."""
+import json
+import random
+import warnings
+
+import numpy
+
+import torch
+import torchneuron
+
+from conformance_ops import float32_opinfos, opinfo_name
+
+# Ops whose outputs are uninitialized memory by contract: only metadata can be compared.
+UNDEFINED_VALUE_OPS = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided"}
+
+SEED = 1234
+GRAD_SEED = 4321
+
+
+def map_tensors(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_tensors(v, fn) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
+def leaves(value):
+    found = []
+    map_tensors(value, lambda t: found.append(t) or t)
+    return found
+
+
+def flatten(value):
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in flatten(v)]
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in flatten(value[k])]
+    return [value]
+
+
+def first_line(error):
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def compare_outputs(cpu_out, dev_out, dev, values=True, check_device=True):
+    """None when equal (within float32 tolerances), else a description of the difference."""
+    cpu_flat, dev_flat = flatten(cpu_out), flatten(dev_out)
+    if len(cpu_flat) != len(dev_flat):
+        return f"output count differs: cpu {len(cpu_flat)}, device {len(dev_flat)}"
+    for i, (c, d) in enumerate(zip(cpu_flat, dev_flat)):
+        if isinstance(c, torch.Tensor):
+            if not isinstance(d, torch.Tensor):
+                return f"output {i}: cpu gave a tensor, device gave {type(d).__name__}"
+            if check_device and c.device.type == "cpu" and d.device != dev:
+                return f"output {i}: on {d.device}, expected {dev}"
+            if c.shape != d.shape or c.dtype != d.dtype:
+                return f"output {i}: cpu {c.dtype}{list(c.shape)}, device {d.dtype}{list(d.shape)}"
+            if not values or c.layout != torch.strided:
+                if c.layout != d.layout:
+                    return f"output {i}: cpu layout {c.layout}, device layout {d.layout}"
+                continue
+            try:
+                torch.testing.assert_close(d.detach().cpu(), c.detach(), equal_nan=True,
+                                           check_stride=False)
+            except AssertionError as e:
+                return f"output {i}: " + " ".join(str(e).split())[:300]
+        elif not check_device and (isinstance(c, torch.device) or c == "cpu"):
+            continue  # the device argument of a factory sample
+        elif type(c) is type(d) and not isinstance(c, (int, float, complex, bool, str, type(None))):
+            continue  # opaque objects (modules, callables): no value to compare
+        elif c != d and not (c != c and d != d):  # NaN == NaN for this purpose
+            return f"output {i}: cpu {c!r}, device {d!r}"
+    return None
+
+
+def gradients(op, sample_fn_out, inputs, grad_seed_outputs):
+    outputs = [t for t in flatten(sample_fn_out)
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outputs or not inputs:
+        return None, outputs
+    grads = torch.autograd.grad(outputs, inputs, grad_seed_outputs(outputs), allow_unused=True)
+    return grads, outputs
+
+
+def to_cpu_same_layout(tensor):
+    """A CPU copy of a device tensor with the same values, sizes, strides and storage offset
+    (the whole storage is copied, so as_strided-style ops see the same memory), and the same
+    grad requirement."""
+    source = tensor.detach()
+    if source.layout != torch.strided or source.is_conj() or source.is_neg():
+        copy = source.cpu()
+    else:
+        whole = source.as_strided((source.storage().size(),), (1,), 0)
+        copy = whole.cpu().as_strided(source.size(), source.stride(), source.storage_offset())
+    return copy.requires_grad_(tensor.requires_grad)
+
+
+def is_cpu_device(value):
+    return (isinstance(value, torch.device) and value.type == "cpu") or value == "cpu"
+
+
+def warning_texts(records):
+    """PyTorch's own warnings (the fallback's notices are the device's business)."""
+    return {str(w.message).split(" (Triggered internally")[0] for w in records
+            if not str(w.message).startswith("[fallback]")}
+
+
+def cpu_reference(op, dev_sample):
+    """Forward outputs and input gradients of the sample on the CPU (gradients None when not
+    computable). Raises what the CPU raises."""
+    cpu_input, cpu_args, cpu_kwargs = map_tensors(
+        (dev_sample.input, dev_sample.args, dev_sample.kwargs), to_cpu_same_layout)
+    cpu_kwargs = {k: ("cpu" if k == "device" else v) for k, v in cpu_kwargs.items()}
+    torch.manual_seed(SEED)
+    out = op(cpu_input, *cpu_args, **cpu_kwargs)
+    grads = None
+    inputs = [t for t in leaves((cpu_input, cpu_args, cpu_kwargs)) if t.requires_grad]
+    if op.supports_autograd and op.name not in UNDEFINED_VALUE_OPS:
+        try:
+            def make(outputs):
+                torch.manual_seed(GRAD_SEED)
+                return [torch.randn(o.shape, dtype=o.dtype) for o in outputs]
+            grads, _ = gradients(op, dev_sample.output_process_fn_grad(out), inputs, make)
+        except Exception:
+            grads = None
+    return out, grads
+
+
+def cpu_disagrees_with_itself(op, dev_sample):
+    """True when two CPU runs of the sample differ: the reference reads uninitialized memory
+    (e.g. as_strided_scatter's backward in PyTorch 1.13), so it cannot referee the device."""
+    try:
+        first = cpu_reference(op, dev_sample)
+        poison = torch.full((1 << 16,), 123456.0)  # reused by the next run's allocations
+        del poison
+        second = cpu_reference(op, dev_sample)
+    except Exception:
+        return False
+    return compare_outputs(first, second, torch.device("cpu"), check_device=False) is not None
+
+
+def run_sample(op, dev_sample, dev, used):
+    result = compare_sample(op, dev_sample, dev, used)
+    if result["outcome"] == "mismatch" and cpu_disagrees_with_itself(op, dev_sample):
+        return {"outcome": "skipped",
+                "detail": "CPU reference is not deterministic (two CPU runs differ); device: "
+                          + result["detail"][:150]}
+    return result
+
+
+def compare_sample(op, dev_sample, dev, used):
+    """The sample is generated on the device, as PyTorch's own device tests do (tensors a
+    sample deliberately keeps on the CPU stay there); the CPU reference is a copy of it."""
+    dev_input, dev_args, dev_kwargs = dev_sample.input, dev_sample.args, dev_sample.kwargs
+    cpu_input, cpu_args, cpu_kwargs = map_tensors((dev_input, dev_args, dev_kwargs),
+                                                  to_cpu_same_layout)
+    cpu_kwargs = {k: ("cpu" if k == "device" else v) for k, v in cpu_kwargs.items()}
+    cpu_args = tuple("cpu" if isinstance(a, torch.device) and a.type == dev.type else a
+                     for a in cpu_args)
+
+    torch.manual_seed(SEED)
+    try:
+        with warnings.catch_warnings(record=True) as cpu_warnings:
+            warnings.simplefilter("always")
+            cpu_out = op(cpu_input, *cpu_args, **cpu_kwargs)
+    except Exception as e:
+        return {"outcome": "skipped", "detail": "CPU raised " + first_line(e)}
+
+    torchneuron.reset_metrics()
+    torch.manual_seed(SEED)
+    try:
+        with warnings.catch_warnings(record=True) as dev_warnings:
+            warnings.simplefilter("always")
+            dev_out = op(dev_input, *dev_args, **dev_kwargs)
+    except Exception as e:
+        return {"outcome": "device_error", "detail": first_line(e)}
+    finally:
+        record_kinds(used)
+
+    # Results belong on the device when a device tensor or the device itself went in; factory
+    # samples without a device, or with device="cpu", produce CPU tensors on purpose.
+    inputs_on_device = any(t.device == dev for t in leaves((dev_input, dev_args, dev_kwargs)))
+    named_devices = [v for v in list(dev_args) + list(dev_kwargs.values())
+                     if isinstance(v, (torch.device, str))]
+    explicit_cpu = any(is_cpu_device(v) for v in named_devices)
+    names_device = any(torch.device(v) == dev for v in named_devices if not is_cpu_device(v)
+                       and (isinstance(v, torch.device) or v.startswith(dev.type)))
+    expect_device = (inputs_on_device or names_device) and not explicit_cpu
+    difference = compare_outputs(cpu_out, dev_out, dev, values=op.name not in UNDEFINED_VALUE_OPS,
+                                 check_device=expect_device)
+    if difference:
+        return {"outcome": "mismatch", "detail": difference}
+    extra = warning_texts(dev_warnings) - warning_texts(cpu_warnings)
+    if extra:
+        return {"outcome": "mismatch", "detail": "device warned where the CPU did not: " + sorted(extra)[0][:200]}
+    if not op.supports_autograd or op.name in UNDEFINED_VALUE_OPS:
+        return {"outcome": "pass"}
+
+    process = dev_sample.output_process_fn_grad
+    cpu_inputs = [t for t in leaves((cpu_input, cpu_args, cpu_kwargs)) if t.requires_grad]
+    dev_inputs = [t for t in leaves((dev_input, dev_args, dev_kwargs)) if t.requires_grad]
+
+    def seeded_grad_outputs(device):
+        def make(outputs):
+            torch.manual_seed(GRAD_SEED)
+            return [torch.randn(o.shape, dtype=o.dtype).to(device) for o in outputs]
+        return make
+
+    try:
+        cpu_grads, _ = gradients(op, process(cpu_out), cpu_inputs, seeded_grad_outputs("cpu"))
+    except Exception as e:
+        return {"outcome": "pass", "detail": "gradients not compared: CPU backward raised " + first_line(e)}
+    if cpu_grads is None:
+        return {"outcome": "pass"}
+    try:
+        dev_grads, _ = gradients(op, process(dev_out), dev_inputs, seeded_grad_outputs(dev))
+    except Exception as e:
+        return {"outcome": "device_error", "detail": "backward: " + first_line(e)}
+    finally:
+        record_kinds(used)
+    if dev_grads is None:
+        return {"outcome": "mismatch", "detail": "device produced no gradient graph"}
+    for i, (c, d) in enumerate(zip(cpu_grads, dev_grads)):
+        if (c is None) != (d is None):
+            return {"outcome": "mismatch", "detail": f"gradient {i}: defined on one side only"}
+        if c is not None:
+            difference = compare_outputs(c, d, dev)
+            if difference:
+                return {"outcome": "mismatch", "detail": f"gradient {i}: {difference}"}
+    return {"outcome": "pass"}
+
+
+def record_kinds(used):
+    metrics = torchneuron.metrics()
+    for kind, count in metrics["launches"].items():
+        if count:
+            used["kinds"].add(kind)
+    used["fallback_ops"].update(metrics["ops"]["fallback"])
+
+
+def op_kind(kinds):
+    for kind in ("fallback", "library", "compiled"):
+        if kind in kinds:
+            return kind
+    return "runtime"  # views, copies and allocation only: no kernel at all
+
+
+def seed_everything():
+    """Sample generators draw from torch, numpy and Python's random module."""
+    torch.manual_seed(0)
+    random.seed(0)
+    numpy.random.seed(0)
+
+
+def run_opinfo(op, dev, quick):
+    used = {"kinds": set(), "fallback_ops": set()}
+    try:
+        seed_everything()
+        samples = list(op.sample_inputs(dev, torch.float32, requires_grad=op.supports_autograd))
+    except Exception as e:
+        return {"name": opinfo_name(op), "kind": "unknown", "fallback_ops": [],
+                "samples": [{"outcome": "device_error", "detail": "device sample generation raised " + first_line(e)}]}
+    if quick:
+        samples = samples[:2]
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for sample in samples:
+            results.append(run_sample(op, sample, dev, used))
+    return {"name": opinfo_name(op), "kind": op_kind(used["kinds"]),
+            "fallback_ops": sorted(used["fallback_ops"]), "samples": results}
+
+
+def run_worker(ops_file, results_file, quick):
+    torch.set_num_threads(1)
+    with open(ops_file) as f:
+        names = [line.strip() for line in f if line.strip()]
+    ops = {opinfo_name(op): op for op in float32_opinfos()}
+    dev = torchneuron.device()
+    with open(results_file, "a") as out:
+        for name in names:
+            out.write(json.dumps(run_opinfo(ops[name], dev, quick)) + "\n")
+            out.flush()
+    return 0

@@ -1,0 +1,76 @@
+#include "device/host_view.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "device/caching_allocator.h"
+#include "device/device.h"
+
+namespace torchneuron {
+namespace {
+
+at::Tensor deviceRange(int64_t n) {
+  at::Tensor t = at::empty({n}, at::TensorOptions().device(kNeuronDeviceType).dtype(at::kFloat));
+  float* data = static_cast<float*>(t.data_ptr());
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i);
+  return t;
+}
+
+TEST(HostViewTest, AliasesDeviceMemoryWithSameLayout) {
+  at::Tensor device = deviceRange(12).view({3, 4}).t();
+  at::Tensor host = hostView(device);
+  EXPECT_TRUE(host.is_cpu());
+  EXPECT_EQ(host.data_ptr(), device.data_ptr());
+  EXPECT_EQ(host.sizes(), device.sizes());
+  EXPECT_EQ(host.strides(), device.strides());
+  host.fill_(7.0f);
+  EXPECT_EQ(static_cast<float*>(device.data_ptr())[5], 7.0f);
+}
+
+TEST(HostViewTest, ViewsOfOneStorageShareOneHostStorage) {
+  at::Tensor base = deviceRange(8);
+  HostAliasSet aliases;
+  at::Tensor a = aliases.toHost(base.narrow(0, 0, 4));
+  at::Tensor b = aliases.toHost(base.narrow(0, 2, 4));
+  EXPECT_TRUE(a.storage().is_alias_of(b.storage()));
+}
+
+TEST(HostViewTest, HostResultAliasingAnArgumentComesBackAsADeviceView) {
+  at::Tensor base = deviceRange(8);
+  HostAliasSet aliases;
+  at::Tensor host = aliases.toHost(base);
+  at::Tensor back = aliases.toDevice(host.narrow(0, 3, 2), base.device());
+  EXPECT_EQ(back.device().type(), kNeuronDeviceType);
+  EXPECT_EQ(back.data_ptr(), static_cast<float*>(base.data_ptr()) + 3);
+}
+
+TEST(HostViewTest, FreshHostResultIsCopiedToTheDeviceKeepingStrides) {
+  at::Tensor host = at::arange(6, at::kFloat).view({2, 3}).t().contiguous().t();
+  at::Tensor device = copyHostToNewDeviceTensor(host, c10::Device(kNeuronDeviceType, 0));
+  EXPECT_EQ(device.strides(), host.strides());
+  EXPECT_TRUE(at::equal(hostView(device), host));
+}
+
+class RecordingProducer final : public PendingContents {
+ public:
+  explicit RecordingProducer(float* target) : target_(target) {}
+  void materialize() override { *target_ = 42.0f; ++calls; }
+  int calls = 0;
+
+ private:
+  float* target_;
+};
+
+TEST(HostViewTest, HostAccessMaterializesPendingContentsOnce) {
+  at::Tensor device = deviceRange(4);
+  auto producer = std::make_shared<RecordingProducer>(static_cast<float*>(device.data_ptr()));
+  deviceBlockOf(device.storage())->pending = producer;
+  at::Tensor host = hostView(device);
+  EXPECT_EQ(host[0].item<float>(), 42.0f);
+  hostView(device);
+  EXPECT_EQ(producer->calls, 1);
+  EXPECT_EQ(deviceBlockOf(device.storage())->pending, nullptr);
+}
+
+}  // namespace
+}  // namespace torchneuron

@@ -1,0 +1,52 @@
+import resource
+
+import torch
+import torchneuron
+from torchneuron import _C
+
+
+def test_memory_allocated_is_exact(dev):
+    torchneuron.empty_cache()
+    base = torchneuron.memory_allocated()
+    t = torch.empty(1000, dtype=torch.float32, device=dev)
+    assert torchneuron.memory_allocated() - base == _C.rounded_block_size(4000) == 4096
+    u = torch.empty(3 << 20, dtype=torch.uint8, device=dev)
+    assert torchneuron.memory_allocated() - base == 4096 + _C.rounded_block_size(3 << 20)
+    del t, u
+    assert torchneuron.memory_allocated() == base
+
+
+def test_reserved_keeps_freed_blocks_until_empty_cache(dev):
+    torchneuron.empty_cache()
+    base = torchneuron.memory_reserved()
+    t = torch.empty(1 << 20, device=dev)
+    del t
+    assert torchneuron.memory_reserved() - base == 4 << 20
+    torchneuron.empty_cache()
+    assert torchneuron.memory_reserved() == base
+
+
+def test_peak_tracks_and_resets(dev):
+    torchneuron.empty_cache()
+    torchneuron.reset_peak_memory_stats()
+    base = torchneuron.memory_allocated()
+    t = torch.empty(1 << 20, device=dev)
+    del t
+    assert torchneuron.max_memory_allocated() - base == 4 << 20
+    torchneuron.reset_peak_memory_stats()
+    assert torchneuron.max_memory_allocated() == base
+
+
+def test_64mb_alloc_free_loop_reuses_one_block_without_page_faults(dev):
+    torchneuron.empty_cache()
+    torch.empty(16 << 20, device=dev).fill_(1)  # first touch: the block is faulted in once
+    stats = torchneuron.memory_stats()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        torch.empty(16 << 20, device=dev).fill_(1)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    after = torchneuron.memory_stats()
+    assert after["system_allocations"] == stats["system_allocations"]
+    assert after["cache_hits"] - stats["cache_hits"] == 20
+    # Without reuse every iteration faults 16384 4-KiB pages (327,680 in all).
+    assert faults < 16384, f"{faults} minor page faults in 20 iterations"

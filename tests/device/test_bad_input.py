@@ -1,0 +1,48 @@
+import pytest
+import torch
+import torchneuron
+
+
+def test_mixing_cpu_and_device_tensors_is_a_clear_error(dev):
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device, but found "
+                                           r"at least two devices, privateuseone:0 and cpu"):
+        torch.ones(3, device=dev) + torch.ones(3)
+
+
+def test_mixing_error_names_the_argument_and_op(dev):
+    with pytest.raises(RuntimeError, match=r"same device, but found at least two devices, "
+                                           r"privateuseone:0 and cpu! \(when checking argument "
+                                           r"'tensor' of aten::dot"):
+        torch.dot(torch.ones(3, device=dev), torch.ones(3))
+
+
+def test_matmul_with_cpu_weight_is_a_clear_error(dev):
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.nn.functional.linear(torch.ones(2, 3, device=dev), torch.ones(4, 3))
+
+
+def test_cpu_scalar_tensor_is_allowed_like_on_cuda(dev):
+    result = torch.ones(3, device=dev) * torch.tensor(2.0)
+    assert result.device == dev and result.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_bad_device_index_in_to(dev):
+    with pytest.raises(RuntimeError, match=r"invalid neuron device index 1: torchneuron has 1 device"):
+        torch.ones(2).to("privateuseone:1")
+
+
+def test_pin_memory_and_sparse_layout_rejected(dev):
+    with pytest.raises(RuntimeError, match="pin_memory applies to CPU tensors only"):
+        torch.empty(2, device=dev, pin_memory=True)
+
+
+def test_errors_inside_fallback_are_pytorchs_own(dev):
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        torch.ones(2, 3, device=dev) @ torch.ones(2, 3, device=dev)
+    with pytest.raises(IndexError):
+        torch.ones(3, device=dev)[5]
+
+
+def test_copy_to_meta_device_rejected_clearly(dev):
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        torch.ones(2, device=dev).to("meta").cpu()

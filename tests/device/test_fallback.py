@@ -1,0 +1,99 @@
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torchneuron
+
+pytestmark = pytest.mark.loud_fallback
+
+
+def run_fresh(code, **env):
+    """Runs `code` in a new interpreter: warn-once state is per process."""
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", "import torch, torchneuron\n" + code],
+                          capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def test_warns_once_per_op_naming_it_and_the_cpu():
+    result = run_fresh(
+        "d = torchneuron.device()\n"
+        "x = torch.ones(3, device=d)\n"
+        "for _ in range(3): torch.cosh(x)\n", NEURON_FALLBACK="warn", PYTHONWARNINGS="always")
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stderr.splitlines() if "[fallback]" in l]
+    assert len(lines) == 1, result.stderr
+    assert "aten::cosh" in lines[0] and "ran on the CPU" in lines[0]
+
+
+def test_default_policy_is_warn(dev, monkeypatch):
+    monkeypatch.delenv("NEURON_FALLBACK", raising=False)
+    result = run_fresh("torch.sinh(torch.ones(2, device=torchneuron.device()))",
+                       PYTHONWARNINGS="always")
+    assert "aten::sinh" in result.stderr
+
+
+def test_silent_policy_does_not_warn(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.tanh(torch.ones(2, device=dev)).cpu()
+
+
+def test_error_policy_raises_naming_the_op(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "error")
+    with pytest.raises(RuntimeError, match=r"aten::atanh.out has no neuron device kernel and "
+                                           r"NEURON_FALLBACK=error"):
+        torch.atanh(torch.zeros(2, device=dev))
+
+
+def test_bad_policy_value_names_it(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "loud")
+    with pytest.raises(RuntimeError, match="NEURON_FALLBACK must be 'warn', 'silent' or 'error', got 'loud'"):
+        torch.asinh(torch.zeros(2, device=dev))
+
+
+def test_counts_per_op_in_metrics(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    torchneuron.reset_metrics()
+    x = torch.ones(5, device=dev)
+    for _ in range(3):
+        torch.erfinv(x * 0.5)
+    m = torchneuron.metrics()
+    assert m["ops"]["fallback"]["aten::erfinv.out"] == 3
+    assert m["launches"]["fallback"] == sum(m["ops"]["fallback"].values())
+
+
+def test_results_are_device_tensors_and_inplace_writes_through_views(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    base = torch.arange(8., device=dev)
+    before = base.data_ptr()
+    base[2:5].exp_()
+    expected = torch.arange(8.)
+    expected[2:5].exp_()
+    assert base.data_ptr() == before
+    torch.testing.assert_close(base.cpu(), expected)
+    out = torch.sort(base.flip(0))
+    assert out.values.device == dev and out.indices.device == dev
+
+
+def test_out_argument_of_wrong_size_is_resized_on_the_device(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    out = torch.empty(1, device=dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's own "resized a non-empty tensor" warning
+        torch.cos(torch.zeros(6, device=dev), out=out)
+    assert out.device == dev and out.shape == (6,)
+    assert torch.equal(out.cpu(), torch.ones(6))
+
+
+def test_fallback_view_op_returns_device_alias(dev, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    base = torch.arange(6., device=dev).view(2, 3)
+    real = torch.view_as_real(torch.zeros(3, dtype=torch.complex64, device=dev))
+    assert real.shape == (3, 2) and real.device == dev
+    alias = base.view(3, 2)
+    alias.zero_()
+    assert base.sum().item() == 0
