@@ -72,6 +72,12 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   routeCompositeOpsWithCpuKernelsToFallback();
 }
 
+// Sparse COO tensors on the device: every sparse op runs the CPU kernel on host views of the
+// indices and values.
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : kOpsRunAsFunctionalCpuKernels)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());

@@ -1,5 +1,8 @@
 #include "device/host_execution.h"
 
+#include <ATen/Functions.h>
+#include <ATen/SparseTensorImpl.h>
+#include <ATen/SparseTensorUtils.h>
 #include <ATen/Tensor.h>
 #include <c10/util/Exception.h>
 
@@ -46,12 +49,21 @@ class HostCall {
  public:
   explicit HostCall(const c10::OperatorHandle& op) : op_(op) {}
 
+  // _copy_from(self, dst) of sparse tensors reaches the fallback: it mixes devices by
+  // definition, writes `dst` without saying so in its schema, and has no CPU kernel (the CPU
+  // copies in copy_), so it runs as dst.copy_(self) on the host.
+  bool isCopy() const {
+    return op_.schema().name() == "aten::_copy_from" ||
+           op_.schema().name() == "aten::_copy_from_and_resize";
+  }
+
   void checkArguments(torch::jit::Stack* stack, size_t begin) {
     const auto& arguments = op_.schema().arguments();
+    const bool is_copy = isCopy();
     for (size_t i = 0; i < arguments.size(); ++i) {
       const c10::IValue& value = (*stack)[begin + i];
       if (value.isTensor()) {
-        checkSameDevice(value.toTensor(), false, op_, arguments[i], device_);
+        checkSameDevice(value.toTensor(), is_copy, op_, arguments[i], device_);
       } else if (value.isTensorList()) {
         for (const at::Tensor& t : value.toTensorList().vec())
           checkSameDevice(t, false, op_, arguments[i], device_);
@@ -70,7 +82,7 @@ class HostCall {
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[begin + i];
       const c10::AliasInfo* alias = arguments[i].alias_info();
-      const bool written = alias != nullptr && alias->isWrite();
+      const bool written = (alias != nullptr && alias->isWrite()) || (isCopy() && i == 1);
       if (value.isTensor()) {
         value = toHost(value.toTensor(), written);
       } else if (value.isTensorList()) {
@@ -90,7 +102,13 @@ class HostCall {
   }
 
   void writeBackWrittenArguments() const {
-    for (const auto& [host, device] : written_) aliases_.writeBack(host, device);
+    for (const auto& [host, device] : written_) {
+      if (host.layout() == at::kSparse) {
+        writeBackSparse(host, device);
+      } else {
+        aliases_.writeBack(host, device);
+      }
+    }
   }
 
   void moveResultsToDevice(torch::jit::Stack* stack, size_t begin) const {
@@ -109,7 +127,7 @@ class HostCall {
  private:
   at::Tensor toHost(const at::Tensor& tensor, bool written) {
     if (!tensor.defined() || tensor.device().type() != kNeuronDeviceType) return tensor;
-    at::Tensor host = aliases_.toHost(tensor);
+    at::Tensor host = tensor.layout() == at::kSparse ? sparseToHost(tensor) : aliases_.toHost(tensor);
     device_of_host_.emplace(host.unsafeGetTensorImpl(), tensor);
     if (written) written_.emplace_back(host, tensor);
     return host;
@@ -123,7 +141,42 @@ class HostCall {
     TORCH_CHECK(device_.has_value(), "[device] ", op_.schema().name(),
                 " returned a tensor but none of its arguments is on the neuron device");
     if (host.device().type() == kNeuronDeviceType) return host;
+    if (host.layout() == at::kSparse) return sparseToDevice(host);
+    TORCH_CHECK(host.layout() == at::kStrided, "[device] ", op_.schema().name(),
+                " produced a tensor with layout ", host.layout(),
+                ", which cannot live on the neuron device: PyTorch 1.13 has no sparse-compressed "
+                "(CSR/CSC/BSR/BSC) dispatch key for PrivateUse1 devices; keep it on the CPU");
     return aliases_.toDevice(host, *device_);
+  }
+
+  // Sparse COO tensors are an indices and a values tensor: both live in device memory and
+  // travel as host views like any dense argument.
+  at::Tensor sparseToHost(const at::Tensor& sparse) {
+    at::SparseTensorImpl* impl = at::sparse::get_sparse_impl(sparse);
+    at::Tensor host = at::_sparse_coo_tensor_unsafe(
+        aliases_.toHost(impl->indices()), aliases_.toHost(impl->values()), sparse.sizes());
+    at::sparse::get_sparse_impl(host)->set_coalesced(impl->coalesced());
+    return host;
+  }
+
+  at::Tensor sparseToDevice(const at::Tensor& host) const {
+    at::Tensor result = at::detail::make_tensor<at::SparseTensorImpl>(
+        c10::DispatchKeySet(c10::DispatchKey::SparsePrivateUse1), host.dtype());
+    copySparseContents(host, result);
+    return result;
+  }
+
+  void writeBackSparse(const at::Tensor& host, const at::Tensor& device) const {
+    copySparseContents(host, device);
+  }
+
+  void copySparseContents(const at::Tensor& host, const at::Tensor& device) const {
+    at::SparseTensorImpl* source = at::sparse::get_sparse_impl(host);
+    at::SparseTensorImpl* target = at::sparse::get_sparse_impl(device);
+    target->resize_(source->sparse_dim(), source->dense_dim(), host.sizes());
+    target->set_indices_and_values_unsafe(aliases_.toDevice(source->indices(), *device_),
+                                          aliases_.toDevice(source->values(), *device_));
+    target->set_coalesced(source->coalesced());
   }
 
   const c10::OperatorHandle& op_;
@@ -141,7 +194,14 @@ void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   HostCall call(op);
   call.checkArguments(stack, arguments_begin);
   call.moveArgumentsToHost(stack, arguments_begin);
-  op.callBoxed(stack);
+  if (call.isCopy()) {
+    at::Tensor destination = (*stack)[arguments_begin + 1].toTensor();
+    destination.copy_((*stack)[arguments_begin].toTensor());
+    torch::jit::drop(*stack, num_arguments);
+    torch::jit::push(*stack, destination);
+  } else {
+    op.callBoxed(stack);
+  }
   call.writeBackWrittenArguments();
   const size_t num_returns = op.schema().returns().size();
   call.moveResultsToDevice(stack, stack->size() - num_returns);

@@ -25,6 +25,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# OpInfos the device cannot run for a reason outside this project, each with that reason. They
+# still count in `device_error`/`mismatch`; they are listed apart and do not fail the run.
+KNOWN_LIMITATIONS = {
+    "sparse.sampled_addmm": "its samples are sparse CSR tensors; PyTorch 1.13 has no "
+                            "sparse-compressed dispatch key for PrivateUse1 devices",
+}
+
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -64,7 +71,7 @@ def run_parent(args):
     with open(args.output, "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     print_report(summary, args.output)
-    return 0 if summary["mismatch"] == 0 and summary["device_error"] == 0 else 1
+    return 0 if not summary["unexpected_failures"] else 1
 
 
 class ShardRunner:
@@ -139,15 +146,20 @@ def summarize(records, quick, seconds):
         kinds[record["kind"]] += 1
         per_op[record["name"]] = {"kind": record["kind"], "fallback_ops": record["fallback_ops"],
                                   **counts, "problems": problems[:5]}
+    failing = sorted(n for n, o in per_op.items() if o["mismatch"] or o["device_error"])
     return {"opinfos": len(records), "samples": sum(totals.values()), **totals,
-            "opinfos_by_kind": kinds, "quick": quick, "seconds": round(seconds, 1), "ops": per_op}
+            "opinfos_by_kind": kinds, "quick": quick, "seconds": round(seconds, 1),
+            "known_limitations": {n: KNOWN_LIMITATIONS[n] for n in failing if n in KNOWN_LIMITATIONS},
+            "unexpected_failures": [n for n in failing if n not in KNOWN_LIMITATIONS],
+            "ops": per_op}
 
 
 def print_report(summary, path):
     bad = {n: o for n, o in summary["ops"].items() if o["mismatch"] or o["device_error"]}
     for name, op in sorted(bad.items()):
         detail = op["problems"][0]["detail"] if op["problems"] else ""
-        print(f"  {name}: mismatch={op['mismatch']} device_error={op['device_error']}  {detail[:200]}")
+        known = " [known limitation: " + KNOWN_LIMITATIONS[name] + "]" if name in KNOWN_LIMITATIONS else ""
+        print(f"  {name}: mismatch={op['mismatch']} device_error={op['device_error']}  {detail[:200]}{known}")
     kinds = summary["opinfos_by_kind"]
     print(f"[conformance] opinfos={summary['opinfos']} samples={summary['samples']} "
           f"pass={summary['pass']} mismatch={summary['mismatch']} "
