@@ -119,14 +119,36 @@ def warning_texts(records):
             if not str(w.message).startswith("[fallback]")}
 
 
+def cpu_copy_of(dev_sample):
+    """(input, args, kwargs) of the sample as CPU copies; device arguments become "cpu"."""
+    sample_input, args, kwargs = map_tensors(
+        (dev_sample.input, dev_sample.args, dev_sample.kwargs), to_cpu_same_layout)
+    kwargs = {k: ("cpu" if k == "device" else v) for k, v in kwargs.items()}
+    args = tuple("cpu" if isinstance(a, torch.device) and a.type != "cpu" else a for a in args)
+    return sample_input, args, kwargs
+
+
+def seeded_output_gradients(device):
+    """Random output gradients, the same numbers on every side."""
+    def make(outputs):
+        torch.manual_seed(GRAD_SEED)
+        return [torch.randn(o.shape, dtype=o.dtype).to(device) for o in outputs]
+    return make
+
+
+def call_recording_warnings(fn):
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        result = fn()
+    return result, records
+
+
 def reference(op, dev_sample, side):
     """Forward outputs and input gradients of the sample run on `side` ("cpu": on a CPU copy;
     otherwise on the device sample itself); gradients None when not computable. Raises what
     the op raises."""
-    args = (dev_sample.input, dev_sample.args, dev_sample.kwargs)
-    if side == "cpu":
-        args = map_tensors(args, to_cpu_same_layout)
-        args = (args[0], args[1], {k: ("cpu" if k == "device" else v) for k, v in args[2].items()})
+    args = cpu_copy_of(dev_sample) if side == "cpu" else (
+        dev_sample.input, dev_sample.args, dev_sample.kwargs)
     sample_input, sample_args, sample_kwargs = args
     torch.manual_seed(SEED)
     out = op(sample_input, *sample_args, **sample_kwargs)
@@ -134,10 +156,8 @@ def reference(op, dev_sample, side):
     inputs = [t for t in leaves(args) if t.requires_grad]
     if op.supports_autograd and op.name not in UNDEFINED_VALUE_OPS:
         try:
-            def make(outputs):
-                torch.manual_seed(GRAD_SEED)
-                return [torch.randn(o.shape, dtype=o.dtype).to(side) for o in outputs]
-            grads, _ = gradients(op, dev_sample.output_process_fn_grad(out), inputs, make)
+            grads, _ = gradients(op, dev_sample.output_process_fn_grad(out), inputs,
+                                 seeded_output_gradients(side))
         except Exception:
             grads = None
     return map_tensors(out, lambda t: t.detach().cpu()), \
@@ -184,26 +204,18 @@ def compare_sample(op, dev_sample, dev, used):
     """The sample is generated on the device, as PyTorch's own device tests do (tensors a
     sample deliberately keeps on the CPU stay there); the CPU reference is a copy of it."""
     dev_input, dev_args, dev_kwargs = dev_sample.input, dev_sample.args, dev_sample.kwargs
-    cpu_input, cpu_args, cpu_kwargs = map_tensors((dev_input, dev_args, dev_kwargs),
-                                                  to_cpu_same_layout)
-    cpu_kwargs = {k: ("cpu" if k == "device" else v) for k, v in cpu_kwargs.items()}
-    cpu_args = tuple("cpu" if isinstance(a, torch.device) and a.type == dev.type else a
-                     for a in cpu_args)
+    cpu_input, cpu_args, cpu_kwargs = cpu_copy_of(dev_sample)
 
     torch.manual_seed(SEED)
     try:
-        with warnings.catch_warnings(record=True) as cpu_warnings:
-            warnings.simplefilter("always")
-            cpu_out = op(cpu_input, *cpu_args, **cpu_kwargs)
+        cpu_out, cpu_warnings = call_recording_warnings(lambda: op(cpu_input, *cpu_args, **cpu_kwargs))
     except Exception as e:
         return {"outcome": "skipped", "detail": "CPU raised " + first_line(e)}
 
     torchneuron.reset_metrics()
     torch.manual_seed(SEED)
     try:
-        with warnings.catch_warnings(record=True) as dev_warnings:
-            warnings.simplefilter("always")
-            dev_out = op(dev_input, *dev_args, **dev_kwargs)
+        dev_out, dev_warnings = call_recording_warnings(lambda: op(dev_input, *dev_args, **dev_kwargs))
     except Exception as e:
         return {"outcome": "device_error", "detail": first_line(e)}
     finally:
@@ -232,20 +244,14 @@ def compare_sample(op, dev_sample, dev, used):
     cpu_inputs = [t for t in leaves((cpu_input, cpu_args, cpu_kwargs)) if t.requires_grad]
     dev_inputs = [t for t in leaves((dev_input, dev_args, dev_kwargs)) if t.requires_grad]
 
-    def seeded_grad_outputs(device):
-        def make(outputs):
-            torch.manual_seed(GRAD_SEED)
-            return [torch.randn(o.shape, dtype=o.dtype).to(device) for o in outputs]
-        return make
-
     try:
-        cpu_grads, _ = gradients(op, process(cpu_out), cpu_inputs, seeded_grad_outputs("cpu"))
+        cpu_grads, _ = gradients(op, process(cpu_out), cpu_inputs, seeded_output_gradients("cpu"))
     except Exception as e:
         return {"outcome": "pass", "detail": "gradients not compared: CPU backward raised " + first_line(e)}
     if cpu_grads is None:
         return {"outcome": "pass"}
     try:
-        dev_grads, _ = gradients(op, process(dev_out), dev_inputs, seeded_grad_outputs(dev))
+        dev_grads, _ = gradients(op, process(dev_out), dev_inputs, seeded_output_gradients(dev))
     except Exception as e:
         return {"outcome": "device_error", "detail": "backward: " + first_line(e)}
     finally:
