@@ -104,7 +104,7 @@ class HostCall {
   void writeBackWrittenArguments() const {
     for (const auto& [host, device] : written_) {
       if (host.layout() == at::kSparse) {
-        writeBackSparse(host, device);
+        copySparseContents(host, device);
       } else {
         aliases_.writeBack(host, device);
       }
@@ -164,10 +164,6 @@ class HostCall {
         c10::DispatchKeySet(c10::DispatchKey::SparsePrivateUse1), host.dtype());
     copySparseContents(host, result);
     return result;
-  }
-
-  void writeBackSparse(const at::Tensor& host, const at::Tensor& device) const {
-    copySparseContents(host, device);
   }
 
   void copySparseContents(const at::Tensor& host, const at::Tensor& device) const {
