@@ -50,3 +50,24 @@ def test_64mb_alloc_free_loop_reuses_one_block_without_page_faults(dev):
     assert after["cache_hits"] - stats["cache_hits"] == 20
     # Without reuse every iteration faults 16384 4-KiB pages (327,680 in all).
     assert faults < 16384, f"{faults} minor page faults in 20 iterations"
+
+
+def test_forked_child_allocates_and_computes_on_the_device(dev):
+    """DataLoader workers fork: the allocator's lock must be usable in the child."""
+    import os
+    import time
+    parent_tensor = torch.ones(1000, device=dev)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_tensor = torch.ones(1000, device=dev) + parent_tensor
+            os.write(write_end, str(child_tensor.sum().item()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    deadline = time.time() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        assert time.time() < deadline, "forked child hung"
+        time.sleep(0.05)
+    assert os.read(read_end, 100) == b"2000.0"
