@@ -47,23 +47,22 @@ bool isOptionalTensorList(const c10::IValue& value) {
 // The per-call state: host aliases, the device tensors behind host arguments, written args.
 class HostCall {
  public:
-  explicit HostCall(const c10::OperatorHandle& op) : op_(op) {}
+  explicit HostCall(const c10::OperatorHandle& op)
+      : op_(op),
+        is_copy_(op.schema().name() == "aten::_copy_from" ||
+                 op.schema().name() == "aten::_copy_from_and_resize") {}
 
   // _copy_from(self, dst) of sparse tensors reaches the fallback: it mixes devices by
   // definition, writes `dst` without saying so in its schema, and has no CPU kernel (the CPU
   // copies in copy_), so it runs as dst.copy_(self) on the host.
-  bool isCopy() const {
-    return op_.schema().name() == "aten::_copy_from" ||
-           op_.schema().name() == "aten::_copy_from_and_resize";
-  }
+  bool isCopy() const { return is_copy_; }
 
   void checkArguments(torch::jit::Stack* stack, size_t begin) {
     const auto& arguments = op_.schema().arguments();
-    const bool is_copy = isCopy();
     for (size_t i = 0; i < arguments.size(); ++i) {
       const c10::IValue& value = (*stack)[begin + i];
       if (value.isTensor()) {
-        checkSameDevice(value.toTensor(), is_copy, op_, arguments[i], device_);
+        checkSameDevice(value.toTensor(), is_copy_, op_, arguments[i], device_);
       } else if (value.isTensorList()) {
         for (const at::Tensor& t : value.toTensorList().vec())
           checkSameDevice(t, false, op_, arguments[i], device_);
@@ -82,7 +81,7 @@ class HostCall {
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[begin + i];
       const c10::AliasInfo* alias = arguments[i].alias_info();
-      const bool written = (alias != nullptr && alias->isWrite()) || (isCopy() && i == 1);
+      const bool written = (alias != nullptr && alias->isWrite()) || (is_copy_ && i == 1);
       if (value.isTensor()) {
         value = toHost(value.toTensor(), written);
       } else if (value.isTensorList()) {
@@ -127,7 +126,8 @@ class HostCall {
  private:
   at::Tensor toHost(const at::Tensor& tensor, bool written) {
     if (!tensor.defined() || tensor.device().type() != kNeuronDeviceType) return tensor;
-    at::Tensor host = tensor.layout() == at::kSparse ? sparseToHost(tensor) : aliases_.toHost(tensor);
+    at::Tensor host =
+        tensor.layout() == at::kSparse ? sparseToHost(tensor) : aliases_.toHost(tensor);
     device_of_host_.emplace(host.unsafeGetTensorImpl(), tensor);
     if (written) written_.emplace_back(host, tensor);
     return host;
@@ -176,6 +176,7 @@ class HostCall {
   }
 
   const c10::OperatorHandle& op_;
+  const bool is_copy_;  // the schema name is compared once per call, not once per argument
   std::optional<c10::Device> device_;
   HostAliasSet aliases_;
   std::unordered_map<const c10::TensorImpl*, at::Tensor> device_of_host_;

@@ -155,8 +155,8 @@ def summarize(records, quick, seconds):
 
 
 def print_report(summary, path):
-    bad = {n: o for n, o in summary["ops"].items() if o["mismatch"] or o["device_error"]}
-    for name, op in sorted(bad.items()):
+    for name in sorted(summary["unexpected_failures"] + list(summary["known_limitations"])):
+        op = summary["ops"][name]
         detail = op["problems"][0]["detail"] if op["problems"] else ""
         known = " [known limitation: " + KNOWN_LIMITATIONS[name] + "]" if name in KNOWN_LIMITATIONS else ""
         print(f"  {name}: mismatch={op['mismatch']} device_error={op['device_error']}  {detail[:200]}{known}")
