@@ -6,14 +6,15 @@
 #include <memory>
 #include <vector>
 
+#include "device/compiled_ops.h"
+#include "device/cpu_fallback.h"
 #include "device/fallback_policy.h"
 #include "device/host_execution.h"
 #include "device/metrics.h"
 
 namespace torchneuron {
-namespace {
 
-void neuronCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   const std::string full_name =
       name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
@@ -37,6 +38,8 @@ void neuronCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   recordLaunch(LaunchKind::kFallback, full_name);
 }
 
+namespace {
+
 // Ops that have a CPU kernel and also a composite kernel would run the composite on the
 // device (a decomposition that may differ from the CPU, e.g. math_group_norm). The device
 // mirrors the CPU, so these are pointed at the fallback, which runs the CPU kernel. The list is
@@ -56,7 +59,7 @@ void routeCompositeOpsWithCpuKernelsToFallback() {
     const std::string schema_name = name.name.substr(6) +
                                     (name.overload_name.empty() ? "" : "." + name.overload_name);
     library->impl(schema_name.c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());
+                  torch::CppFunction::makeFromBoxedFunction<&runCpuFallback>());
   }
 }
 
@@ -68,19 +71,23 @@ constexpr const char* kOpsRunAsFunctionalCpuKernels[] = {"mse_loss", "smooth_l1_
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&runCpuFallback>());
+  // Compiled kernels first: the routing below skips ops that already have a device kernel.
+  static auto* compiled = new torch::Library(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  registerCompiledElementwiseOps(*compiled);
   routeCompositeOpsWithCpuKernelsToFallback();
 }
 
 // Sparse COO tensors on the device: every sparse op runs the CPU kernel on host views of the
 // indices and values.
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&runCpuFallback>());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : kOpsRunAsFunctionalCpuKernels)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuronCpuFallback>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&runCpuFallback>());
 }
 
 // Copies of conjugated or negated views must reach the device's _copy_from, which copies the

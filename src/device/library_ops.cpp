@@ -28,8 +28,6 @@ constexpr const char* kRandomOps[] = {
     "_sample_dirichlet",
 };
 
-constexpr const char* kFillOps[] = {"fill_.Scalar", "fill_.Tensor", "zero_"};
-
 constexpr const char* kDenseLinearAlgebraOps[] = {
     "mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "convolution", "convolution_backward",
 };
@@ -50,7 +48,6 @@ void registerLibraryKernels(torch::Library& m, const char* const (&names)[N]) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   registerLibraryKernels(m, kRandomOps);
-  registerLibraryKernels(m, kFillOps);
   registerLibraryKernels(m, kDenseLinearAlgebraOps);
   registerLibraryKernels(m, kIndexingOps);
 }

@@ -1,0 +1,303 @@
+// Elementwise ops as compiled kernels: ATen's arguments are bound to a registry op, the
+// iteration is planned, and the kernel for the call's signature (from the kernel cache,
+// compiled on first use) runs through the launcher. What the kernels cannot run (complex
+// dtypes, integer division, ...) goes to the CPU fallback, which also raises ATen's own errors.
+
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "cache/kernel_cache.h"
+#include "device/compiled_ops.h"
+#include "device/cpu_fallback.h"
+#include "device/device.h"
+#include "device/iteration_plan.h"
+#include "device/metrics.h"
+#include "device/native_op_binding.h"
+#include "fusion/kernel_builder.h"
+#include "launcher/parallel_launch.h"
+
+namespace torchneuron {
+namespace {
+
+using fusion::ElementwiseOp;
+using fusion::ElementwiseSignature;
+
+// Bindings by schema address; filled while the library loads, read-only afterwards.
+std::unordered_map<const c10::FunctionSchema*, NativeOpBinding>& bindings() {
+  static auto* table = new std::unordered_map<const c10::FunctionSchema*, NativeOpBinding>();
+  return *table;
+}
+
+// The call's arguments sorted into the registry op's roles.
+struct BoundCall {
+  c10::SmallVector<at::Tensor, 4> operands;  // present operands, in the op's order
+  c10::SmallVector<const fusion::OperandSpec*, 4> specs;
+  std::vector<bool> present;                 // per optional operand
+  c10::SmallVector<c10::Scalar, 4> params;
+  std::vector<int64_t> constants;
+  at::Tensor output;                         // the written argument, if any
+};
+
+int64_t constantValue(const c10::IValue& value, const fusion::ConstantSpec& spec) {
+  if (value.isNone()) return -1;
+  if (value.isBool()) return value.toBool() ? 1 : 0;
+  if (value.isInt()) return value.toInt();
+  const std::string text = value.toStringRef();
+  for (size_t i = 0; i < spec.choices.size(); ++i)
+    if (spec.choices[i] == text) return static_cast<int64_t>(i);
+  return -2;  // a value the lowering does not know: the CPU decides (and raises)
+}
+
+at::Tensor wrappedScalar(const c10::Scalar& scalar) {
+  at::Tensor tensor = at::scalar_to_tensor(scalar);
+  tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return tensor;
+}
+
+// Returns false when an argument is outside what kernels handle.
+bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, BoundCall& call) {
+  const ElementwiseOp& op = *binding.op;
+  c10::SmallVector<at::Tensor, 4> by_operand(op.operands.size());
+  c10::SmallVector<bool, 4> given(op.operands.size(), false);
+  call.params.assign(op.params.size(), c10::Scalar());
+  c10::SmallVector<bool, 4> param_given(op.params.size(), false);
+  call.constants.assign(op.constants.size(), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const BoundArgument& role = binding.arguments[i];
+    const c10::IValue& value = args[i];
+    switch (role.role) {
+      case ArgumentRole::kOutput:
+        call.output = value.toTensor();
+        break;
+      case ArgumentRole::kOperandAndOutput:
+        call.output = value.toTensor();
+        by_operand[role.index] = call.output;
+        given[role.index] = true;
+        break;
+      case ArgumentRole::kOperand:
+        if (value.isNone()) break;
+        if (value.isScalar()) {
+          if (value.toScalar().isComplex()) return false;
+          by_operand[role.index] = wrappedScalar(value.toScalar());
+        } else {
+          by_operand[role.index] = value.toTensor();
+        }
+        given[role.index] = true;
+        break;
+      case ArgumentRole::kParam:
+        if (value.isNone()) break;
+        call.params[role.index] = value.toScalar();
+        param_given[role.index] = true;
+        break;
+      case ArgumentRole::kConstant:
+        call.constants[role.index] = constantValue(value, op.constants[role.index]);
+        if (call.constants[role.index] == -2) return false;
+        break;
+    }
+  }
+  for (size_t i = 0; i < op.params.size(); ++i)
+    if (!param_given[i]) call.params[i] = c10::Scalar(op.params[i].fallback);
+  bool any_optional_given = op.optional_operands.empty();
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    const bool optional = std::find(op.optional_operands.begin(), op.optional_operands.end(),
+                                    op.operands[i].arg) != op.optional_operands.end();
+    if (optional) {
+      call.present.push_back(given[i]);
+      any_optional_given |= given[i];
+    }
+    if (!given[i]) continue;
+    call.operands.push_back(by_operand[i]);
+    call.specs.push_back(&op.operands[i]);
+  }
+  return any_optional_given;  // clamp() with neither bound is ATen's error to raise
+}
+
+bool isKernelTensor(const at::Tensor& t) {
+  return t.defined() && t.layout() == at::kStrided && fusion::isKernelDtype(t.scalar_type()) &&
+         !t.is_conj() && !t.is_neg();
+}
+
+uint8_t computeClassOf(at::ScalarType dtype) {
+  if (at::isFloatingType(dtype)) return fusion::kFloats;
+  if (dtype == at::kBool) return fusion::kBools;
+  return fusion::kIntegers;
+}
+
+// Warns once per kernel signature that failed to compile.
+void warnCompileFailure(Hash64 key, const std::string& what, const std::string& reason) {
+  static std::mutex mutex;
+  static std::unordered_set<Hash64> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(key).second) return;
+  TORCH_WARN("[fusion] ", what, " could not be compiled; this signature runs on the CPU. Reason: ",
+             reason);
+}
+
+// Runs the call as a compiled kernel and returns its result, or nullopt when the kernels
+// cannot run it (the caller falls back to the CPU). Raises ATen's errors for bad shapes and
+// output dtypes.
+c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall& call) {
+  const ElementwiseOp& op = *binding.op;
+  c10::optional<c10::Device> device;
+  if (call.output.defined()) {
+    if (!isKernelTensor(call.output) || call.output.device().type() != kNeuronDeviceType)
+      return c10::nullopt;
+    device = call.output.device();
+  }
+  at::native::ResultTypeState promotion;
+  bool any_promoting = false;
+  for (size_t i = 0; i < call.operands.size(); ++i) {
+    const at::Tensor& t = call.operands[i];
+    const fusion::OperandSpec& spec = *call.specs[i];
+    if (!isKernelTensor(t)) return c10::nullopt;
+    if (t.device().type() == kNeuronDeviceType) {
+      if (device && *device != t.device()) return c10::nullopt;
+      device = t.device();
+    } else if (!(t.device().is_cpu() && t.dim() == 0)) {
+      return c10::nullopt;  // the fallback raises PyTorch's same-device error
+    }
+    if (spec.bool_only && t.scalar_type() != at::kBool) return c10::nullopt;
+    if (spec.zero_dim_only && t.dim() != 0) return c10::nullopt;
+    if (spec.promotes) {
+      promotion = at::native::update_result_type_state(t, promotion);
+      any_promoting = true;
+    }
+  }
+  if (!device) return c10::nullopt;
+
+  at::ScalarType common = any_promoting ? at::native::result_type(promotion)
+                                        : call.output.defined() ? call.output.scalar_type()
+                                                                : at::ScalarType::Undefined;
+  if (common == at::ScalarType::Undefined) return c10::nullopt;
+  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true))
+    common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
+    return c10::nullopt;
+  for (const c10::Scalar& param : call.params) {
+    if (param.isComplex()) return c10::nullopt;
+    if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;
+  }
+  const at::ScalarType result_dtype =
+      op.promotion == fusion::TypePromotion::kAlwaysBool ? at::kBool : common;
+
+  at::DimVector shape;
+  for (size_t i = 0; i < call.operands.size(); ++i)
+    shape = i == 0 ? at::DimVector(call.operands[0].sizes())
+                   : at::infer_size_dimvector(shape, call.operands[i].sizes());
+  at::Tensor output = call.output;
+  if (output.defined()) {
+    TORCH_CHECK(at::canCast(result_dtype, output.scalar_type()), "result type ", result_dtype,
+                " can't be cast to the desired output type ", output.scalar_type());
+    if (binding.in_place) {
+      shape = call.operands.empty() ? at::DimVector(output.sizes())
+                                    : at::infer_size_dimvector(shape, output.sizes());
+      TORCH_CHECK(at::IntArrayRef(shape) == output.sizes(), "output with shape ", output.sizes(),
+                  " doesn't match the broadcast shape ", at::IntArrayRef(shape));
+    } else {
+      at::native::resize_output(output, shape);
+    }
+    at::assert_no_internal_overlap(output);
+    for (const at::Tensor& t : call.operands)
+      if (t.device() == output.device()) at::assert_no_partial_overlap(output, t);
+  } else {
+    output = allocateLike(shape, result_dtype, call.operands, *device);
+  }
+  if (output.numel() == 0) return output;
+
+  c10::SmallVector<at::Tensor, 5> operands{output};
+  operands.append(call.operands.begin(), call.operands.end());
+  const IterationPlan plan = planIteration(shape, operands);
+
+  ElementwiseSignature signature;
+  signature.op = &op;
+  signature.constants = call.constants;
+  signature.present = call.present;
+  signature.compute = common;
+  signature.output = output.scalar_type();
+  for (const at::Tensor& t : call.operands) signature.inputs.push_back(t.scalar_type());
+  signature.rank = plan.rank();
+  signature.inner.assign(plan.inner.begin(), plan.inner.end());
+  const Hash64 key = signature.key();
+  const CachedKernel& kernel =
+      kernelFor(key, [&] { return fusion::buildElementwiseKernel(signature); });
+  if (kernel.function == nullptr) {
+    warnCompileFailure(key, signature.describe(), kernel.failure);
+    return c10::nullopt;
+  }
+
+  c10::SmallVector<int64_t, 64> slots;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    // An operand broadcast along the innermost dimension has no such dimension in the kernel.
+    const size_t dims = plan.sizes.size() - (plan.inner[i] == fusion::InnerStride::kBroadcast);
+    const auto address = reinterpret_cast<int64_t>(operands[i].data_ptr());
+    slots.append({address, address, 0});
+    slots.append(plan.sizes.begin(), plan.sizes.begin() + dims);
+    slots.append(plan.strides[i].begin(), plan.strides[i].begin() + dims);
+  }
+  for (const c10::Scalar& param : call.params) {
+    if (at::isFloatingType(common)) {
+      const double value = param.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      slots.push_back(bits);
+    } else {
+      slots.push_back(param.toLong());
+    }
+  }
+  const int64_t numel = plan.numel();
+  launchKernel(kernel.function, slots.data(),
+               LaunchShape{plan.sizes[0], numel / plan.sizes[0], at::get_num_threads()});
+  recordLaunch(LaunchKind::kCompiled, binding.name);
+  return output;
+}
+
+void runElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  const NativeOpBinding& binding = bindings().at(&handle.schema());
+  const size_t count = binding.arguments.size();
+  BoundCall call;
+  if (bindCall(binding, torch::jit::last(*stack, count), call)) {
+    c10::optional<at::Tensor> result = runCompiled(binding, call);
+    if (result) {
+      torch::jit::drop(*stack, count);
+      torch::jit::push(*stack, std::move(*result));
+      return;
+    }
+  }
+  runCpuFallback(handle, stack);
+}
+
+}  // namespace
+
+bool hasCompiledKernel(const c10::OperatorName& name) {
+  auto handle = c10::Dispatcher::singleton().findOp(name);
+  return handle && bindings().count(&handle->schema()) > 0;
+}
+
+void registerCompiledElementwiseOps(torch::Library& library) {
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    const fusion::ElementwiseOp* op = registryOpFor(name.name);
+    if (op == nullptr) continue;
+    auto handle = c10::Dispatcher::singleton().findOp(name);
+    if (!handle || !handle->hasSchema()) continue;
+    // A composite op decomposes into ops that have kernels; a device kernel of its own would
+    // hide its autograd formula.
+    if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+    c10::optional<NativeOpBinding> binding = bindSchema(handle->schema(), *op);
+    if (!binding) continue;
+    bindings().emplace(&handle->schema(), std::move(*binding));
+    const std::string schema_name =
+        name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    library.impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&runElementwise>());
+  }
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,16 @@
+#pragma once
+// Registration of the ops the device runs as compiled kernels (the op registry's ops).
+
+#include <ATen/core/operator_name.h>
+#include <torch/library.h>
+
+namespace torchneuron {
+
+// Registers a PrivateUse1 kernel for every ATen overload the registry binds. Called once,
+// before the fallback routing, which leaves these overloads alone.
+void registerCompiledElementwiseOps(torch::Library& library);
+
+// Whether `name` runs through a compiled kernel (after registration).
+bool hasCompiledKernel(const c10::OperatorName& name);
+
+}  // namespace torchneuron

@@ -1,0 +1,37 @@
+#pragma once
+// Binds an ATen overload's schema to a registry op: which argument is an operand, a run-time
+// scalar, a codegen constant or the output. An overload binds only if every argument has a
+// role, so an overload the registry does not describe stays with the CPU fallback.
+
+#include <ATen/core/function_schema.h>
+#include <c10/util/Optional.h>
+
+#include <string>
+#include <vector>
+
+#include "fusion/op_registry.h"
+
+namespace torchneuron {
+
+enum class ArgumentRole : uint8_t { kOperand, kParam, kConstant, kOutput, kOperandAndOutput };
+
+struct BoundArgument {
+  ArgumentRole role;
+  int index;  // into the op's operands, params or constants
+};
+
+struct NativeOpBinding {
+  const fusion::ElementwiseOp* op = nullptr;
+  std::string name;  // "aten::add.Tensor", for metrics and messages
+  std::vector<BoundArgument> arguments;  // one per schema argument
+  bool writes_output = false;            // in-place or out=: the output is an argument
+  bool in_place = false;                 // the output is `self`: operands broadcast to its shape
+};
+
+c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
+                                          const fusion::ElementwiseOp& op);
+
+// The registry op an ATen operator name belongs to ("aten::add_" -> add), or nullptr.
+const fusion::ElementwiseOp* registryOpFor(const std::string& aten_name);
+
+}  // namespace torchneuron

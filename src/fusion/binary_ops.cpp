@@ -1,0 +1,262 @@
+// Binary and ternary pointwise ops with tensor or scalar operands: arithmetic, comparisons,
+// logical and bitwise ops, where, clamp, lerp, addcmul, addcdiv, masked_fill. Formulas follow
+// ATen's CPU kernels operation by operation, so results round the same way.
+
+#include "fusion/op_registry.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+using BinaryFn = std::function<Value(ScalarEmitter&, const Value&, const Value&)>;
+
+ElementwiseOp binary(const char* name, const char* rhs_arg, TypePromotion promotion,
+                     uint8_t classes, BinaryFn fn) {
+  ElementwiseOp op;
+  op.name = name;
+  op.operands = {{"self"}, {rhs_arg}};
+  op.promotion = promotion;
+  op.compute_classes = classes;
+  op.lower = [fn](LoweringContext& c) { return fn(c.emit, c.operands[0], c.operands[1]); };
+  return op;
+}
+
+ElementwiseOp arithmetic(const char* name, BinaryFn fn, uint8_t classes = kFloats | kIntegers) {
+  return binary(name, "other", TypePromotion::kDefault, classes, std::move(fn));
+}
+
+ElementwiseOp floatBinary(const char* name, const char* rhs_arg, BinaryFn fn) {
+  return binary(name, rhs_arg, TypePromotion::kIntToFloat, kFloats, std::move(fn));
+}
+
+// a + alpha * b, and the sub/rsub variants, with `alpha` a run-time scalar.
+ElementwiseOp withAlpha(const char* name, bool subtract, bool reversed) {
+  ElementwiseOp op;
+  op.name = name;
+  op.operands = {{"self"}, {"other"}};
+  op.params = {{"alpha", 1.0}};
+  op.compute_classes = kFloats | kIntegers;
+  op.lower = [subtract, reversed](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    const Value& a = reversed ? c.operands[1] : c.operands[0];
+    const Value& b = reversed ? c.operands[0] : c.operands[1];
+    const Value scaled = e.mul(c.params[0], b);
+    return subtract ? e.sub(a, scaled) : e.add(a, scaled);
+  };
+  return op;
+}
+
+ElementwiseOp comparison(const char* name, const char* float_predicate, const char* signed_predicate,
+                         const char* unsigned_predicate) {
+  return binary(name, "other", TypePromotion::kAlwaysBool, kAllClasses,
+                [=](ScalarEmitter& e, const Value& a, const Value& b) {
+                  const char* predicate = a.type.isFloat()                       ? float_predicate
+                                          : a.type.kind == NumberKind::kSigned ? signed_predicate
+                                                                                 : unsigned_predicate;
+                  return e.compare(predicate, a, b);
+                });
+}
+
+ElementwiseOp logical(const char* name, const char* op_name) {
+  return binary(name, "other", TypePromotion::kAlwaysBool, kAllClasses,
+                [op_name](ScalarEmitter& e, const Value& a, const Value& b) {
+                  return e.binary(op_name, e.convert(a, boolType()), e.convert(b, boolType()));
+                });
+}
+
+ElementwiseOp bitwise(const char* name, const char* op_name) {
+  return binary(name, "other", TypePromotion::kDefault, kIntegers | kBools,
+                [op_name](ScalarEmitter& e, const Value& a, const Value& b) {
+                  return e.binary(op_name, a, b);
+                });
+}
+
+// Python's remainder: the result takes the sign of the divisor (ATen's remainder kernel).
+Value floatRemainder(ScalarEmitter& e, const Value& a, const Value& b) {
+  const Value zero = e.constantLike(0, a.type);
+  const Value mod = e.binary("arith.remf", a, b);
+  const Value nonzero = e.compare("une", mod, zero);
+  const Value signs_differ = e.compare("ne", e.lt(b, zero), e.lt(mod, zero));
+  const Value adjust = e.binary("arith.andi", nonzero, signs_differ);
+  return e.select(adjust, e.add(mod, b), mod);
+}
+
+// ATen's div_floor_floating: floor division that is exact where a/b rounds badly.
+Value floatFloorDivide(ScalarEmitter& e, const Value& a, const Value& b) {
+  const Value zero = e.constantLike(0, a.type);
+  const Value mod = e.binary("arith.remf", a, b);
+  Value div = e.div(e.sub(a, mod), b);
+  const Value nonzero = e.compare("une", mod, zero);
+  const Value signs_differ = e.compare("ne", e.lt(b, zero), e.lt(mod, zero));
+  div = e.select(e.binary("arith.andi", nonzero, signs_differ),
+                 e.sub(div, e.constantLike(1, a.type)), div);
+  Value floordiv = e.unary("math.floor", div);
+  const Value round_up = e.gt(e.sub(div, floordiv), e.constantLike(0.5, a.type));
+  floordiv = e.select(round_up, e.add(floordiv, e.constantLike(1, a.type)), floordiv);
+  const Value quotient = e.div(a, b);
+  const Value signed_zero = e.binary("math.copysign", zero, quotient);
+  floordiv = e.select(e.compare("oeq", div, zero), signed_zero, floordiv);
+  return e.select(e.compare("oeq", b, zero), quotient, floordiv);
+}
+
+}  // namespace
+
+void addBinaryOps(std::vector<ElementwiseOp>& ops) {
+  ops.push_back(withAlpha("add", /*subtract=*/false, /*reversed=*/false));
+  ops.push_back(withAlpha("sub", /*subtract=*/true, /*reversed=*/false));
+  ops.push_back(withAlpha("rsub", /*subtract=*/true, /*reversed=*/true));
+  ops.push_back(arithmetic("mul", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return a.type.kind == NumberKind::kBool ? e.binary("arith.andi", a, b) : e.mul(a, b);
+  }, kAllClasses));
+
+  // div: rounding_mode None (true division), "trunc" or "floor"; integers go to the CPU, which
+  // raises ZeroDivisionError where a kernel could not.
+  ElementwiseOp div = floatBinary("div", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.div(a, b);
+  });
+  div.constants = {{"rounding_mode", {"trunc", "floor"}}};
+  div.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    const Value& a = c.operands[0];
+    const Value& b = c.operands[1];
+    switch (c.constants[0]) {
+      case 0: return e.unary("math.trunc", e.div(a, b));
+      case 1: return floatFloorDivide(e, a, b);
+      default: return e.div(a, b);
+    }
+  };
+  ops.push_back(div);
+  ops.push_back(arithmetic("floor_divide", floatFloorDivide, kFloats));
+  ops.push_back(arithmetic("remainder", floatRemainder, kFloats));
+  ops.push_back(arithmetic("fmod", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.binary("arith.remf", a, b);
+  }, kFloats));
+  ops.push_back(binary("pow", "exponent", TypePromotion::kDefault, kFloats,
+                       [](ScalarEmitter& e, const Value& a, const Value& b) {
+                         return e.binary("math.powf", a, b);
+                       }));
+  ops.push_back(floatBinary("atan2", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.libm("atan2", {a, b});
+  }));
+  ops.push_back(floatBinary("hypot", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.libm("hypot", {a, b});
+  }));
+  ops.push_back(floatBinary("copysign", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.binary("math.copysign", a, b);
+  }));
+  ops.push_back(floatBinary("logaddexp", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    // ATen: m + log1p(exp(-|a - b|)), and a itself when both are the same infinity.
+    const Value m = e.maximum(a, b);
+    const Value d = e.unary("math.absf", e.sub(a, b));
+    const Value result = e.add(m, e.libm("log1p", {e.unary("math.exp", e.neg(d))}));
+    const Value inf = e.floatConstant(INFINITY, a.type);
+    const Value same_inf = e.binary("arith.andi", e.compare("oeq", e.unary("math.absf", a), inf),
+                                    e.compare("oeq", a, b));
+    return e.select(same_inf, a, result);
+  }));
+  ops.push_back(arithmetic("maximum", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.maximum(a, b);
+  }, kAllClasses));
+  ops.push_back(arithmetic("minimum", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return e.minimum(a, b);
+  }, kAllClasses));
+  ops.push_back(arithmetic("fmax", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return a.type.isFloat() ? e.binary("arith.maxnumf", a, b) : e.maximum(a, b);
+  }));
+  ops.push_back(arithmetic("fmin", [](ScalarEmitter& e, const Value& a, const Value& b) {
+    return a.type.isFloat() ? e.binary("arith.minnumf", a, b) : e.minimum(a, b);
+  }));
+  ops.push_back(floatBinary("xlogy", "other", [](ScalarEmitter& e, const Value& x, const Value& y) {
+    const Value zero = e.constantLike(0, x.type);
+    const Value product = e.mul(x, e.unary("math.log", y));
+    const Value nan = e.floatConstant(NAN, x.type);
+    return e.select(e.isNan(y), nan, e.select(e.compare("oeq", x, zero), zero, product));
+  }));
+  ops.back().operands = {{"self"}, {"other"}};
+
+  ops.push_back(comparison("eq", "oeq", "eq", "eq"));
+  ops.push_back(comparison("ne", "une", "ne", "ne"));
+  ops.push_back(comparison("lt", "olt", "slt", "ult"));
+  ops.push_back(comparison("le", "ole", "sle", "ule"));
+  ops.push_back(comparison("gt", "ogt", "sgt", "ugt"));
+  ops.push_back(comparison("ge", "oge", "sge", "uge"));
+  ops.push_back(logical("logical_and", "arith.andi"));
+  ops.push_back(logical("logical_or", "arith.ori"));
+  ops.push_back(logical("logical_xor", "arith.xori"));
+  ops.push_back(bitwise("bitwise_and", "arith.andi"));
+  ops.push_back(bitwise("bitwise_or", "arith.ori"));
+  ops.push_back(bitwise("bitwise_xor", "arith.xori"));
+
+  ElementwiseOp where;
+  where.name = "where";
+  where.operands = {{"condition", /*promotes=*/false, /*bool_only=*/true}, {"self"}, {"other"}};
+  where.lower = [](LoweringContext& c) {
+    return c.emit.select(c.operands[0], c.operands[1], c.operands[2]);
+  };
+  ops.push_back(where);
+
+  // clamp(x, min, max) = min(max(x, lo), hi), NaN-propagating, either bound optional.
+  ElementwiseOp clamp;
+  clamp.name = "clamp";
+  clamp.operands = {{"self"}, {"min"}, {"max"}};
+  clamp.optional_operands = {"min", "max"};
+  clamp.compute_classes = kFloats | kIntegers;
+  clamp.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    Value result = c.operands[0];
+    size_t next = 1;
+    if (c.present[0]) result = e.maximum(result, c.operands[next++]);  // present: {min, max}
+    if (c.present[1]) result = e.minimum(result, c.operands[next++]);
+    return result;
+  };
+  ops.push_back(clamp);
+  ops.push_back(binary("clamp_min", "min", TypePromotion::kDefault, kFloats | kIntegers,
+                       [](ScalarEmitter& e, const Value& a, const Value& b) { return e.maximum(a, b); }));
+  ops.push_back(binary("clamp_max", "max", TypePromotion::kDefault, kFloats | kIntegers,
+                       [](ScalarEmitter& e, const Value& a, const Value& b) { return e.minimum(a, b); }));
+
+  ElementwiseOp lerp;
+  lerp.name = "lerp";
+  lerp.operands = {{"self"}, {"end"}, {"weight"}};
+  lerp.compute_classes = kFloats;
+  lerp.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    const Value &start = c.operands[0], &end = c.operands[1], &weight = c.operands[2];
+    const Value diff = e.sub(end, start);
+    const Value small = e.lt(e.unary("math.absf", weight), e.floatConstant(0.5, weight.type));
+    const Value from_start = e.add(start, e.mul(weight, diff));
+    const Value from_end = e.sub(end, e.mul(diff, e.sub(e.floatConstant(1, weight.type), weight)));
+    return e.select(small, from_start, from_end);
+  };
+  ops.push_back(lerp);
+
+  ElementwiseOp addcmul;
+  addcmul.name = "addcmul";
+  addcmul.operands = {{"self"}, {"tensor1"}, {"tensor2"}};
+  addcmul.params = {{"value", 1.0}};
+  addcmul.compute_classes = kFloats | kIntegers;
+  addcmul.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    return e.add(c.operands[0], e.mul(e.mul(c.params[0], c.operands[1]), c.operands[2]));
+  };
+  ops.push_back(addcmul);
+
+  ElementwiseOp addcdiv = addcmul;
+  addcdiv.name = "addcdiv";
+  addcdiv.compute_classes = kFloats;
+  addcdiv.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    return e.add(c.operands[0], e.div(e.mul(c.params[0], c.operands[1]), c.operands[2]));
+  };
+  ops.push_back(addcdiv);
+
+  ElementwiseOp masked_fill;
+  masked_fill.name = "masked_fill";
+  masked_fill.operands = {{"self"}, {"mask", false, true}, {"value", false, false, true}};
+  masked_fill.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    return e.select(c.operands[1], e.convert(c.operands[2], c.compute), c.operands[0]);
+  };
+  ops.push_back(masked_fill);
+}
+
+}  // namespace torchneuron::fusion

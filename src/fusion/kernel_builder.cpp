@@ -1,0 +1,143 @@
+#include "fusion/kernel_builder.h"
+
+#include <c10/util/Exception.h>
+
+#include "fusion/op_registry.h"
+#include "fusion/scalar_emitter.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+// An operand broadcast along the innermost dimension drops that dimension: its memref has
+// rank - 1 and its indexing map ignores the innermost loop, so its load leaves that loop.
+int operandRank(int rank, InnerStride inner) {
+  return inner == InnerStride::kBroadcast ? rank - 1 : rank;
+}
+
+std::string memrefType(int rank, const std::string& element, InnerStride inner) {
+  const int dims = operandRank(rank, inner);
+  std::string shape, strides;
+  for (int d = 0; d < dims; ++d) {
+    shape += "?x";
+    const bool unit = d == rank - 1 && inner == InnerStride::kContiguous;
+    strides += std::string(d ? ", " : "") + (unit ? "1" : "?");
+  }
+  return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
+}
+
+std::string dimList(int count) {
+  std::string dims;
+  for (int d = 0; d < count; ++d) dims += (d ? ", d" : "d") + std::to_string(d);
+  return dims;
+}
+
+std::string indexingMap(int rank, InnerStride inner) {
+  return "affine_map<(" + dimList(rank) + ") -> (" + dimList(operandRank(rank, inner)) + ")>";
+}
+
+// The view of operand `i` restricted to rows [begin, end) of the outer dimension.
+std::string rangeView(const std::string& name, const std::string& type, int dims) {
+  if (dims == 0) return "    %s" + name + " = memref.cast %a" + name + " : " + type + " to " + type + "\n";
+  std::string offsets = "%begin", sizes = "%n", strides = "1";
+  for (int d = 1; d < dims; ++d) {
+    offsets += ", 0";
+    sizes += ", %d" + std::to_string(d);
+    strides += ", 1";
+  }
+  return "    %s" + name + " = memref.subview %a" + name + "[" + offsets + "] [" + sizes + "] [" +
+         strides + "] : " + type + " to " + type + "\n";
+}
+
+// The operand specs present in a signature, in order (absent optional operands skipped).
+std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
+  const ElementwiseOp& op = *s.op;
+  std::vector<const OperandSpec*> specs;
+  size_t optional = 0;
+  for (const OperandSpec& spec : op.operands) {
+    bool is_optional = false;
+    for (const std::string& name : op.optional_operands) is_optional |= name == spec.arg;
+    if (is_optional && !s.present.at(optional++)) continue;
+    specs.push_back(&spec);
+  }
+  TORCH_INTERNAL_ASSERT(specs.size() == s.inputs.size(), "[fusion] ", op.name, ": ",
+                        s.inputs.size(), " inputs for ", specs.size(), " operands");
+  return specs;
+}
+
+}  // namespace
+
+int kernelArgumentSlots(const ElementwiseSignature& s) {
+  int slots = static_cast<int>(s.op->params.size());
+  for (InnerStride inner : s.inner) slots += 3 + 2 * operandRank(s.rank, inner);
+  return slots;
+}
+
+std::string buildElementwiseKernel(const ElementwiseSignature& s) {
+  const ElementwiseOp& op = *s.op;
+  TORCH_INTERNAL_ASSERT(s.inner.size() == s.inputs.size() + 1, "[fusion] stride classes for ",
+                        s.inner.size(), " operands, expected ", s.inputs.size() + 1);
+  TORCH_INTERNAL_ASSERT(s.inner[0] != InnerStride::kBroadcast, "[fusion] a broadcast output");
+  const std::vector<const OperandSpec*> specs = presentOperands(s);
+  const ElementType compute = computeType(s.compute);
+  const ElementType param_type = compute.isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
+                                                   : ElementType{NumberKind::kSigned, 64, "i64"};
+
+  std::vector<std::string> types{memrefType(s.rank, storageType(s.output).mlir, s.inner[0])};
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    types.push_back(memrefType(s.rank, storageType(s.inputs[i]).mlir, s.inner[i + 1]));
+
+  std::string arguments;
+  for (size_t i = 0; i < types.size(); ++i) arguments += "%a" + std::to_string(i) + ": " + types[i] + ", ";
+  for (size_t i = 0; i < op.params.size(); ++i)
+    arguments += "%p" + std::to_string(i) + ": " + param_type.mlir + ", ";
+  arguments += "%begin: index, %end: index";
+
+  std::string prologue = "    %n = arith.subi %end, %begin : index\n";
+  for (int d = 1; d < s.rank; ++d) {
+    const std::string index = std::to_string(d);
+    prologue += "    %c" + index + " = arith.constant " + index + " : index\n";
+    prologue += "    %d" + index + " = memref.dim %a0, %c" + index + " : " + types[0] + "\n";
+  }
+  for (size_t i = 0; i < types.size(); ++i)
+    prologue += rangeView(std::to_string(i), types[i], operandRank(s.rank, s.inner[i]));
+
+  // Scalars convert to the compute type once, outside the loop.
+  ScalarEmitter scalars("    ", "q");
+  std::vector<Value> params;
+  for (size_t i = 0; i < op.params.size(); ++i)
+    params.push_back(scalars.convert({"%p" + std::to_string(i), param_type}, compute));
+
+  ScalarEmitter body("      ", "v");
+  LoweringContext context{body, compute, {}, params, s.constants, s.present};
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    const Value loaded{"%in" + std::to_string(i), storageType(s.inputs[i])};
+    const ElementType wanted = computeType(specs[i]->promotes ? s.compute : s.inputs[i]);
+    context.operands.push_back(body.convert(loaded, wanted));
+  }
+  const Value stored = body.convert(op.lower(context), storageType(s.output));
+
+  std::string maps, iterators, ins, in_types, block_args;
+  for (size_t i = 1; i < types.size(); ++i) maps += indexingMap(s.rank, s.inner[i]) + ", ";
+  maps += indexingMap(s.rank, s.inner[0]);  // linalg lists ins before outs
+  for (int d = 0; d < s.rank; ++d) iterators += std::string(d ? ", " : "") + "\"parallel\"";
+  for (size_t i = 1; i < types.size(); ++i) {
+    ins += std::string(i > 1 ? ", " : "") + "%s" + std::to_string(i);
+    in_types += std::string(i > 1 ? ", " : "") + types[i];
+    block_args += "%in" + std::to_string(i - 1) + ": " + storageType(s.inputs[i - 1]).mlir + ", ";
+  }
+  block_args += "%out: " + storageType(s.output).mlir;
+
+  std::string text = "module {\n";
+  for (const std::string& declaration : scalars.declarations()) text += "  " + declaration + "\n";
+  for (const std::string& declaration : body.declarations()) text += "  " + declaration + "\n";
+  text += "  func.func @kernel(" + arguments + ") {\n" + prologue + scalars.body();
+  text += "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" + iterators + "]}\n";
+  if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";
+  text += "        outs(%s0 : " + types[0] + ") {\n";
+  text += "    ^bb0(" + block_args + "):\n" + body.body();
+  text += "      linalg.yield " + stored.name + " : " + stored.type.mlir + "\n    }\n";
+  text += "    return\n  }\n}\n";
+  return text;
+}
+
+}  // namespace torchneuron::fusion

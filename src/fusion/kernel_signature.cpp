@@ -1,0 +1,47 @@
+#include "fusion/kernel_signature.h"
+
+#include "fusion/op_registry.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+const char* strideCode(InnerStride stride) {
+  switch (stride) {
+    case InnerStride::kContiguous: return "c";
+    case InnerStride::kBroadcast: return "b";
+    case InnerStride::kStrided: return "s";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Hash64 ElementwiseSignature::key() const {
+  Hasher h;
+  h.str("elementwise").str(op->name);
+  h.u64(constants.size());
+  for (int64_t c : constants) h.i64(c);
+  h.u64(present.size());
+  for (bool p : present) h.u64(p);
+  h.i64(static_cast<int64_t>(compute)).i64(static_cast<int64_t>(output));
+  h.u64(inputs.size());
+  for (c10::ScalarType t : inputs) h.i64(static_cast<int64_t>(t));
+  h.i64(rank);
+  for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  return h.digest();
+}
+
+std::string ElementwiseSignature::describe() const {
+  std::string text = op->name + "(";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    text += std::string(i ? "," : "") + c10::toString(inputs[i]);
+  text += std::string("->") + c10::toString(output) + ") rank " + std::to_string(rank) + " [";
+  for (size_t i = 0; i < inner.size(); ++i) text += std::string(i ? "," : "") + strideCode(inner[i]);
+  text += "]";
+  for (int64_t c : constants) text += " " + std::to_string(c);
+  return text;
+}
+
+std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }
+
+}  // namespace torchneuron::fusion

@@ -1,0 +1,41 @@
+#pragma once
+// What a compiled kernel is specialized on (DESIGN.md decision 2): op, constants, dtypes, rank
+// and each operand's innermost-stride class. Sizes, strides and scalar values are run-time
+// arguments, so a signature covers every shape of that rank and layout class.
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "support/hash.h"
+
+namespace torchneuron::fusion {
+
+struct ElementwiseOp;
+
+// The innermost dimension's stride, the one fact about strides codegen uses (unit strides
+// vectorize, zero strides hoist the load).
+enum class InnerStride : uint8_t { kContiguous, kBroadcast, kStrided };
+
+struct ElementwiseSignature {
+  const ElementwiseOp* op = nullptr;
+  std::vector<int64_t> constants;        // values of op->constants
+  std::vector<bool> present;             // optional operands given (op->optional_operands)
+  c10::ScalarType compute = c10::kFloat; // promoted dtype (before opmath widening)
+  c10::ScalarType output = c10::kFloat;
+  std::vector<c10::ScalarType> inputs;   // dtypes of the operands that are present
+  int rank = 1;                          // iteration rank after coalescing, >= 1
+  std::vector<InnerStride> inner;        // output first, then inputs
+
+  // Kernel-cache key: stable across processes (no pointers), covers every field above.
+  Hash64 key() const;
+  // Human-readable, for warnings and tests: "add(f32,f32->f32) rank 1 [c,c,c]".
+  std::string describe() const;
+};
+
+// The exported symbol of the kernel with this key.
+std::string kernelEntryName(Hash64 key);
+
+}  // namespace torchneuron::fusion

@@ -1,0 +1,40 @@
+#include "fusion/op_registry.h"
+
+#include <c10/util/Exception.h>
+
+#include <unordered_map>
+
+namespace torchneuron::fusion {
+namespace {
+
+struct Registry {
+  std::vector<ElementwiseOp> ops;
+  std::unordered_map<std::string, size_t> by_name;
+
+  Registry() {
+    addUnaryOps(ops);
+    addBinaryOps(ops);
+    addActivationOps(ops);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const bool inserted = by_name.emplace(ops[i].name, i).second;
+      TORCH_INTERNAL_ASSERT(inserted, "[fusion] op registered twice: ", ops[i].name);
+    }
+  }
+};
+
+const Registry& registry() {
+  static const Registry instance;
+  return instance;
+}
+
+}  // namespace
+
+const ElementwiseOp* findElementwiseOp(const std::string& name) {
+  const Registry& r = registry();
+  auto it = r.by_name.find(name);
+  return it == r.by_name.end() ? nullptr : &r.ops[it->second];
+}
+
+const std::vector<ElementwiseOp>& elementwiseOps() { return registry().ops; }
+
+}  // namespace torchneuron::fusion

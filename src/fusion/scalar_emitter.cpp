@@ -1,0 +1,170 @@
+#include "fusion/scalar_emitter.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace torchneuron::fusion {
+namespace {
+
+std::string floatBits(double value, const ElementType& type) {
+  char text[32];
+  if (type.mlir == "f64") {
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    std::snprintf(text, sizeof text, "0x%016llX", static_cast<unsigned long long>(bits));
+  } else {
+    TORCH_INTERNAL_ASSERT(type.mlir == "f32", "float constants are f32 or f64, got ", type.mlir);
+    const float narrowed = static_cast<float>(value);
+    uint32_t bits;
+    std::memcpy(&bits, &narrowed, sizeof bits);
+    std::snprintf(text, sizeof text, "0x%08X", bits);
+  }
+  return text;
+}
+
+}  // namespace
+
+ElementType boolType() { return {NumberKind::kBool, 1, "i1"}; }
+
+std::string ScalarEmitter::freshName() { return "%" + prefix_ + std::to_string(next_++); }
+
+Value ScalarEmitter::emit(const std::string& rhs, const ElementType& result) {
+  Value value{freshName(), result};
+  body_ += indent_ + value.name + " = " + rhs + "\n";
+  return value;
+}
+
+Value ScalarEmitter::floatConstant(double value, const ElementType& type) {
+  return emit("arith.constant " + floatBits(value, type) + " : " + type.mlir, type);
+}
+
+Value ScalarEmitter::intConstant(int64_t value, const ElementType& type) {
+  if (type.kind == NumberKind::kBool && type.bits == 1)
+    return emit(std::string("arith.constant ") + (value ? "true" : "false"), type);
+  return emit("arith.constant " + std::to_string(value) + " : " + type.mlir, type);
+}
+
+Value ScalarEmitter::constantLike(double value, const ElementType& type) {
+  if (type.isFloat()) return floatConstant(value, type);
+  if (type.kind == NumberKind::kBool) return intConstant(value != 0 ? 1 : 0, type);
+  return intConstant(static_cast<int64_t>(value), type);
+}
+
+Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
+  const ElementType& from = value.type;
+  if (from.mlir == to.mlir && from.kind == to.kind) return value;
+  const std::string types = " : " + from.mlir + " to " + to.mlir;
+  const bool from_i1 = from.kind == NumberKind::kBool && from.bits == 1;
+  const bool to_i1 = to.kind == NumberKind::kBool && to.bits == 1;
+  if (to_i1) {  // x != 0 (NaN is true, as in C++)
+    if (from.isFloat()) return compare("une", value, floatConstant(0.0, from));
+    return compare("ne", value, intConstant(0, from));
+  }
+  if (to.kind == NumberKind::kBool && !from_i1) return convert(convert(value, boolType()), to);
+  if (from.isFloat() && to.isFloat()) {
+    if (from.bits == to.bits) return convert(convert(value, {NumberKind::kFloat, 32, "f32"}), to);
+    return emit((from.bits < to.bits ? "arith.extf " : "arith.truncf ") + value.name + types, to);
+  }
+  if (from.isFloat()) {
+    return emit((to.kind == NumberKind::kUnsigned ? "arith.fptoui " : "arith.fptosi ") +
+                    value.name + types, to);
+  }
+  if (to.isFloat()) {
+    const bool unsigned_source = from.kind != NumberKind::kSigned;
+    return emit((unsigned_source ? "arith.uitofp " : "arith.sitofp ") + value.name + types, to);
+  }
+  // integer or bool (0/1) to a wider, narrower or same-width integer or bool byte
+  if (from.bits == to.bits) return Value{value.name, to};
+  if (from.bits > to.bits) return emit("arith.trunci " + value.name + types, to);
+  const bool zero_extend = from.kind != NumberKind::kSigned;
+  return emit((zero_extend ? "arith.extui " : "arith.extsi ") + value.name + types, to);
+}
+
+Value ScalarEmitter::unary(const std::string& op, const Value& a) {
+  return emit(op + " " + a.name + " : " + a.type.mlir, a.type);
+}
+
+Value ScalarEmitter::binary(const std::string& op, const Value& a, const Value& b) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, op, " on ", a.type.mlir, " and ", b.type.mlir);
+  return emit(op + " " + a.name + ", " + b.name + " : " + a.type.mlir, a.type);
+}
+
+Value ScalarEmitter::fma(const Value& a, const Value& b, const Value& c) {
+  return emit("math.fma " + a.name + ", " + b.name + ", " + c.name + " : " + a.type.mlir, a.type);
+}
+
+Value ScalarEmitter::compare(const std::string& predicate, const Value& a, const Value& b) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, "compare on ", a.type.mlir, " and ", b.type.mlir);
+  const char* op = a.type.isFloat() ? "arith.cmpf " : "arith.cmpi ";
+  return emit(op + predicate + ", " + a.name + ", " + b.name + " : " + a.type.mlir, boolType());
+}
+
+Value ScalarEmitter::select(const Value& condition, const Value& if_true, const Value& if_false) {
+  return emit("arith.select " + condition.name + ", " + if_true.name + ", " + if_false.name +
+                  " : " + if_true.type.mlir,
+              if_true.type);
+}
+
+Value ScalarEmitter::libm(const std::string& name, const std::vector<Value>& args) {
+  const ElementType& type = args.front().type;
+  TORCH_INTERNAL_ASSERT(type.mlir == "f32" || type.mlir == "f64", "libm on ", type.mlir);
+  const std::string symbol = type.mlir == "f32" ? name + "f" : name;
+  std::string operands, types;
+  for (const Value& arg : args) {
+    operands += (operands.empty() ? "" : ", ") + arg.name;
+    types += (types.empty() ? "" : ", ") + arg.type.mlir;
+  }
+  declarations_.insert("func.func private @" + symbol + "(" + types + ") -> " + type.mlir +
+                       " attributes {llvm.readnone}");
+  return emit("func.call @" + symbol + "(" + operands + ") : (" + types + ") -> " + type.mlir,
+              type);
+}
+
+Value ScalarEmitter::add(const Value& a, const Value& b) {
+  return binary(a.type.isFloat() ? "arith.addf" : "arith.addi", a, b);
+}
+Value ScalarEmitter::sub(const Value& a, const Value& b) {
+  return binary(a.type.isFloat() ? "arith.subf" : "arith.subi", a, b);
+}
+Value ScalarEmitter::mul(const Value& a, const Value& b) {
+  return binary(a.type.isFloat() ? "arith.mulf" : "arith.muli", a, b);
+}
+Value ScalarEmitter::div(const Value& a, const Value& b) { return binary("arith.divf", a, b); }
+Value ScalarEmitter::neg(const Value& a) {
+  if (a.type.isFloat()) return unary("arith.negf", a);
+  return sub(intConstant(0, a.type), a);
+}
+
+namespace {
+const char* orderPredicate(const ElementType& type, const char* fp, const char* s, const char* u) {
+  if (type.isFloat()) return fp;
+  return type.kind == NumberKind::kSigned ? s : u;
+}
+}  // namespace
+
+Value ScalarEmitter::lt(const Value& a, const Value& b) {
+  return compare(orderPredicate(a.type, "olt", "slt", "ult"), a, b);
+}
+Value ScalarEmitter::le(const Value& a, const Value& b) {
+  return compare(orderPredicate(a.type, "ole", "sle", "ule"), a, b);
+}
+Value ScalarEmitter::gt(const Value& a, const Value& b) {
+  return compare(orderPredicate(a.type, "ogt", "sgt", "ugt"), a, b);
+}
+Value ScalarEmitter::isNan(const Value& a) {
+  if (!a.type.isFloat()) return intConstant(0, boolType());
+  return compare("uno", a, a);
+}
+
+Value ScalarEmitter::maximum(const Value& a, const Value& b) {
+  if (a.type.isFloat()) return binary("arith.maximumf", a, b);
+  return binary(a.type.kind == NumberKind::kSigned ? "arith.maxsi" : "arith.maxui", a, b);
+}
+Value ScalarEmitter::minimum(const Value& a, const Value& b) {
+  if (a.type.isFloat()) return binary("arith.minimumf", a, b);
+  return binary(a.type.kind == NumberKind::kSigned ? "arith.minsi" : "arith.minui", a, b);
+}
+
+}  // namespace torchneuron::fusion

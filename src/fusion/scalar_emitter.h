@@ -1,0 +1,76 @@
+#pragma once
+// Builds the MLIR text of a scalar computation (one element of a kernel body). Lowerings in the
+// op registry speak only through this class, so every op's MLIR is written the same way.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fusion/element_type.h"
+
+namespace torchneuron::fusion {
+
+// An SSA value of the body being built.
+struct Value {
+  std::string name;
+  ElementType type;
+};
+
+class ScalarEmitter {
+ public:
+  // `prefix` names this emitter's SSA values (%<prefix>0, ...), unique per emitter in a function.
+  ScalarEmitter(std::string indent, std::string prefix)
+      : indent_(std::move(indent)), prefix_(std::move(prefix)) {}
+
+  // `value` is exact for any float type (written as its bit pattern).
+  Value floatConstant(double value, const ElementType& type);
+  Value intConstant(int64_t value, const ElementType& type);
+  // A constant of `type` from a double: float types get it as is, integers truncated.
+  Value constantLike(double value, const ElementType& type);
+
+  // Converts with C++ semantics: float->int truncates, x->bool is x != 0, bool->x is 0/1.
+  Value convert(const Value& value, const ElementType& to);
+
+  // `%r = <op> %a : type` and `%r = <op> %a, %b : type`; the result has the operand's type.
+  Value unary(const std::string& op, const Value& a);
+  Value binary(const std::string& op, const Value& a, const Value& b);
+  Value fma(const Value& a, const Value& b, const Value& c);
+  // arith.cmpf / arith.cmpi with a predicate; the result is i1.
+  Value compare(const std::string& predicate, const Value& a, const Value& b);
+  Value select(const Value& condition, const Value& if_true, const Value& if_false);
+  // A call to a libm function taking and returning `args[0].type` (f32 uses the `f` suffix).
+  Value libm(const std::string& name, const std::vector<Value>& args);
+
+  // Arithmetic helpers that pick the float or integer instruction from the type.
+  Value add(const Value& a, const Value& b);
+  Value sub(const Value& a, const Value& b);
+  Value mul(const Value& a, const Value& b);
+  Value div(const Value& a, const Value& b);  // floats only
+  Value neg(const Value& a);
+  Value lt(const Value& a, const Value& b);
+  Value le(const Value& a, const Value& b);
+  Value gt(const Value& a, const Value& b);
+  Value isNan(const Value& a);  // i1; false for non-floats
+  Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
+  Value minimum(const Value& a, const Value& b);
+
+  const std::string& body() const { return body_; }
+  const std::set<std::string>& declarations() const { return declarations_; }
+  // Emits a raw line (already indented by the caller's convention).
+  void line(const std::string& text) { body_ += indent_ + text + "\n"; }
+  std::string freshName();
+
+ private:
+  Value emit(const std::string& rhs, const ElementType& result);
+
+  std::string indent_;
+  std::string prefix_;
+  std::string body_;
+  std::set<std::string> declarations_;
+  int next_ = 0;
+};
+
+ElementType boolType();
+
+}  // namespace torchneuron::fusion

@@ -1,0 +1,141 @@
+// Pointwise unary math (exp/log families, trig, roots, rounding, sign): one element each.
+// Transcendentals call libm or LLVM intrinsics (vectorized through glibc's libmvec), so results
+// agree with ATen's CPU kernels to a few ulps.
+
+#include "fusion/op_registry.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+using UnaryFn = std::function<Value(ScalarEmitter&, const Value&)>;
+
+ElementwiseOp unary(const char* name, TypePromotion promotion, uint8_t classes, UnaryFn fn) {
+  ElementwiseOp op;
+  op.name = name;
+  op.operands = {{"self"}};
+  op.promotion = promotion;
+  op.compute_classes = classes;
+  op.lower = [fn](LoweringContext& c) { return fn(c.emit, c.operands[0]); };
+  return op;
+}
+
+// Float math: integer inputs compute in the default float dtype.
+ElementwiseOp floatMath(const char* name, UnaryFn fn) {
+  return unary(name, TypePromotion::kIntToFloat, kFloats, std::move(fn));
+}
+
+UnaryFn mathOp(const std::string& op) {
+  return [op](ScalarEmitter& e, const Value& x) { return e.unary(op, x); };
+}
+
+UnaryFn libmOp(const std::string& function) {
+  return [function](ScalarEmitter& e, const Value& x) { return e.libm(function, {x}); };
+}
+
+// Rounding keeps integers as they are.
+UnaryFn rounding(const std::string& op) {
+  return [op](ScalarEmitter& e, const Value& x) { return x.type.isFloat() ? e.unary(op, x) : x; };
+}
+
+Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like.type); }
+
+}  // namespace
+
+void addUnaryOps(std::vector<ElementwiseOp>& ops) {
+  ops.push_back(floatMath("exp", mathOp("math.exp")));
+  ops.push_back(floatMath("exp2", mathOp("math.exp2")));
+  ops.push_back(floatMath("expm1", libmOp("expm1")));
+  ops.push_back(floatMath("log", mathOp("math.log")));
+  ops.push_back(floatMath("log2", mathOp("math.log2")));
+  ops.push_back(floatMath("log10", mathOp("math.log10")));
+  ops.push_back(floatMath("log1p", libmOp("log1p")));
+  ops.push_back(floatMath("sin", mathOp("math.sin")));
+  ops.push_back(floatMath("cos", mathOp("math.cos")));
+  ops.push_back(floatMath("tan", libmOp("tan")));
+  ops.push_back(floatMath("asin", libmOp("asin")));
+  ops.push_back(floatMath("acos", libmOp("acos")));
+  ops.push_back(floatMath("atan", libmOp("atan")));
+  ops.push_back(floatMath("sinh", libmOp("sinh")));
+  ops.push_back(floatMath("cosh", libmOp("cosh")));
+  ops.push_back(floatMath("tanh", libmOp("tanh")));
+  ops.push_back(floatMath("asinh", libmOp("asinh")));
+  ops.push_back(floatMath("acosh", libmOp("acosh")));
+  ops.push_back(floatMath("atanh", libmOp("atanh")));
+  ops.push_back(floatMath("erf", libmOp("erf")));
+  ops.push_back(floatMath("erfc", libmOp("erfc")));
+  ops.push_back(floatMath("sqrt", mathOp("math.sqrt")));
+  ops.push_back(floatMath("rsqrt", [](ScalarEmitter& e, const Value& x) {
+    return e.div(one(e, x), e.unary("math.sqrt", x));
+  }));
+  ops.push_back(floatMath("reciprocal", [](ScalarEmitter& e, const Value& x) {
+    return e.div(one(e, x), x);
+  }));
+  ops.push_back(floatMath("sigmoid", [](ScalarEmitter& e, const Value& x) {
+    return e.div(one(e, x), e.add(one(e, x), e.unary("math.exp", e.neg(x))));
+  }));
+  ops.push_back(floatMath("deg2rad", [](ScalarEmitter& e, const Value& x) {
+    return e.mul(x, e.floatConstant(M_PI / 180.0, x.type));
+  }));
+  ops.push_back(floatMath("rad2deg", [](ScalarEmitter& e, const Value& x) {
+    return e.mul(x, e.floatConstant(180.0 / M_PI, x.type));
+  }));
+
+  ops.push_back(unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor")));
+  ops.push_back(unary("ceil", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.ceil")));
+  ops.push_back(unary("trunc", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.trunc")));
+  ops.push_back(unary("round", TypePromotion::kDefault, kFloats | kIntegers,
+                      rounding("math.roundeven")));
+  ops.push_back(unary("frac", TypePromotion::kDefault, kFloats, [](ScalarEmitter& e, const Value& x) {
+    return e.sub(x, e.unary("math.trunc", x));
+  }));
+  ops.push_back(unary("neg", TypePromotion::kDefault, kFloats | kIntegers,
+                      [](ScalarEmitter& e, const Value& x) { return e.neg(x); }));
+  ops.push_back(unary("abs", TypePromotion::kDefault, kFloats | kIntegers,
+                      [](ScalarEmitter& e, const Value& x) {
+                        if (x.type.isFloat()) return e.unary("math.absf", x);
+                        if (x.type.kind == NumberKind::kUnsigned) return x;
+                        return e.unary("math.absi", x);
+                      }));
+  // sign(x) = (0 < x) - (x < 0): 0 for NaN and zero, like ATen.
+  UnaryFn sign = [](ScalarEmitter& e, const Value& x) {
+    if (x.type.kind == NumberKind::kBool) return x;
+    const Value zero = e.constantLike(0, x.type);
+    const Value positive = e.convert(e.lt(zero, x), x.type);
+    const Value negative = e.convert(e.lt(x, zero), x.type);
+    return e.sub(positive, negative);
+  };
+  ops.push_back(unary("sign", TypePromotion::kDefault, kAllClasses, sign));
+  ops.push_back(unary("sgn", TypePromotion::kDefault, kAllClasses, sign));
+  ops.push_back(unary("signbit", TypePromotion::kAlwaysBool, kFloats | kIntegers,
+                      [](ScalarEmitter& e, const Value& x) {
+                        if (!x.type.isFloat()) return e.lt(x, e.constantLike(0, x.type));
+                        const Value with_sign = e.binary("math.copysign", one(e, x), x);
+                        return e.lt(with_sign, e.constantLike(0, x.type));
+                      }));
+  ops.push_back(unary("bitwise_not", TypePromotion::kDefault, kIntegers | kBools,
+                      [](ScalarEmitter& e, const Value& x) {
+                        const Value all_ones = x.type.kind == NumberKind::kBool
+                                                   ? e.intConstant(1, x.type)
+                                                   : e.intConstant(-1, x.type);
+                        return e.binary("arith.xori", x, all_ones);
+                      }));
+  ops.push_back(unary("logical_not", TypePromotion::kAlwaysBool, kAllClasses,
+                      [](ScalarEmitter& e, const Value& x) {
+                        const Value truth = e.convert(x, boolType());
+                        return e.binary("arith.xori", truth, e.intConstant(1, boolType()));
+                      }));
+  // fill_(self, value) and zero_(self): self is only written, so the compute dtype is its own.
+  ElementwiseOp fill;
+  fill.name = "fill";
+  fill.operands = {{"value", /*promotes=*/false, /*bool_only=*/false, /*zero_dim_only=*/true}};
+  fill.lower = [](LoweringContext& c) { return c.emit.convert(c.operands[0], c.compute); };
+  ops.push_back(fill);
+  ElementwiseOp zero;
+  zero.name = "zero";
+  zero.lower = [](LoweringContext& c) { return c.emit.constantLike(0, c.compute); };
+  ops.push_back(zero);
+  ops.push_back(unary("isnan", TypePromotion::kAlwaysBool, kAllClasses,
+                      [](ScalarEmitter& e, const Value& x) { return e.isNan(x); }));
+}
+
+}  // namespace torchneuron::fusion

@@ -1,0 +1,26 @@
+#pragma once
+// Runs a kernel over [0, range) of its outer dimension (DESIGN.md decision 8): inline on the
+// calling thread when the work is small, else split across TBB workers, as many as PyTorch's
+// intra-op thread count so TBB and PyTorch's OpenMP never oversubscribe the machine.
+
+#include <cstdint>
+
+#include "launcher/kernel_abi.h"
+
+namespace torchneuron {
+
+struct LaunchShape {
+  int64_t range = 0;            // extent of the outer dimension
+  int64_t work_per_index = 1;   // elements touched per outer index (the cost estimate)
+  int threads = 1;              // at most this many threads (torch.get_num_threads())
+};
+
+// Work below this many elements runs inline: splitting costs more than it saves.
+constexpr int64_t kInlineWorkLimit = 32768;
+
+void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape);
+
+// Called in a forked child: TBB's workers did not survive the fork, so launches run inline.
+void runLaunchesInline();
+
+}  // namespace torchneuron
