@@ -10,6 +10,9 @@ namespace torchneuron {
 // before the fallback routing, which leaves these overloads alone.
 void registerCompiledElementwiseOps(torch::Library& library);
 
+// Registers the reductions and row-wise ops (sum, amax, softmax, ...) the registry lowers.
+void registerCompiledReductionOps(torch::Library& library);
+
 // Whether `name` runs through a compiled kernel (after registration).
 bool hasCompiledKernel(const c10::OperatorName& name);
 

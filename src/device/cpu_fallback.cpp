@@ -76,6 +76,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   static auto* compiled = new torch::Library(torch::Library::IMPL, "aten",
                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   registerCompiledElementwiseOps(*compiled);
+  registerCompiledReductionOps(*compiled);
   routeCompositeOpsWithCpuKernelsToFallback();
 }
 

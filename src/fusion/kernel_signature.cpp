@@ -42,6 +42,31 @@ std::string ElementwiseSignature::describe() const {
   return text;
 }
 
+Hash64 ReductionSignature::key() const {
+  Hasher h;
+  h.str("reduction").str(op->name);
+  h.u64(constants.size());
+  for (int64_t c : constants) h.i64(c);
+  h.i64(static_cast<int64_t>(compute));
+  h.u64(inputs.size());
+  for (c10::ScalarType t : inputs) h.i64(static_cast<int64_t>(t));
+  h.u64(outputs.size());
+  for (c10::ScalarType t : outputs) h.i64(static_cast<int64_t>(t));
+  h.i64(kept_rank).i64(reduced_rank);
+  for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  return h.digest();
+}
+
+std::string ReductionSignature::describe() const {
+  std::string text = op->name + "(";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    text += std::string(i ? "," : "") + c10::toString(inputs[i]);
+  text += "->";
+  for (size_t i = 0; i < outputs.size(); ++i)
+    text += std::string(i ? "," : "") + c10::toString(outputs[i]);
+  return text + ") kept " + std::to_string(kept_rank) + " reduced " + std::to_string(reduced_rank);
+}
+
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }
 
 }  // namespace torchneuron::fusion

@@ -35,6 +35,25 @@ struct ElementwiseSignature {
   std::string describe() const;
 };
 
+struct ReductionOp;
+
+// A reduction kernel: inputs of rank kept + reduced (kept dimensions outermost), outputs of
+// rank kept (or kept + reduced for row-wise ops). The range [begin, end) covers the outermost
+// kept dimension.
+struct ReductionSignature {
+  const ReductionOp* op = nullptr;
+  std::vector<int64_t> constants;
+  c10::ScalarType compute = c10::kFloat;
+  std::vector<c10::ScalarType> inputs;
+  std::vector<c10::ScalarType> outputs;
+  int kept_rank = 1;     // >= 1
+  int reduced_rank = 1;  // >= 1
+  std::vector<InnerStride> inner;  // outputs first, then inputs (kContiguous or kStrided)
+
+  Hash64 key() const;
+  std::string describe() const;
+};
+
 // The exported symbol of the kernel with this key.
 std::string kernelEntryName(Hash64 key);
 

@@ -10,11 +10,13 @@ namespace {
 struct Registry {
   std::vector<ElementwiseOp> ops;
   std::unordered_map<std::string, size_t> by_name;
+  std::vector<ReductionOp> reductions;
 
   Registry() {
     addUnaryOps(ops);
     addBinaryOps(ops);
     addActivationOps(ops);
+    addReductionOps(reductions);
     for (size_t i = 0; i < ops.size(); ++i) {
       const bool inserted = by_name.emplace(ops[i].name, i).second;
       TORCH_INTERNAL_ASSERT(inserted, "[fusion] op registered twice: ", ops[i].name);
@@ -36,5 +38,11 @@ const ElementwiseOp* findElementwiseOp(const std::string& name) {
 }
 
 const std::vector<ElementwiseOp>& elementwiseOps() { return registry().ops; }
+
+const ReductionOp* findReductionOp(const std::string& name) {
+  for (const ReductionOp& op : registry().reductions)
+    if (op.name == name) return &op;
+  return nullptr;
+}
 
 }  // namespace torchneuron::fusion

@@ -73,6 +73,40 @@ struct ElementwiseOp {
   std::vector<std::string> optional_operands = {};
 };
 
+// What a reduction lowering sees for one output row: converted params, the number of reduced
+// elements, and the values each finished pass produced.
+struct ReduceContext {
+  ScalarEmitter& emit;
+  ElementType compute;  // inputs are converted to this type
+  ElementType wide;     // f64 for floats, i64 for integers and bool: sums and products
+  std::vector<Value> params;  // run-time scalars, f64 (float compute) or i64
+  Value count;                // reduced elements, as `wide`
+  std::vector<int64_t> constants;
+  std::vector<std::vector<Value>> results;  // accumulators after each finished pass
+};
+
+// A reduction over some dimensions of its inputs (all of the same shape), in passes over each
+// output row: each pass folds every element into accumulators; then `finish` yields the outputs
+// of the row (a reduction), or, for a row-wise op like softmax, one output element per input
+// element.
+struct ReductionOp {
+  std::string name;  // registry name: "sum", "amax", "softmax", ...
+  int passes = 1;
+  int num_outputs = 1;
+  bool row_output = false;  // outputs have the input's shape (softmax), not the reduced shape
+  bool needs_index = false; // combine gets the element's linear index within the row (i64)
+  std::function<std::vector<Value>(ReduceContext&, int pass)> init;
+  std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,
+                                   const std::vector<Value>& inputs, const Value& index)>
+      combine;
+  // Reductions: `inputs` is empty and the result is the row's outputs. Row-wise ops: `inputs`
+  // are one element's inputs and the result is its output element.
+  std::function<std::vector<Value>(ReduceContext&, const std::vector<Value>& inputs)> finish;
+};
+
+const ReductionOp* findReductionOp(const std::string& name);
+void addReductionOps(std::vector<ReductionOp>& ops);
+
 // The op with this ATen base name (no "aten::", no trailing "_"), or nullptr.
 const ElementwiseOp* findElementwiseOp(const std::string& name);
 

@@ -3,7 +3,9 @@
 
 For each sample the op runs on the CPU and on the neuron device (same seed); outputs are
 compared and, where the op supports autograd, so are the gradients. A sample ends as
-  pass          device matches CPU
+  pass          device matches CPU (or, for an ill-conditioned sample, differs from it by no
+                more than the CPU differs from itself when the inputs move by one ulp;
+                counted separately as "ill_conditioned")
   mismatch      device result differs from CPU
   device_error  the device raised (or crashed) where the CPU did not
   skipped       the CPU itself cannot run the sample (reason recorded)
@@ -134,12 +136,14 @@ def summarize(records, quick, seconds):
     totals = {"pass": 0, "mismatch": 0, "device_error": 0, "skipped": 0}
     per_op = {}
     kinds = {"compiled": 0, "library": 0, "fallback": 0, "runtime": 0, "unknown": 0}
+    ill_conditioned = 0
     for record in records:
         counts = {k: 0 for k in totals}
         problems = []
         for sample in record["samples"]:
             counts[sample["outcome"]] += 1
-            if sample["outcome"] != "pass":
+            ill_conditioned += bool(sample.get("ill_conditioned"))
+            if sample["outcome"] != "pass" or sample.get("ill_conditioned"):
                 problems.append(sample)
         for key, value in counts.items():
             totals[key] += value
@@ -148,6 +152,7 @@ def summarize(records, quick, seconds):
                                   **counts, "problems": problems[:5]}
     failing = sorted(n for n, o in per_op.items() if o["mismatch"] or o["device_error"])
     return {"opinfos": len(records), "samples": sum(totals.values()), **totals,
+            "ill_conditioned": ill_conditioned,
             "opinfos_by_kind": kinds, "quick": quick, "seconds": round(seconds, 1),
             "known_limitations": {n: KNOWN_LIMITATIONS[n] for n in failing if n in KNOWN_LIMITATIONS},
             "unexpected_failures": [n for n in failing if n not in KNOWN_LIMITATIONS],
@@ -162,7 +167,8 @@ def print_report(summary, path):
         print(f"  {name}: mismatch={op['mismatch']} device_error={op['device_error']}  {detail[:200]}{known}")
     kinds = summary["opinfos_by_kind"]
     print(f"[conformance] opinfos={summary['opinfos']} samples={summary['samples']} "
-          f"pass={summary['pass']} mismatch={summary['mismatch']} "
+          f"pass={summary['pass']} (ill-conditioned {summary['ill_conditioned']}) "
+          f"mismatch={summary['mismatch']} "
           f"device_error={summary['device_error']} skipped={summary['skipped']} | native "
           f"compiled={kinds['compiled']} library={kinds['library']} fallback={kinds['fallback']} "
           f"| {summary['seconds']}s -> {path}")

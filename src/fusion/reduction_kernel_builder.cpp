@@ -1,0 +1,216 @@
+// MLIR for reduction signatures: scf loops over the kept dimensions, one loop nest with
+// iter_args per pass over the reduced dimensions, then the row's outputs (or, for row-wise ops,
+// a last nest that writes every element).
+
+#include <c10/util/Exception.h>
+
+#include "fusion/kernel_builder.h"
+#include "fusion/op_registry.h"
+#include "fusion/scalar_emitter.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+std::string memrefType(int rank, const std::string& element, InnerStride inner) {
+  std::string shape, strides;
+  for (int d = 0; d < rank; ++d) {
+    shape += "?x";
+    const bool unit = d == rank - 1 && inner == InnerStride::kContiguous;
+    strides += std::string(d ? ", " : "") + (unit ? "1" : "?");
+  }
+  if (rank == 0) return "memref<" + element + ", strided<[], offset: ?>>";
+  return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? ", " : "") + parts[i];
+  return text;
+}
+
+std::string typeList(const std::vector<Value>& values) {
+  std::vector<std::string> types;
+  for (const Value& v : values) types.push_back(v.type.mlir);
+  return join(types);
+}
+
+class ReductionEmitter {
+ public:
+  explicit ReductionEmitter(const ReductionSignature& s)
+      : s_(s), op_(*s.op), e_("    ", "v"), k_(s.kept_rank), m_(s.reduced_rank) {
+    compute_ = computeType(s.compute);
+    wide_ = compute_.isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
+                               : ElementType{NumberKind::kSigned, 64, "i64"};
+    for (size_t i = 0; i < s.outputs.size(); ++i) {
+      const int rank = op_.row_output ? k_ + m_ : k_;
+      output_types_.push_back(memrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
+    }
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      input_types_.push_back(
+          memrefType(k_ + m_, storageType(s.inputs[i]).mlir, s.inner[s.outputs.size() + i]));
+  }
+
+  std::string build() {
+    TORCH_INTERNAL_ASSERT(k_ >= 1 && m_ >= 1, "[fusion] reduction ranks must be >= 1");
+    std::vector<std::string> arguments;
+    for (size_t i = 0; i < output_types_.size(); ++i)
+      arguments.push_back("%o" + std::to_string(i) + ": " + output_types_[i]);
+    for (size_t i = 0; i < input_types_.size(); ++i)
+      arguments.push_back("%x" + std::to_string(i) + ": " + input_types_[i]);
+    const size_t params = paramCount();
+    for (size_t i = 0; i < params; ++i) arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
+    arguments.push_back("%count: i64");
+    arguments.push_back("%begin: index");
+    arguments.push_back("%end: index");
+
+    e_.line("%c0 = arith.constant 0 : index");
+    e_.line("%c1 = arith.constant 1 : index");
+    for (int d = 1; d < k_ + m_; ++d) {
+      const std::string name = d < k_ ? "%K" + std::to_string(d) : "%R" + std::to_string(d - k_);
+      e_.line("%dim" + std::to_string(d) + " = arith.constant " + std::to_string(d) + " : index");
+      e_.line(name + " = memref.dim %x0, %dim" + std::to_string(d) + " : " + input_types_[0]);
+    }
+    ReduceContext context{e_, compute_, wide_, {}, {}, s_.constants, {}};
+    for (size_t i = 0; i < params; ++i)
+      context.params.push_back(Value{"%p" + std::to_string(i), wide_});
+    context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
+
+    for (int d = 0; d < k_; ++d) {
+      const std::string lower = d == 0 ? "%begin" : "%c0";
+      const std::string upper = d == 0 ? "%end" : "%K" + std::to_string(d);
+      e_.line("scf.for %i" + std::to_string(d) + " = " + lower + " to " + upper + " step %c1 {");
+    }
+    for (int pass = 0; pass < op_.passes; ++pass) context.results.push_back(emitPass(context, pass));
+    if (op_.row_output) {
+      emitRowWrite(context);
+    } else {
+      const std::vector<Value> outputs = op_.finish(context, {});
+      TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
+                            outputs.size(), " outputs, the signature has ", s_.outputs.size());
+      for (size_t i = 0; i < outputs.size(); ++i)
+        store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+    }
+    for (int d = 0; d < k_; ++d) e_.line("}");
+
+    std::string text = "module {\n";
+    for (const std::string& declaration : e_.declarations()) text += "  " + declaration + "\n";
+    text += "  func.func @kernel(" + join(arguments) + ") {\n" + e_.body() + "    return\n  }\n}\n";
+    return text;
+  }
+
+ private:
+  size_t paramCount() const {
+    // var/std take the correction, a general p-norm its p.
+    if (op_.name == "var" || op_.name == "std") return 1;
+    if (op_.name == "vector_norm") return 1;
+    return 0;
+  }
+
+  std::vector<std::string> keptIndices() const {
+    std::vector<std::string> indices;
+    for (int d = 0; d < k_; ++d) indices.push_back("%i" + std::to_string(d));
+    return indices;
+  }
+
+  std::vector<std::string> allIndices(const std::string& prefix) const {
+    std::vector<std::string> indices = keptIndices();
+    for (int j = 0; j < m_; ++j) indices.push_back(prefix + std::to_string(j));
+    return indices;
+  }
+
+  // Loads every input at the current element, converted to the compute type.
+  std::vector<Value> loadInputs(const std::string& prefix) {
+    std::vector<Value> values;
+    for (size_t i = 0; i < s_.inputs.size(); ++i) {
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(allIndices(prefix)) +
+              "] : " + input_types_[i]);
+      values.push_back(e_.convert(Value{name, storageType(s_.inputs[i])}, compute_));
+    }
+    return values;
+  }
+
+  Value linearIndex(const std::string& prefix) {
+    std::string index = prefix + "0";
+    for (int j = 1; j < m_; ++j) {
+      const std::string scaled = e_.freshName(), sum = e_.freshName();
+      e_.line(scaled + " = arith.muli " + index + ", %R" + std::to_string(j) + " : index");
+      e_.line(sum + " = arith.addi " + scaled + ", " + prefix + std::to_string(j) + " : index");
+      index = sum;
+    }
+    const std::string cast = e_.freshName();
+    e_.line(cast + " = arith.index_cast " + index + " : index to i64");
+    return Value{cast, {NumberKind::kSigned, 64, "i64"}};
+  }
+
+  std::vector<Value> emitPass(ReduceContext& context, int pass) {
+    std::vector<Value> accumulators = op_.init(context, pass);
+    const std::string tag = "%P" + std::to_string(pass) + "_";
+    const std::string prefix = "%j" + std::to_string(pass) + "_";
+    const size_t n = accumulators.size();
+    std::vector<std::string> loop_results;
+    for (int j = 0; j < m_; ++j) {
+      const std::string result = tag + std::to_string(j);
+      std::vector<std::string> carried;
+      std::vector<Value> inner;
+      for (size_t a = 0; a < n; ++a) {
+        const std::string name = tag + "a" + std::to_string(j) + "_" + std::to_string(a);
+        carried.push_back(name + " = " + accumulators[a].name);
+        inner.push_back(Value{name, accumulators[a].type});
+      }
+      const std::string upper = "%R" + std::to_string(j);
+      e_.line(result + ":" + std::to_string(n) + " = scf.for " + prefix + std::to_string(j) +
+              " = %c0 to " + upper + " step %c1 iter_args(" + join(carried) +
+              ") -> (" + typeList(accumulators) + ") {");
+      loop_results.push_back(result);
+      accumulators = inner;
+    }
+    const std::vector<Value> x = loadInputs(prefix);
+    const Value index = op_.needs_index ? linearIndex(prefix) : Value{};
+    std::vector<Value> updated = op_.combine(context, pass, accumulators, x, index);
+    for (int j = m_ - 1; j >= 0; --j) {
+      std::vector<std::string> names;
+      for (const Value& v : updated) names.push_back(v.name);
+      e_.line("scf.yield " + join(names) + " : " + typeList(updated));
+      e_.line("}");
+      std::vector<Value> results;
+      for (size_t a = 0; a < n; ++a)
+        results.push_back(Value{loop_results[j] + "#" + std::to_string(a), updated[a].type});
+      updated = results;
+    }
+    return updated;
+  }
+
+  void emitRowWrite(ReduceContext& context) {
+    const std::string prefix = "%w";
+    for (int j = 0; j < m_; ++j)
+      e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " +
+              "%R" + std::to_string(j) + " step %c1 {");
+    const std::vector<Value> x = loadInputs(prefix);
+    const std::vector<Value> outputs = op_.finish(context, x);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], allIndices(prefix));
+    for (int j = 0; j < m_; ++j) e_.line("}");
+  }
+
+  void store(const Value& value, const std::string& memref, const std::string& type,
+             c10::ScalarType dtype, const std::vector<std::string>& indices) {
+    const Value stored = e_.convert(value, storageType(dtype));
+    e_.line("memref.store " + stored.name + ", " + memref + "[" + join(indices) + "] : " + type);
+  }
+
+  const ReductionSignature& s_;
+  const ReductionOp& op_;
+  ScalarEmitter e_;
+  int k_, m_;
+  ElementType compute_, wide_;
+  std::vector<std::string> output_types_, input_types_;
+};
+
+}  // namespace
+
+std::string buildReductionKernel(const ReductionSignature& signature) {
+  return ReductionEmitter(signature).build();
+}
+
+}  // namespace torchneuron::fusion

@@ -1,0 +1,266 @@
+// Reductions (sum, mean, prod, amax/amin, all/any, argmax/argmin with values, var/std, vector
+// norms, logsumexp) and row-wise ops (softmax, log_softmax and their backward). Sums and
+// products accumulate in f64 (floats) or i64 (integers), so a float32 result is the correctly
+// rounded sum rather than an approximation of ATen's cascade sum.
+
+#include "fusion/op_registry.h"
+
+#include <cmath>
+#include <limits>
+
+namespace torchneuron::fusion {
+namespace {
+
+using Values = std::vector<Value>;
+
+Value lowest(ScalarEmitter& e, const ElementType& type) {
+  if (type.isFloat()) return e.floatConstant(-INFINITY, type);
+  if (type.kind == NumberKind::kUnsigned || type.kind == NumberKind::kBool) return e.intConstant(0, type);
+  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (type.bits - 1)), type);
+}
+
+Value highest(ScalarEmitter& e, const ElementType& type) {
+  if (type.isFloat()) return e.floatConstant(INFINITY, type);
+  if (type.kind == NumberKind::kBool) return e.intConstant(1, type);
+  if (type.kind == NumberKind::kUnsigned) return e.intConstant((int64_t{1} << type.bits) - 1, type);
+  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (type.bits - 1)) - 1, type);
+}
+
+// A one-pass fold into a single wide accumulator.
+ReductionOp fold(const char* name, double initial,
+                 std::function<Value(ReduceContext&, const Value& acc, const Value& x)> step,
+                 std::function<Value(ReduceContext&, const Value& acc)> done) {
+  ReductionOp op;
+  op.name = name;
+  op.init = [initial](ReduceContext& c, int) { return Values{c.emit.constantLike(initial, c.wide)}; };
+  op.combine = [step](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    return Values{step(c, acc[0], c.emit.convert(x[0], c.wide))};
+  };
+  op.finish = [done](ReduceContext& c, const Values&) { return Values{done(c, c.results[0][0])}; };
+  return op;
+}
+
+Value identity(ReduceContext&, const Value& acc) { return acc; }
+
+// amax/amin: NaN-propagating, in the compute type (exact).
+ReductionOp extremum(const char* name, bool maximum) {
+  ReductionOp op;
+  op.name = name;
+  op.init = [maximum](ReduceContext& c, int) {
+    return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute)};
+  };
+  op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    return Values{maximum ? c.emit.maximum(acc[0], x[0]) : c.emit.minimum(acc[0], x[0])};
+  };
+  op.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
+  return op;
+}
+
+// argmax/argmin and max.dim/min.dim: the first extreme element wins; NaN counts as extreme.
+ReductionOp argExtremum(const char* name, bool maximum, bool with_values) {
+  ReductionOp op;
+  op.name = name;
+  op.needs_index = true;
+  op.num_outputs = with_values ? 2 : 1;
+  op.init = [maximum](ReduceContext& c, int) {
+    const ElementType i64{NumberKind::kSigned, 64, "i64"};
+    return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute),
+                  c.emit.intConstant(0, i64)};
+  };
+  op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x, const Value& index) {
+    ScalarEmitter& e = c.emit;
+    Value better = maximum ? e.gt(x[0], acc[0]) : e.lt(x[0], acc[0]);
+    if (x[0].type.isFloat()) {
+      const Value first_nan = e.binary("arith.andi", e.isNan(x[0]),
+                                       e.binary("arith.xori", e.isNan(acc[0]), e.intConstant(1, boolType())));
+      better = e.binary("arith.ori", better, first_nan);
+    }
+    return Values{e.select(better, x[0], acc[0]), e.select(better, index, acc[1])};
+  };
+  op.finish = [with_values](ReduceContext& c, const Values&) {
+    return with_values ? c.results[0] : Values{c.results[0][1]};
+  };
+  return op;
+}
+
+ReductionOp boolean(const char* name, bool all) {
+  ReductionOp op;
+  op.name = name;
+  op.init = [all](ReduceContext& c, int) { return Values{c.emit.intConstant(all ? 1 : 0, boolType())}; };
+  op.combine = [all](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    const Value truth = c.emit.convert(x[0], boolType());
+    return Values{c.emit.binary(all ? "arith.andi" : "arith.ori", acc[0], truth)};
+  };
+  op.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
+  return op;
+}
+
+// var/std: the mean, then the sum of squared deviations over max(N - correction, 0).
+ReductionOp variance(const char* name, bool root) {
+  ReductionOp op;
+  op.name = name;
+  op.passes = 2;
+  op.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
+  op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value wide = e.convert(x[0], c.wide);
+    if (pass == 0) return Values{e.add(acc[0], wide)};
+    const Value deviation = e.sub(wide, e.div(c.results[0][0], c.count));
+    return Values{e.add(acc[0], e.mul(deviation, deviation))};
+  };
+  op.finish = [root](ReduceContext& c, const Values&) {
+    ScalarEmitter& e = c.emit;
+    const Value divisor = e.maximum(e.sub(c.count, c.params[0]), e.floatConstant(0, c.wide));
+    const Value result = e.div(c.results[1][0], divisor);
+    return Values{root ? e.unary("math.sqrt", result) : result};
+  };
+  return op;
+}
+
+// linalg_vector_norm: constants[0] picks the order (0: 2, 1: 1, 2: inf, 3: -inf, 4: 0,
+// 5: any other p, given as params[0]).
+ReductionOp vectorNorm() {
+  ReductionOp op;
+  op.name = "vector_norm";
+  op.init = [](ReduceContext& c, int) {
+    const double start = c.constants[0] == 3 ? INFINITY : 0.0;
+    return Values{c.emit.floatConstant(start, c.wide)};
+  };
+  op.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value magnitude = e.unary("math.absf", e.convert(x[0], c.wide));
+    switch (c.constants[0]) {
+      case 0: return Values{e.add(acc[0], e.mul(magnitude, magnitude))};
+      case 1: return Values{e.add(acc[0], magnitude)};
+      case 2: return Values{e.maximum(acc[0], magnitude)};
+      case 3: return Values{e.minimum(acc[0], magnitude)};
+      case 4: {
+        const Value nonzero = e.compare("une", magnitude, e.floatConstant(0, c.wide));
+        return Values{e.add(acc[0], e.convert(nonzero, c.wide))};
+      }
+      default: return Values{e.add(acc[0], e.binary("math.powf", magnitude, c.params[0]))};
+    }
+  };
+  op.finish = [](ReduceContext& c, const Values&) {
+    ScalarEmitter& e = c.emit;
+    const Value& acc = c.results[0][0];
+    if (c.constants[0] == 0) return Values{e.unary("math.sqrt", acc)};
+    if (c.constants[0] == 5)
+      return Values{e.binary("math.powf", acc, e.div(e.floatConstant(1, c.wide), c.params[0]))};
+    return Values{acc};
+  };
+  return op;
+}
+
+// The row maximum, shifted to 0 when it is infinite (ATen's logsumexp and softmax do the same).
+Value finiteShift(ScalarEmitter& e, const Value& maximum) {
+  const Value infinite = e.compare("oeq", e.unary("math.absf", maximum),
+                                   e.floatConstant(INFINITY, maximum.type));
+  return e.select(infinite, e.floatConstant(0, maximum.type), maximum);
+}
+
+// Two passes shared by logsumexp and softmax: the row max, then sum(exp(x - max)).
+ReductionOp expSum(const char* name) {
+  ReductionOp op;
+  op.name = name;
+  op.passes = 2;
+  op.init = [](ReduceContext& c, int pass) {
+    return Values{pass == 0 ? lowest(c.emit, c.compute) : c.emit.floatConstant(0, c.wide)};
+  };
+  op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    if (pass == 0) return Values{e.maximum(acc[0], x[0])};
+    const Value shifted = e.unary("math.exp", e.sub(x[0], c.results[0][0]));
+    return Values{e.add(acc[0], e.convert(shifted, c.wide))};
+  };
+  return op;
+}
+
+}  // namespace
+
+void addReductionOps(std::vector<ReductionOp>& ops) {
+  auto add = [](ReduceContext& c, const Value& acc, const Value& x) { return c.emit.add(acc, x); };
+  ops.push_back(fold("sum", 0, add, identity));
+  ops.push_back(fold("mean", 0, add, [](ReduceContext& c, const Value& acc) {
+    return c.emit.div(acc, c.count);
+  }));
+  ops.push_back(fold("prod", 1, [](ReduceContext& c, const Value& acc, const Value& x) {
+    return c.emit.mul(acc, x);
+  }, identity));
+  ops.push_back(extremum("amax", true));
+  ops.push_back(extremum("amin", false));
+  ops.push_back(argExtremum("argmax", true, false));
+  ops.push_back(argExtremum("argmin", false, false));
+  ops.push_back(argExtremum("max", true, true));
+  ops.push_back(argExtremum("min", false, true));
+  ops.push_back(boolean("all", true));
+  ops.push_back(boolean("any", false));
+  ops.push_back(variance("var", false));
+  ops.push_back(variance("std", true));
+  ops.push_back(vectorNorm());
+
+  ReductionOp logsumexp = expSum("logsumexp");
+  logsumexp.init = [](ReduceContext& c, int pass) {
+    return Values{pass == 0 ? c.emit.floatConstant(-INFINITY, c.wide) : c.emit.floatConstant(0, c.wide)};
+  };
+  logsumexp.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value wide = e.convert(x[0], c.wide);
+    if (pass == 0) return Values{e.maximum(acc[0], wide)};
+    const Value shifted = e.unary("math.exp", e.sub(wide, finiteShift(e, c.results[0][0])));
+    return Values{e.add(acc[0], shifted)};
+  };
+  logsumexp.finish = [](ReduceContext& c, const Values&) {
+    ScalarEmitter& e = c.emit;
+    return Values{e.add(e.unary("math.log", c.results[1][0]), finiteShift(e, c.results[0][0]))};
+  };
+  ops.push_back(logsumexp);
+
+  ReductionOp softmax = expSum("softmax");
+  softmax.row_output = true;
+  softmax.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value shifted = e.unary("math.exp", e.sub(x[0], c.results[0][0]));
+    return Values{e.div(shifted, e.convert(c.results[1][0], c.compute))};
+  };
+  ops.push_back(softmax);
+
+  ReductionOp log_softmax = expSum("log_softmax");
+  log_softmax.row_output = true;
+  log_softmax.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value log_sum = e.convert(e.unary("math.log", c.results[1][0]), c.compute);
+    return Values{e.sub(e.sub(x[0], c.results[0][0]), log_sum)};
+  };
+  ops.push_back(log_softmax);
+
+  // Backward of softmax: y * (g - sum(g * y)); inputs are (grad_output, output).
+  ReductionOp softmax_backward;
+  softmax_backward.name = "softmax_backward";
+  softmax_backward.row_output = true;
+  softmax_backward.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
+  softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    return Values{e.add(acc[0], e.convert(e.mul(x[0], x[1]), c.wide))};
+  };
+  softmax_backward.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    return Values{e.mul(x[1], e.sub(x[0], e.convert(c.results[0][0], c.compute)))};
+  };
+  ops.push_back(softmax_backward);
+
+  // Backward of log_softmax: g - exp(y) * sum(g).
+  ReductionOp log_softmax_backward = softmax_backward;
+  log_softmax_backward.name = "log_softmax_backward";
+  log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    return Values{c.emit.add(acc[0], c.emit.convert(x[0], c.wide))};
+  };
+  log_softmax_backward.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value sum = e.convert(c.results[0][0], c.compute);
+    return Values{e.sub(x[0], e.mul(e.unary("math.exp", x[1]), sum))};
+  };
+  ops.push_back(log_softmax_backward);
+}
+
+}  // namespace torchneuron::fusion
