@@ -34,6 +34,15 @@ py::dict metricsDict() {
   result["launches"] = snapshot.launches;
   result["ops"] = snapshot.ops_by_kind;
   result["allocator"] = allocatorStatsDict();
+  const torchneuron::CompileMetrics& compile = snapshot.compile;
+  result["compiles"] = compile.compiles;
+  result["compile_failures"] = compile.compile_failures;
+  result["compile_ms_total"] = compile.compile_ms_total;
+  result["compile_ms_median"] = compile.compile_ms_median;
+  result["compile_ms_max"] = compile.compile_ms_max;
+  result["kernel_cache_hits"] = compile.kernel_cache_hits;
+  result["kernel_cache_misses"] = compile.kernel_cache_misses;
+  result["kernels_loaded"] = compile.kernels_loaded;
   return result;
 }
 

@@ -1,6 +1,8 @@
 #include "cache/kernel_cache.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -28,6 +30,8 @@ struct Table {
   std::unordered_map<Hash64, std::unique_ptr<Entry>> entries;
   std::atomic<int64_t> hits{0}, misses{0}, compiles{0}, failures{0};
   std::atomic<int64_t> compile_us{0};
+  std::mutex latencies_mutex;
+  std::vector<double> latencies_ms;  // per compile since the last reset
 };
 
 Table& table() {
@@ -63,11 +67,16 @@ const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& bu
   t.misses.fetch_add(1, std::memory_order_relaxed);
   CachedKernel result;
   try {
+    const auto start = std::chrono::steady_clock::now();
     const fusion::ObjectCode object =
         fusion::compileKernel(build_mlir(), fusion::kernelEntryName(key));
     result.function = loadKernelObject(object.bytes, object.entry);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     t.compiles.fetch_add(1, std::memory_order_relaxed);
-    t.compile_us.fetch_add(static_cast<int64_t>(object.compile_ms * 1000));
+    t.compile_us.fetch_add(static_cast<int64_t>(ms * 1000));
+    std::lock_guard<std::mutex> lock(t.latencies_mutex);
+    t.latencies_ms.push_back(ms);
   } catch (const std::exception& error) {
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
@@ -89,6 +98,15 @@ KernelCacheStats kernelCacheStats() {
   stats.compiles = t.compiles.load();
   stats.compile_failures = t.failures.load();
   stats.compile_ms_total = t.compile_us.load() / 1000.0;
+  {
+    std::lock_guard<std::mutex> lock(t.latencies_mutex);
+    std::vector<double> sorted = t.latencies_ms;
+    std::sort(sorted.begin(), sorted.end());
+    if (!sorted.empty()) {
+      stats.compile_ms_median = sorted[sorted.size() / 2];
+      stats.compile_ms_max = sorted.back();
+    }
+  }
   std::shared_lock<std::shared_mutex> read(t.mutex);
   stats.entries = static_cast<int64_t>(t.entries.size());
   return stats;
@@ -101,6 +119,8 @@ void resetKernelCacheCounters() {
   t.compiles = 0;
   t.failures = 0;
   t.compile_us = 0;
+  std::lock_guard<std::mutex> lock(t.latencies_mutex);
+  t.latencies_ms.clear();
 }
 
 }  // namespace torchneuron

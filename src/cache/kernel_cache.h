@@ -22,7 +22,9 @@ struct KernelCacheStats {
   int64_t misses = 0;
   int64_t compiles = 0;
   int64_t compile_failures = 0;
-  double compile_ms_total = 0;
+  double compile_ms_total = 0;   // MLIR to loaded kernel, summed over compiles
+  double compile_ms_median = 0;  // of the compiles since the last reset
+  double compile_ms_max = 0;
   int64_t entries = 0;
 };
 

@@ -195,7 +195,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
                    : at::infer_size_dimvector(shape, call.operands[i].sizes());
   at::Tensor output = call.output;
   if (output.defined()) {
-    TORCH_CHECK(at::canCast(result_dtype, output.scalar_type()), "result type ", result_dtype,
+    TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, output.scalar_type()),
+                "result type ", result_dtype,
                 " can't be cast to the desired output type ", output.scalar_type());
     if (binding.in_place) {
       shape = call.operands.empty() ? at::DimVector(output.sizes())
@@ -275,7 +276,31 @@ void runElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   runCpuFallback(handle, stack);
 }
 
+NativeOpBinding copyBinding(const char* name) {
+  NativeOpBinding binding;
+  binding.op = fusion::findElementwiseOp("copy");
+  binding.name = name;
+  binding.writes_output = true;
+  binding.in_place = true;
+  binding.casts_freely = true;
+  return binding;
+}
+
 }  // namespace
+
+bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst, const char* op_name) {
+  static const NativeOpBinding copy_binding = copyBinding("aten::copy_");
+  static const NativeOpBinding cat_binding = copyBinding("aten::cat");
+  const NativeOpBinding& binding = std::strcmp(op_name, "aten::cat") == 0 ? cat_binding : copy_binding;
+  if (src.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
+    return false;
+  if (src.is_alias_of(dst)) return false;  // overlapping copies keep ATen's own handling
+  BoundCall call;
+  call.operands.push_back(src);
+  call.specs.push_back(&binding.op->operands[0]);
+  call.output = dst;
+  return runCompiled(binding, call).has_value();
+}
 
 bool hasCompiledKernel(const c10::OperatorName& name) {
   auto handle = c10::Dispatcher::singleton().findOp(name);

@@ -77,6 +77,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   registerCompiledElementwiseOps(*compiled);
   registerCompiledReductionOps(*compiled);
+  registerCompiledCat(*compiled);
   routeCompositeOpsWithCpuKernelsToFallback();
 }
 

@@ -84,9 +84,14 @@ IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> oper
     plan.sizes.push_back(size);
     for (size_t i = 0; i < operands.size(); ++i) plan.strides[i].push_back(full[i][dim]);
   }
-  if (plan.sizes.empty()) {  // every dimension has size 1 (or there are none)
+  if (plan.sizes.empty()) {
+    // One element: classify operands as for larger shapes (a lower-rank operand, such as a
+    // wrapped scalar, is broadcast), so a size-1 call reuses the kernel of its bigger siblings.
     plan.sizes.push_back(1);
-    for (DimVector& s : plan.strides) s.push_back(1);
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const bool broadcast = i > 0 && operands[i].dim() < static_cast<int64_t>(shape.size());
+      plan.strides[i].push_back(broadcast || (i > 0 && operands[i].dim() == 0) ? 0 : 1);
+    }
   }
   for (const DimVector& s : plan.strides) {
     const int64_t innermost = s.back();

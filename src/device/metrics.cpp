@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "cache/kernel_cache.h"
+
 namespace torchneuron {
 namespace {
 
@@ -47,6 +49,15 @@ MetricsSnapshot metricsSnapshot() {
     snapshot.launches.emplace(launchKindName(kind), 0);
     snapshot.ops_by_kind[launchKindName(kind)];
   }
+  const KernelCacheStats cache = kernelCacheStats();
+  snapshot.compile.compiles = cache.compiles;
+  snapshot.compile.compile_failures = cache.compile_failures;
+  snapshot.compile.compile_ms_total = cache.compile_ms_total;
+  snapshot.compile.compile_ms_median = cache.compile_ms_median;
+  snapshot.compile.compile_ms_max = cache.compile_ms_max;
+  snapshot.compile.kernel_cache_hits = cache.hits;
+  snapshot.compile.kernel_cache_misses = cache.misses;
+  snapshot.compile.kernels_loaded = cache.entries;
   return snapshot;
 }
 
@@ -54,6 +65,7 @@ void resetMetrics() {
   MetricsState& metrics = state();
   std::lock_guard<std::mutex> lock(metrics.mutex);
   metrics.counters = MetricsSnapshot();
+  resetKernelCacheCounters();
 }
 
 }  // namespace torchneuron

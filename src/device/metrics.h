@@ -15,12 +15,26 @@ const char* launchKindName(LaunchKind kind);
 // Counts one launch of `op_name` (e.g. "aten::add.Tensor") of the given kind.
 void recordLaunch(LaunchKind kind, const std::string& op_name);
 
+// The compiler and the kernel cache, since the last reset.
+struct CompileMetrics {
+  int64_t compiles = 0;
+  int64_t compile_failures = 0;
+  double compile_ms_total = 0;
+  double compile_ms_median = 0;
+  double compile_ms_max = 0;
+  int64_t kernel_cache_hits = 0;
+  int64_t kernel_cache_misses = 0;
+  int64_t kernels_loaded = 0;  // in the process, not reset
+};
+
 struct MetricsSnapshot {
   std::map<std::string, int64_t> launches;  // kind name -> count
   std::map<std::string, std::map<std::string, int64_t>> ops_by_kind;  // kind -> op -> count
+  CompileMetrics compile;
 };
 
 MetricsSnapshot metricsSnapshot();
+// Resets launch, compile and kernel-cache counters (compiled kernels stay loaded).
 void resetMetrics();
 
 }  // namespace torchneuron

@@ -26,6 +26,7 @@ struct NativeOpBinding {
   std::vector<BoundArgument> arguments;  // one per schema argument
   bool writes_output = false;            // in-place or out=: the output is an argument
   bool in_place = false;                 // the output is `self`: operands broadcast to its shape
+  bool casts_freely = false;             // copy_: any dtype converts to the output's
 };
 
 c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,

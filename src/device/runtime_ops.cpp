@@ -16,6 +16,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "device/compiled_ops.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/host_view.h"
@@ -74,7 +75,10 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
 
 // Copies between CPU and device, or within the device: both sides are host memory, so ATen's
 // CPU copy does it (dtype conversion, strides, broadcasting, overlap) with no staging buffer.
+// Device-to-device copies run as compiled kernels; transfers to and from the CPU (and copies
+// the kernels do not cover) copy between host views.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (copyWithCompiledKernel(self, dst)) return dst;
   hostSide(dst, "destination").copy_(hostSide(self, "source"));
   return dst;
 }

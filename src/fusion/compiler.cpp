@@ -172,13 +172,10 @@ std::string lowerToLLVMDialect(const std::string& mlir_module) {
   return text;
 }
 
-ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry) {
-  const auto start = std::chrono::steady_clock::now();
-  CompilerState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, mlir_module);
-
-  llvm::LLVMContext llvm_context;
+// The kernel module as optimized LLVM IR, with its entry point; under the caller's lock.
+std::unique_ptr<llvm::Module> optimizedModule(CompilerState& s, llvm::LLVMContext& llvm_context,
+                                              const std::string& text, const std::string& entry) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, text);
   std::unique_ptr<llvm::Module> llvm_module =
       mlir::translateModuleToLLVMIR(*module, llvm_context, entry);
   if (!llvm_module) fail("translation to LLVM IR failed", "");
@@ -194,6 +191,26 @@ ObjectCode compileKernel(const std::string& mlir_module, const std::string& entr
   llvm::raw_string_ostream verify_stream(verify_errors);
   if (llvm::verifyModule(*llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);
   optimize(*llvm_module, *s.target_machine);
+  return llvm_module;
+}
+
+std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry) {
+  CompilerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  llvm::LLVMContext llvm_context;
+  std::unique_ptr<llvm::Module> module = optimizedModule(s, llvm_context, mlir_module, entry);
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  module->print(out, nullptr);
+  return text;
+}
+
+ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry) {
+  const auto start = std::chrono::steady_clock::now();
+  CompilerState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  llvm::LLVMContext llvm_context;
+  std::unique_ptr<llvm::Module> llvm_module = optimizedModule(s, llvm_context, mlir_module, entry);
 
   ObjectCode object;
   llvm::SmallVector<char, 0> buffer;

@@ -36,4 +36,7 @@ ObjectCode compileKernel(const std::string& mlir_module, const std::string& entr
 // The module after kLoweringPipeline, as text (tests and debugging).
 std::string lowerToLLVMDialect(const std::string& mlir_module);
 
+// The optimized LLVM IR that compileKernel turns into object code (tests and debugging).
+std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry);
+
 }  // namespace torchneuron::fusion

@@ -124,6 +124,13 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
                         const Value truth = e.convert(x, boolType());
                         return e.binary("arith.xori", truth, e.intConstant(1, boolType()));
                       }));
+  // Device-to-device copy_ with any dtype conversion (called by the device's _copy_from; no
+  // ATen overload binds to it directly).
+  ElementwiseOp copy;
+  copy.name = "copy";
+  copy.operands = {{"src"}};
+  copy.lower = [](LoweringContext& c) { return c.operands[0]; };
+  ops.push_back(copy);
   // fill_(self, value) and zero_(self): self is only written, so the compute dtype is its own.
   ElementwiseOp fill;
   fill.name = "fill";

@@ -1,0 +1,10 @@
+// where(condition, self, other) with a bool condition stored as bytes, lowered by mlir-opt-19
+// running the engine's pipeline: the byte is compared with zero and selects between the inputs.
+// RUN-ARGS: mlir elementwise where Float Float 1 c c c c -- Bool Float Float
+// RUN-MLIR-OPT
+
+// CHECK: llvm.func @kernel(
+// CHECK-NOT: linalg.generic
+// CHECK: %[[BYTE:.*]] = llvm.load {{.*}} -> i8
+// CHECK: %[[TRUTH:.*]] = llvm.icmp "ne" %[[BYTE]], {{.*}} : i8
+// CHECK: llvm.select %[[TRUTH]], {{.*}} : i1, f32

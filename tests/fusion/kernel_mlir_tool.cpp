@@ -1,0 +1,90 @@
+// Prints a registry op's kernel for FileCheck tests:
+//   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> -- <inputs...> [constants...]
+//   neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute> <kept> <reduced> <output...> -- <inputs...>
+//   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
+// dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
+
+#include <c10/core/ScalarType.h>
+
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fusion/compiler.h"
+#include "fusion/kernel_builder.h"
+#include "fusion/op_registry.h"
+
+namespace {
+
+using namespace torchneuron::fusion;
+
+c10::ScalarType dtypeNamed(const std::string& name) {
+  for (c10::ScalarType t : {c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong,
+                            c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble})
+    if (name == c10::toString(t)) return t;
+  throw std::invalid_argument("unknown dtype " + name);
+}
+
+InnerStride innerNamed(const std::string& name) {
+  if (name == "c") return InnerStride::kContiguous;
+  if (name == "b") return InnerStride::kBroadcast;
+  if (name == "s") return InnerStride::kStrided;
+  throw std::invalid_argument("unknown stride class " + name + " (c, b or s)");
+}
+
+std::string emit(const std::string& mode, const std::string& mlir) {
+  if (mode == "mlir") return mlir;
+  if (mode == "lowered") return lowerToLLVMDialect(mlir);
+  if (mode == "llvm") return optimizedLLVMIR(mlir, "neuron_kernel");
+  throw std::invalid_argument("unknown mode " + mode + " (mlir, lowered or llvm)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.size() == 1 && args[0] == "pipeline") {
+      std::cout << "builtin.module(" << kLoweringPipeline << ")";
+      return 0;
+    }
+    if (args.size() < 4) throw std::invalid_argument("usage: see the comment in kernel_mlir_tool.cpp");
+    const std::string mode = args[0], form = args[1], op = args[2];
+    size_t i = 3;
+    if (form == "elementwise") {
+      ElementwiseSignature s;
+      s.op = findElementwiseOp(op);
+      if (!s.op) throw std::invalid_argument("no elementwise op " + op);
+      s.compute = dtypeNamed(args.at(i++));
+      s.output = dtypeNamed(args.at(i++));
+      s.rank = std::stoi(args.at(i++));
+      while (args.at(i) != "--") s.inner.push_back(innerNamed(args.at(i++)));
+      ++i;
+      for (size_t n = 0; n + 1 < s.inner.size(); ++n) s.inputs.push_back(dtypeNamed(args.at(i++)));
+      while (i < args.size()) s.constants.push_back(std::stoll(args.at(i++)));
+      s.constants.resize(s.op->constants.size(), -1);
+      s.present.assign(s.op->optional_operands.size(), true);
+      std::cout << emit(mode, buildElementwiseKernel(s));
+    } else if (form == "reduction") {
+      ReductionSignature s;
+      s.op = findReductionOp(op);
+      if (!s.op) throw std::invalid_argument("no reduction " + op);
+      s.compute = dtypeNamed(args.at(i++));
+      s.kept_rank = std::stoi(args.at(i++));
+      s.reduced_rank = std::stoi(args.at(i++));
+      while (args.at(i) != "--") s.outputs.push_back(dtypeNamed(args.at(i++)));
+      ++i;
+      while (i < args.size()) s.inputs.push_back(dtypeNamed(args.at(i++)));
+      s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
+      std::cout << emit(mode, buildReductionKernel(s));
+    } else {
+      throw std::invalid_argument("unknown form " + form);
+    }
+  } catch (const std::exception& error) {
+    std::cerr << "neuron_kernel_mlir: " << error.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
