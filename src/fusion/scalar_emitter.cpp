@@ -64,7 +64,11 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   }
   if (to.kind == NumberKind::kBool && !from_i1) return convert(convert(value, boolType()), to);
   if (from.isFloat() && to.isFloat()) {
-    if (from.bits == to.bits) return convert(convert(value, {NumberKind::kFloat, 32, "f32"}), to);
+    // bf16 <-> f16, and f64 -> 16-bit floats, go through f32: that is how c10::Half and
+    // c10::BFloat16 convert (so results round as in ATen), and it needs no runtime routine.
+    const ElementType f32{NumberKind::kFloat, 32, "f32"};
+    if (from.bits == to.bits || (from.bits == 64 && to.bits == 16))
+      return convert(convert(value, f32), to);
     return emit((from.bits < to.bits ? "arith.extf " : "arith.truncf ") + value.name + types, to);
   }
   if (from.isFloat()) {

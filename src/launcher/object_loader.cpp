@@ -30,6 +30,11 @@ struct Jit {
     auto created = llvm::orc::LLJITBuilder().create();
     if (!created) fail("cannot create the ORC JIT", created.takeError());
     lljit = std::move(*created);
+    // Link errors come back from lookup() and are reported there, with the kernel's name;
+    // ORC's default reporter would also print them to stderr.
+    lljit->getExecutionSession().setErrorReporter([](llvm::Error error) {
+      llvm::consumeError(std::move(error));
+    });
     auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
         lljit->getDataLayout().getGlobalPrefix());
     if (!generator) fail("cannot search the process for symbols", generator.takeError());

@@ -1,0 +1,247 @@
+"""Compiled kernels against the same ops on the CPU: every dtype the issue names, strided,
+broadcast, zero-size and scalar-tensor inputs, out= and in-place variants; and the kernel
+cache's promises (one kernel per signature, scalars never recompile), read from metrics()."""
+import pytest
+import torch
+import torchneuron
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+INTS = [torch.int32, torch.int64]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def sample(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 2).to(dtype)
+    return torch.randint(-9, 10, shape, generator=g).to(dtype)
+
+
+def launches(kind):
+    return torchneuron.metrics()["launches"][kind]
+
+
+def check(fn, *cpu_args, compiled=True, **kw):
+    """Runs fn on CPU copies and on device copies; results must agree in dtype, shape and
+    values, and (when `compiled`) the device must have run compiled kernels only."""
+    dev = torchneuron.device()
+    dev_args = [a.to(dev) if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    try:
+        expected = fn(*cpu_args)
+    except RuntimeError as e:
+        # PyTorch 1.13's CPU lacks some float16 and bfloat16 kernels; the device has them.
+        # Reference: the op in float32, rounded to the narrow dtype.
+        narrow = next((a.dtype for a in cpu_args if isinstance(a, torch.Tensor)
+                       and a.dtype in (torch.float16, torch.bfloat16)), None)
+        if narrow is None or "not implemented for" not in str(e):
+            raise
+        widened = [a.float() if isinstance(a, torch.Tensor) and a.dtype == narrow else a
+                   for a in cpu_args]
+        result = fn(*widened)
+        expected = tuple(r.to(narrow) if r.dtype == torch.float32 else r for r in result) \
+            if isinstance(result, tuple) else (result.to(narrow) if result.dtype == torch.float32 else result)
+    torchneuron.reset_metrics()
+    actual = fn(*dev_args)
+    if compiled:
+        assert launches("compiled") > 0 and launches("fallback") == 0, torchneuron.metrics()["ops"]
+    expected_list = expected if isinstance(expected, tuple) else (expected,)
+    actual_list = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected_list, actual_list):
+        assert a.device.type == torchneuron.DEVICE_TYPE
+        assert a.dtype == e.dtype and a.shape == e.shape
+        tol = {"rtol": 2e-2, "atol": 2e-2} if e.dtype in (torch.bfloat16, torch.float16) else {}
+        torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tol, **kw)
+
+
+UNARY_FLOAT = [torch.exp, torch.expm1, torch.log1p, torch.sin, torch.cos, torch.tanh, torch.sigmoid,
+               torch.sqrt, torch.rsqrt, torch.erf, torch.atan, torch.reciprocal,
+               torch.nn.functional.silu, torch.nn.functional.mish, torch.nn.functional.softplus,
+               torch.nn.functional.elu, torch.nn.functional.hardswish, torch.nn.functional.leaky_relu,
+               lambda x: torch.nn.functional.gelu(x, approximate="tanh"), torch.nn.functional.gelu]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", UNARY_FLOAT)
+def test_unary_float_math(fn, dtype):
+    check(fn, sample((5, 7), dtype).abs() + 0.1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+@pytest.mark.parametrize("fn", [torch.neg, torch.abs, torch.floor, torch.round, torch.relu,
+                                torch.sign, lambda x: torch.clamp(x, -1, 2)])
+def test_unary_keeping_dtype(fn, dtype):
+    check(fn, sample((6, 4), dtype))
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool])
+def test_integer_inputs_promote_to_float_for_float_math(dtype):
+    check(torch.exp, sample((8,), dtype))
+    check(lambda x: x / 2, sample((8,), dtype))
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_comparisons_logical_and_where(dtype):
+    a, b = sample((4, 5), dtype, 1), sample((4, 5), dtype, 2)
+    for fn in (torch.eq, torch.ne, torch.lt, torch.ge, torch.logical_and, torch.logical_xor,
+               torch.maximum):
+        check(fn, a, b)
+    check(lambda c, x, y: torch.where(c, x, y), a > b if dtype != torch.bool else a, a, b)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool])
+def test_bitwise(dtype):
+    a, b = sample((9,), dtype, 1), sample((9,), dtype, 2)
+    check(torch.bitwise_and, a, b)
+    check(torch.bitwise_xor, a, b)
+    check(torch.bitwise_not, a)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_arithmetic_with_alpha_and_scalars(dtype):
+    a, b = sample((3, 8), dtype, 1), sample((3, 8), dtype, 2)
+    check(lambda x, y: torch.add(x, y, alpha=3), a, b)
+    check(lambda x, y: torch.sub(x, y, alpha=2), a, b)
+    check(lambda x: x * 3 + 1, a)
+    check(lambda x: 2 - x, a)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_float_binary_ops(dtype):
+    a, b = sample((4, 6), dtype, 1), sample((4, 6), dtype, 2) + 3
+    for fn in (torch.div, torch.remainder, torch.fmod, torch.atan2, torch.pow, torch.hypot,
+               torch.copysign, torch.fmax, torch.floor_divide,
+               lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+               lambda x, y: torch.div(x, y, rounding_mode="floor"),
+               lambda x, y: torch.lerp(x, y, 0.3), lambda x, y: torch.lerp(x, y, 0.8),
+               lambda x, y: torch.addcmul(x, x, y, value=0.5),
+               lambda x, y: torch.addcdiv(x, x, y, value=-2)):
+        check(fn, a.abs() + 0.5, b)
+
+
+def test_strided_broadcast_zero_size_and_scalar_tensors():
+    a = sample((6, 5), torch.float32, 1)
+    check(lambda x: x.t() * 2 + x.t(), a)                       # transposed
+    check(lambda x: x[::2, 1:] - x[1::2, :-1], a)               # sliced with steps
+    check(lambda x, r, c: x + r + c, a, sample((5,), torch.float32), sample((6, 1), torch.float32))
+    check(lambda x: x[:, :0] * 2, a, compiled=False)            # zero-size: no launch at all
+    check(lambda x, s: x * s, a, torch.tensor(2.5))             # 0-dim device tensor
+    dev = torchneuron.device()
+    cpu_scalar = torch.tensor(3.0)                              # 0-dim CPU tensor with device ones
+    torch.testing.assert_close((a.to(dev) + cpu_scalar).cpu(), a + cpu_scalar)
+    check(lambda x, low: torch.clamp(x, min=low), a, torch.zeros(5))
+    check(lambda x: torch.clamp(x, max=0.5), a)
+
+
+def test_out_and_inplace_variants():
+    dev = torchneuron.device()
+    a, b = sample((4, 4), torch.float32, 1), sample((4,), torch.float32, 2)
+    da, db = a.to(dev), b.to(dev)
+    out = torch.empty(0, device=dev)
+    torch.mul(da, db, out=out)
+    torch.testing.assert_close(out.cpu(), a * b)
+    view = da[:, 1]                       # in place through a strided view
+    view.add_(1)
+    expected = a.clone()
+    expected[:, 1] += 1
+    torch.testing.assert_close(da.cpu(), expected)
+    da.masked_fill_(da > 0, 0.0)
+    expected.masked_fill_(expected > 0, 0.0)
+    torch.testing.assert_close(da.cpu(), expected)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        db.add_(da)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        torch.zeros(3, dtype=torch.int64, device=dev).mul_(1.5 * torch.ones(3, device=dev))
+
+
+@pytest.mark.parametrize("src", ALL)
+@pytest.mark.parametrize("dst", ALL)
+def test_casts_and_device_copies(src, dst):
+    # A copy that keeps the dtype of a contiguous source still runs a kernel.
+    check(lambda x: x.to(dst, copy=True), sample((3, 5), src).t())
+
+
+def test_fill_zero_and_cat():
+    check(lambda x: x.fill_(2.5), sample((3, 3), torch.float32))
+    check(lambda x: x.zero_(), sample((3, 3), torch.int64))
+    check(lambda x, y: torch.cat([x, y.double()], 1), sample((2, 3), torch.float32),
+          sample((2, 4), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_reductions(dtype):
+    a = sample((4, 5, 6), dtype)
+    for fn in (torch.sum, lambda x: x.sum(1), lambda x: x.sum((0, 2), keepdim=True),
+               lambda x: x.mean(-1), lambda x: x.prod(1), lambda x: x.amax((0, 1)),
+               lambda x: x.amin(2), lambda x: x.max(1), lambda x: x.min(0), lambda x: x.argmax(),
+               lambda x: x.argmin(1, keepdim=True), lambda x: x.var(1), lambda x: x.std(),
+               lambda x: x.norm(dim=2), lambda x: torch.logsumexp(x, 1),
+               lambda x: torch.softmax(x, 1), lambda x: torch.log_softmax(x, -1),
+               lambda x: x.t().sum(0) if x.dim() == 2 else x.transpose(0, 2).sum(1)):
+        check(fn, a)
+
+
+@pytest.mark.parametrize("dtype", INTS + [torch.bool])
+def test_integer_reductions(dtype):
+    a = sample((3, 7), dtype)
+    check(lambda x: x.sum(1), a)
+    check(lambda x: x.any(1), a)
+    check(lambda x: x.all(), a)
+    if dtype != torch.bool:
+        check(lambda x: x.amax(0), a)
+        check(lambda x: x.argmax(1), a)
+
+
+def test_softmax_backward_and_autograd_through_compiled_kernels():
+    dev = torchneuron.device()
+    x = sample((3, 8), torch.float32).requires_grad_()
+    dx = x.detach().to(dev).requires_grad_()
+    (torch.softmax(x, 1) * torch.tanh(x)).sum().backward()
+    torchneuron.reset_metrics()
+    (torch.softmax(dx, 1) * torch.tanh(dx)).sum().backward()
+    assert launches("fallback") == 0, torchneuron.metrics()["ops"]["fallback"]
+    torch.testing.assert_close(dx.grad.cpu(), x.grad)
+
+
+def test_one_op_over_100_sizes_compiles_one_kernel():
+    dev = torchneuron.device()
+    torch.ones(3, device=dev).sub(torch.ones(3, device=dev), alpha=0.5)  # warm fill and sub
+    torchneuron.reset_metrics()
+    for n in range(1, 101):
+        a = torch.ones(n, device=dev)
+        a.sub(a, alpha=0.5)
+    m = torchneuron.metrics()
+    assert m["launches"]["compiled"] == 200
+    assert m["compiles"] == 0, "fill_ and sub of 100 sizes must reuse the warm kernels"
+    for shape in [(7, 3), (2, 2, 2), (1, 9)]:  # any contiguous shape is the same rank-1 kernel
+        torch.ones(shape, device=dev).sub(torch.ones(shape, device=dev), alpha=0.5)
+    assert torchneuron.metrics()["compiles"] == 0
+
+
+def test_changing_a_scalar_compiles_nothing():
+    dev = torchneuron.device()
+    p = torch.randn(64, device=dev)
+    g = torch.randn(64, device=dev)
+    p.add_(g, alpha=-0.1)
+    torchneuron.reset_metrics()
+    for lr in (0.01, 0.02, 0.5, 3.0):
+        p.add_(g, alpha=-lr)
+        torch.clamp(p, -lr, lr)
+    first = torchneuron.metrics()["compiles"]
+    for lr in (0.7, 0.9):
+        p.add_(g, alpha=-lr)
+        torch.clamp(p, -lr, lr)
+    m = torchneuron.metrics()
+    assert m["compiles"] == first <= 1   # clamp's kernel, once; alpha never recompiles
+    assert m["kernel_cache_hits"] >= 11
+
+
+def test_compile_metrics_are_reported():
+    dev = torchneuron.device()
+    torchneuron.reset_metrics()
+    torch.atan2(torch.ones(3, 2, device=dev, dtype=torch.float64).t(), torch.ones(2, 3, device=dev))
+    m = torchneuron.metrics()
+    assert m["compiles"] >= 1 and m["kernel_cache_misses"] >= 1
+    assert m["compile_ms_total"] > 0 and 0 < m["compile_ms_median"] <= m["compile_ms_max"]
+    assert m["kernels_loaded"] >= m["compiles"]
