@@ -220,8 +220,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
 
   ElementwiseSignature signature;
   signature.op = &op;
-  signature.constants = call.constants;
-  signature.present = call.present;
+  signature.constants.assign(call.constants.begin(), call.constants.end());
+  signature.present.assign(call.present.begin(), call.present.end());
   signature.compute = common;
   signature.output = output.scalar_type();
   for (const at::Tensor& t : call.operands) signature.inputs.push_back(t.scalar_type());
@@ -257,7 +257,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   const int64_t numel = plan.numel();
   launchKernel(kernel.function, slots.data(),
                LaunchShape{plan.sizes[0], numel / plan.sizes[0], at::get_num_threads()});
-  recordLaunch(LaunchKind::kCompiled, binding.name);
+  recordLaunch(binding.launches);
   return output;
 }
 
@@ -283,6 +283,7 @@ NativeOpBinding copyBinding(const char* name) {
   binding.writes_output = true;
   binding.in_place = true;
   binding.casts_freely = true;
+  binding.launches = launchCounter(LaunchKind::kCompiled, name);
   return binding;
 }
 
@@ -318,6 +319,7 @@ void registerCompiledElementwiseOps(torch::Library& library) {
     if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
     c10::optional<NativeOpBinding> binding = bindSchema(handle->schema(), *op);
     if (!binding) continue;
+    binding->launches = launchCounter(LaunchKind::kCompiled, binding->name);
     bindings().emplace(&handle->schema(), std::move(*binding));
     const std::string schema_name =
         name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);

@@ -34,6 +34,7 @@ struct ReductionBinding {
   const fusion::ReductionOp* op;
   std::string name;  // "aten::sum.dim_IntList"
   bool all_dims_when_no_dim;  // an overload without `dim` reduces everything
+  LaunchCounter* launches;
 };
 
 std::unordered_map<const c10::FunctionSchema*, ReductionBinding>& reductionBindings() {
@@ -326,7 +327,7 @@ c10::optional<std::vector<at::Tensor>> runReduction(const ReductionBinding& bind
   launchKernel(kernel.function, slots.data(),
                LaunchShape{kept.sizes[0], kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1),
                            at::get_num_threads()});
-  recordLaunch(LaunchKind::kCompiled, binding.name);
+  recordLaunch(binding.launches);
   return outputs;
 }
 
@@ -397,7 +398,8 @@ void registerCompiledReductionOps(torch::Library& library) {
     if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
     const fusion::ReductionOp* op = fusion::findReductionOp(spec.reduction);
     TORCH_INTERNAL_ASSERT(op != nullptr, "[device] no registry reduction ", spec.reduction);
-    reductionBindings().emplace(&handle->schema(), ReductionBinding{op, "aten::" + full, true});
+    reductionBindings().emplace(&handle->schema(), ReductionBinding{op, "aten::" + full, true,
+                                                 launchCounter(LaunchKind::kCompiled, "aten::" + full)});
     library.impl(spec.overload, torch::CppFunction::makeFromBoxedFunction<&runReductionOp>());
   }
 }

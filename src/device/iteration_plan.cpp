@@ -59,7 +59,28 @@ at::Tensor allocateLike(at::IntArrayRef shape, at::ScalarType dtype,
   return at::empty(permuted_shape, options).permute(inverse);
 }
 
+// The common case, decided without sorting: every operand is contiguous with the full shape, or
+// is a single broadcast element. Such a call is one rank-1 loop.
+bool planFlat(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands, IterationPlan& plan) {
+  int64_t numel = 1;
+  for (int64_t size : shape) numel *= size;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const at::Tensor& t = operands[i];
+    const bool full = t.sizes() == shape && t.is_contiguous();
+    const bool single = i > 0 && t.numel() == 1 && !full;
+    if (!full && !single) return false;
+    plan.strides.emplace_back(DimVector{full ? 1 : 0});
+    plan.inner.push_back(full ? fusion::InnerStride::kContiguous : fusion::InnerStride::kBroadcast);
+  }
+  plan.sizes = {numel};
+  return true;
+}
+
 IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands) {
+  {
+    IterationPlan flat;
+    if (planFlat(shape, operands, flat)) return flat;
+  }
   const DimVector order = layoutOrder(shape, operands);
   c10::SmallVector<DimVector, 4> full;
   for (const at::Tensor& t : operands) full.push_back(broadcastStrides(shape, t));

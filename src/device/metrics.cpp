@@ -1,5 +1,6 @@
 #include "device/metrics.h"
 
+#include <memory>
 #include <mutex>
 
 #include "cache/kernel_cache.h"
@@ -7,11 +8,11 @@
 namespace torchneuron {
 namespace {
 
-// Locking: launches come from the caller's thread and from autograd's device thread; one
-// mutex guards the maps. A launch is far costlier than this lock.
+// Locking: `mutex` guards the counter table (lookups and snapshots); counters themselves are
+// atomics, incremented from the caller's thread or autograd's device thread without the lock.
 struct MetricsState {
   std::mutex mutex;
-  MetricsSnapshot counters;
+  std::map<std::string, std::map<std::string, std::unique_ptr<LaunchCounter>>> counters;
 };
 
 MetricsState& state() {
@@ -33,21 +34,35 @@ const char* launchKindName(LaunchKind kind) {
   return "unknown";
 }
 
-void recordLaunch(LaunchKind kind, const std::string& op_name) {
+LaunchCounter* launchCounter(LaunchKind kind, const std::string& op_name) {
   MetricsState& metrics = state();
   std::lock_guard<std::mutex> lock(metrics.mutex);
-  const char* kind_name = launchKindName(kind);
-  ++metrics.counters.launches[kind_name];
-  ++metrics.counters.ops_by_kind[kind_name][op_name];
+  std::unique_ptr<LaunchCounter>& counter = metrics.counters[launchKindName(kind)][op_name];
+  if (!counter) counter = std::make_unique<LaunchCounter>(0);
+  return counter.get();
+}
+
+void recordLaunch(LaunchKind kind, const std::string& op_name) {
+  recordLaunch(launchCounter(kind, op_name));
 }
 
 MetricsSnapshot metricsSnapshot() {
   MetricsState& metrics = state();
-  std::lock_guard<std::mutex> lock(metrics.mutex);
-  MetricsSnapshot snapshot = metrics.counters;
+  MetricsSnapshot snapshot;
   for (LaunchKind kind : {LaunchKind::kCompiled, LaunchKind::kLibrary, LaunchKind::kFallback}) {
     snapshot.launches.emplace(launchKindName(kind), 0);
     snapshot.ops_by_kind[launchKindName(kind)];
+  }
+  {
+    std::lock_guard<std::mutex> lock(metrics.mutex);
+    for (const auto& [kind, ops] : metrics.counters) {
+      for (const auto& [op, counter] : ops) {
+        const int64_t count = counter->load(std::memory_order_relaxed);
+        if (count == 0) continue;
+        snapshot.launches[kind] += count;
+        snapshot.ops_by_kind[kind][op] = count;
+      }
+    }
   }
   const KernelCacheStats cache = kernelCacheStats();
   snapshot.compile.compiles = cache.compiles;
@@ -63,8 +78,11 @@ MetricsSnapshot metricsSnapshot() {
 
 void resetMetrics() {
   MetricsState& metrics = state();
-  std::lock_guard<std::mutex> lock(metrics.mutex);
-  metrics.counters = MetricsSnapshot();
+  {
+    std::lock_guard<std::mutex> lock(metrics.mutex);
+    for (auto& [kind, ops] : metrics.counters)
+      for (auto& [op, counter] : ops) counter->store(0, std::memory_order_relaxed);
+  }
   resetKernelCacheCounters();
 }
 

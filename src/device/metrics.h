@@ -1,6 +1,7 @@
 #pragma once
 // Process-wide counters behind torchneuron.metrics().
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -12,7 +13,16 @@ enum class LaunchKind { kCompiled, kLibrary, kFallback };
 
 const char* launchKindName(LaunchKind kind);
 
-// Counts one launch of `op_name` (e.g. "aten::add.Tensor") of the given kind.
+// The counter of launches of `op_name` (e.g. "aten::add.Tensor") of one kind. Stable for the
+// process; kernels look theirs up once and count without a lock.
+using LaunchCounter = std::atomic<int64_t>;
+LaunchCounter* launchCounter(LaunchKind kind, const std::string& op_name);
+
+inline void recordLaunch(LaunchCounter* counter) {
+  counter->fetch_add(1, std::memory_order_relaxed);
+}
+
+// Counts one launch, looking its counter up (takes a lock).
 void recordLaunch(LaunchKind kind, const std::string& op_name);
 
 // The compiler and the kernel cache, since the last reset.

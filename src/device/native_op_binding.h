@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device/metrics.h"
 #include "fusion/op_registry.h"
 
 namespace torchneuron {
@@ -27,6 +28,7 @@ struct NativeOpBinding {
   bool writes_output = false;            // in-place or out=: the output is an argument
   bool in_place = false;                 // the output is `self`: operands broadcast to its shape
   bool casts_freely = false;             // copy_: any dtype converts to the output's
+  LaunchCounter* launches = nullptr;     // compiled launches of this overload
 };
 
 c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,

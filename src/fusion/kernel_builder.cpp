@@ -56,7 +56,7 @@ std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
   for (const OperandSpec& spec : op.operands) {
     bool is_optional = false;
     for (const std::string& name : op.optional_operands) is_optional |= name == spec.arg;
-    if (is_optional && !s.present.at(optional++)) continue;
+    if (is_optional && !s.present[optional++]) continue;
     specs.push_back(&spec);
   }
   TORCH_INTERNAL_ASSERT(specs.size() == s.inputs.size(), "[fusion] ", op.name, ": ",
@@ -108,7 +108,12 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     params.push_back(scalars.convert({"%p" + std::to_string(i), param_type}, compute));
 
   ScalarEmitter body("      ", "v");
-  LoweringContext context{body, compute, {}, params, s.constants, s.present};
+  LoweringContext context{body,
+                          compute,
+                          {},
+                          params,
+                          std::vector<int64_t>(s.constants.begin(), s.constants.end()),
+                          std::vector<bool>(s.present.begin(), s.present.end())};
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     const Value loaded{"%in" + std::to_string(i), storageType(s.inputs[i])};
     const ElementType wanted = computeType(specs[i]->promotes ? s.compute : s.inputs[i]);

@@ -4,6 +4,7 @@
 // arguments, so a signature covers every shape of that rank and layout class.
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <string>
@@ -19,15 +20,16 @@ struct ElementwiseOp;
 // vectorize, zero strides hoist the load).
 enum class InnerStride : uint8_t { kContiguous, kBroadcast, kStrided };
 
+// Built on every dispatch, so its lists live inline (no allocation for common ops).
 struct ElementwiseSignature {
   const ElementwiseOp* op = nullptr;
-  std::vector<int64_t> constants;        // values of op->constants
-  std::vector<bool> present;             // optional operands given (op->optional_operands)
-  c10::ScalarType compute = c10::kFloat; // promoted dtype (before opmath widening)
+  c10::SmallVector<int64_t, 2> constants;        // values of op->constants
+  c10::SmallVector<bool, 2> present;             // optional operands given (op->optional_operands)
+  c10::ScalarType compute = c10::kFloat;         // promoted dtype (before opmath widening)
   c10::ScalarType output = c10::kFloat;
-  std::vector<c10::ScalarType> inputs;   // dtypes of the operands that are present
-  int rank = 1;                          // iteration rank after coalescing, >= 1
-  std::vector<InnerStride> inner;        // output first, then inputs
+  c10::SmallVector<c10::ScalarType, 4> inputs;   // dtypes of the operands that are present
+  int rank = 1;                                  // iteration rank after coalescing, >= 1
+  c10::SmallVector<InnerStride, 5> inner;        // output first, then inputs
 
   // Kernel-cache key: stable across processes (no pointers), covers every field above.
   Hash64 key() const;

@@ -3,7 +3,7 @@
 #include <xxhash.h>
 
 #include <cstdio>
-#include <new>
+#include <cstring>
 
 namespace torchneuron {
 
@@ -22,15 +22,9 @@ std::string hexOf(Hash64 value) {
   return text;
 }
 
-Hasher::Hasher() : state_(XXH3_createState()) {
-  if (state_ == nullptr) throw std::bad_alloc();
-  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
-}
-
-Hasher::~Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-
-Hasher& Hasher::bytes(const void* data, size_t size) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+Hasher& Hasher::spill(const void* data, size_t size) {
+  if (overflow_.empty()) overflow_.assign(reinterpret_cast<const char*>(inline_), size_);
+  overflow_.append(static_cast<const char*>(data), size);
   return *this;
 }
 
@@ -40,7 +34,8 @@ Hasher& Hasher::str(std::string_view value) {
 }
 
 Hash64 Hasher::digest() const {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+  return overflow_.empty() ? XXH3_64bits(inline_, size_)
+                           : XXH3_64bits(overflow_.data(), overflow_.size());
 }
 
 }  // namespace torchneuron

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -23,15 +24,23 @@ struct Hash128 {
 Hash64 hashBytes(const void* data, size_t size);
 Hash128 hashBytes128(const void* data, size_t size);
 
-// Streams values into one hash; feeding the same sequence always gives the same value.
+// Streams values into one hash; feeding the same sequence always gives the same value. Keys
+// are short, so the bytes gather in an inline buffer and are hashed once by digest(): building
+// a kernel key costs no allocation on the dispatch path.
 class Hasher {
  public:
-  Hasher();
-  ~Hasher();
+  Hasher() = default;
   Hasher(const Hasher&) = delete;
   Hasher& operator=(const Hasher&) = delete;
 
-  Hasher& bytes(const void* data, size_t size);
+  Hasher& bytes(const void* data, size_t size) {
+    if (overflow_.empty() && size_ + size <= kInline) {
+      std::memcpy(inline_ + size_, data, size);
+      size_ += size;
+      return *this;
+    }
+    return spill(data, size);
+  }
   Hasher& u64(uint64_t value) { return bytes(&value, sizeof value); }
   Hasher& i64(int64_t value) { return bytes(&value, sizeof value); }
   // Length-prefixed, so ("ab","c") and ("a","bc") differ.
@@ -40,7 +49,12 @@ class Hasher {
   Hash64 digest() const;
 
  private:
-  void* state_;  // XXH3_state_t, kept out of this header
+  Hasher& spill(const void* data, size_t size);
+
+  static constexpr size_t kInline = 256;
+  unsigned char inline_[kInline];
+  size_t size_ = 0;
+  std::string overflow_;  // used once a key outgrows the inline buffer
 };
 
 std::string hexOf(Hash64 value);

@@ -1,0 +1,111 @@
+// Micro benchmarks (Google Benchmark): per-op dispatch on the device against stock CPU, kernel
+// launch overhead without the dispatcher, 64 MB alloc/free, and a STREAM-style triad that gives
+// this machine's memory bandwidth. bench/run_bench.py runs it with --benchmark_format=json.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "cache/kernel_cache.h"
+#include "device/device.h"
+#include "fusion/kernel_builder.h"
+#include "fusion/op_registry.h"
+#include "launcher/parallel_launch.h"
+
+namespace {
+
+at::Device deviceFor(int64_t on_neuron) {
+  return on_neuron ? at::Device(torchneuron::kNeuronDeviceType, 0) : at::Device(at::kCPU);
+}
+
+// at::add(a, b) of `n` floats through the dispatcher; arg 0: 0 = CPU, 1 = neuron.
+void BM_DispatchAdd(benchmark::State& state) {
+  at::set_num_threads(1);
+  const int64_t n = state.range(1);
+  const auto options = at::TensorOptions().device(deviceFor(state.range(0)));
+  const at::Tensor a = at::ones({n}, options), b = at::ones({n}, options);
+  at::Tensor out = at::empty({n}, options);
+  for (auto _ : state) {
+    at::add_out(out, a, b);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+BENCHMARK(BM_DispatchAdd)->ArgNames({"neuron", "n"})->Args({0, 8})->Args({1, 8})
+    ->Args({0, 16 << 20})->Args({1, 16 << 20})->UseRealTime();
+
+// The compiled add kernel called through the launcher alone (no dispatcher, no allocation).
+void BM_KernelLaunch(benchmark::State& state) {
+  using namespace torchneuron;
+  const int64_t n = state.range(0);
+  fusion::ElementwiseSignature s;
+  s.op = fusion::findElementwiseOp("add");
+  s.compute = s.output = c10::kFloat;
+  s.inputs = {c10::kFloat, c10::kFloat};
+  s.inner.assign(3, fusion::InnerStride::kContiguous);
+  const CachedKernel& kernel = kernelFor(s.key(), [&] { return fusion::buildElementwiseKernel(s); });
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+  std::vector<int64_t> slots;
+  for (float* data : {out.data(), a.data(), b.data()}) {
+    const auto address = reinterpret_cast<int64_t>(data);
+    slots.insert(slots.end(), {address, address, 0, n, 1});
+  }
+  const double alpha = 1.0;
+  int64_t alpha_bits;
+  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
+  slots.push_back(alpha_bits);
+  const LaunchShape shape{n, 1, static_cast<int>(state.range(1))};
+  for (auto _ : state) {
+    launchKernel(kernel.function, slots.data(), shape);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+BENCHMARK(BM_KernelLaunch)->ArgNames({"n", "threads"})->Args({8, 1})->Args({16 << 20, 1})
+    ->Args({16 << 20, 2})->UseRealTime();
+
+// Allocate 64 MB, touch it (a fill), free it; the caching allocator keeps the block.
+void BM_Alloc64MB(benchmark::State& state) {
+  at::set_num_threads(1);
+  const auto options = at::TensorOptions().device(deviceFor(state.range(0)));
+  for (auto _ : state) {
+    at::Tensor t = at::empty({16 << 20}, options);
+    t.fill_(1);
+    benchmark::DoNotOptimize(t.data_ptr());
+  }
+}
+BENCHMARK(BM_Alloc64MB)->ArgNames({"neuron"})->Arg(0)->Arg(1)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// a[i] = b[i] + s * c[i] over three 16M-float arrays, split across `threads` std::threads;
+// 12 bytes per element (STREAM's triad counting).
+void BM_StreamTriad(benchmark::State& state) {
+  const int64_t n = 16 << 20;
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  const float s = 3.0f;
+  auto run = [&](int64_t begin, int64_t end) {
+    float* __restrict out = a.data();
+    const float* __restrict x = b.data();
+    const float* __restrict y = c.data();
+    for (int64_t i = begin; i < end; ++i) out[i] = x[i] + s * y[i];
+  };
+  for (auto _ : state) {
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t)
+      workers.emplace_back(run, n * t / threads, n * (t + 1) / threads);
+    run(0, n / threads);
+    for (std::thread& w : workers) w.join();
+    benchmark::DoNotOptimize(a.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+BENCHMARK(BM_StreamTriad)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
