@@ -25,6 +25,7 @@
 #include <mlir/Target/LLVMIR/Export.h>
 
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 
@@ -46,12 +47,56 @@ namespace {
   throw std::runtime_error("[fusion] " + what + (detail.empty() ? "" : ": " + detail));
 }
 
+// Vector variants glibc's libmvec (2.35+) exports but LLVM 19's LIBMVEC-X86 table omits:
+// without them a tanh or erf loop calls libm once per element. Only ISAs the host has.
+class VectorMathTable {
+ public:
+  explicit VectorMathTable(const TargetDescription& target) {
+    const bool avx2 = target.features.find("+avx2") != std::string::npos;
+    const bool avx512 = target.features.find("+avx512f") != std::string::npos;
+    const char* unary[] = {"tanh", "erf", "erfc", "expm1", "log1p", "atanh", "asinh", "acosh",
+                           "sinh", "cosh", "tan", "atan", "asin", "acos", "cbrt", "log10", "log2"};
+    const char* binary[] = {"atan2", "hypot"};
+    auto add = [&](const std::string& name, const char* params) {
+      if (avx2) {
+        variant(name + "f", "_ZGVdN8" + std::string(params) + "_" + name + "f", 8, params);
+        variant(name, "_ZGVdN4" + std::string(params) + "_" + name, 4, params);
+      }
+      if (avx512) {
+        variant(name + "f", "_ZGVeN16" + std::string(params) + "_" + name + "f", 16, params);
+        variant(name, "_ZGVeN8" + std::string(params) + "_" + name, 8, params);
+      }
+    };
+    for (const char* name : unary) add(name, "v");
+    for (const char* name : binary) add(name, "vv");
+    for (size_t i = 0; i < scalar_.size(); ++i)
+      descriptions_.emplace_back(scalar_[i], vector_[i], llvm::ElementCount::getFixed(widths_[i]),
+                                 /*Masked=*/false, prefixes_[i]);
+  }
+
+  llvm::ArrayRef<llvm::VecDesc> descriptions() const { return descriptions_; }
+
+ private:
+  void variant(const std::string& scalar, const std::string& vector, unsigned width,
+               const char* params) {
+    scalar_.push_back(scalar);
+    vector_.push_back(vector);
+    widths_.push_back(width);
+    prefixes_.push_back("_ZGV_LLVM_N" + std::to_string(width) + params);
+  }
+
+  std::deque<std::string> scalar_, vector_, prefixes_;  // VecDesc keeps StringRefs to these
+  std::vector<unsigned> widths_;
+  std::vector<llvm::VecDesc> descriptions_;
+};
+
 // One MLIR context for the process; all use of it is under `mutex`.
 struct CompilerState {
   std::mutex mutex;
   mlir::MLIRContext context;
   std::unique_ptr<llvm::TargetMachine> target_machine;
   TargetDescription target;
+  std::unique_ptr<VectorMathTable> vector_math;
 
   CompilerState() : context(registry(), mlir::MLIRContext::Threading::DISABLED) {
     context.loadAllAvailableDialects();
@@ -71,6 +116,7 @@ struct CompilerState {
         target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_, std::nullopt,
         llvm::CodeGenOptLevel::Aggressive));
     if (!target_machine) fail("cannot create a target machine for " + target.cpu, "");
+    vector_math = std::make_unique<VectorMathTable>(target);
   }
 
   static mlir::DialectRegistry registry() {
@@ -137,7 +183,8 @@ void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   b.CreateRetVoid();
 }
 
-void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
+void optimize(llvm::Module& module, llvm::TargetMachine& machine,
+              const VectorMathTable& vector_math) {
   llvm::LoopAnalysisManager loops;
   llvm::FunctionAnalysisManager functions;
   llvm::CGSCCAnalysisManager cgscc;
@@ -149,6 +196,7 @@ void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
   llvm::Triple triple(module.getTargetTriple());
   llvm::TargetLibraryInfoImpl library_info(triple);
   library_info.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, triple);
+  library_info.addVectorizableFunctions(vector_math.descriptions());
   functions.registerPass([&] { return llvm::TargetLibraryAnalysis(library_info); });
   builder.registerModuleAnalyses(modules);
   builder.registerCGSCCAnalyses(cgscc);
@@ -190,7 +238,7 @@ std::unique_ptr<llvm::Module> optimizedModule(CompilerState& s, llvm::LLVMContex
   std::string verify_errors;
   llvm::raw_string_ostream verify_stream(verify_errors);
   if (llvm::verifyModule(*llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);
-  optimize(*llvm_module, *s.target_machine);
+  optimize(*llvm_module, *s.target_machine, *s.vector_math);
   return llvm_module;
 }
 

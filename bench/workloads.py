@@ -1,0 +1,228 @@
+"""The benchmark workloads: each builds its state on a device from a fixed seed, runs one step,
+and names the outputs that are checked against the CPU before anything is timed."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Workload:
+    """name: report key; inner: steps per timed repetition (tiny steps are timed in batches);
+    bytes_per_step: the least memory traffic one step needs (for GB/s), or None."""
+    inner = 1
+    bytes_per_step = None
+    tolerance = 1e-4
+
+    def build(self, device):
+        raise NotImplementedError
+
+    def step(self, state):
+        raise NotImplementedError
+
+
+def seeded():
+    torch.manual_seed(0)
+
+
+class TanhGelu(Workload):
+    """GELU (tanh form) written as the primitive ops a user would write."""
+    def __init__(self, elements, label):
+        self.name = f"gelu-tanh-{label}"
+        self.elements = elements
+        self.bytes_per_step = 8 * elements
+        self.inner = max(1, (1 << 20) // elements)
+
+    def build(self, device):
+        seeded()
+        return {"x": torch.randn(self.elements).to(device)}
+
+    def step(self, state):
+        x = state["x"]
+        return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+class BinaryAdd(Workload):
+    """16M-element float32 add into a reused output: the bandwidth-bound op of issue 3."""
+    name = "add-16M"
+    elements = 16 << 20
+    bytes_per_step = 12 * elements
+
+    def build(self, device):
+        seeded()
+        x = torch.randn(self.elements)
+        return {"x": x.to(device), "y": (x * 0.5).to(device), "out": torch.empty(self.elements).to(device)}
+
+    def step(self, state):
+        return torch.add(state["x"], state["y"], out=state["out"])
+
+
+class TinyAdd(Workload):
+    """An 8-element add: the per-op cost of dispatch (issue 3: at most 1.2x stock)."""
+    name = "tiny-add-8"
+    inner = 2000
+
+    def build(self, device):
+        seeded()
+        return {"x": torch.randn(8).to(device), "y": torch.randn(8).to(device)}
+
+    def step(self, state):
+        return state["x"] + state["y"]
+
+
+class LayerNormResidual(Workload):
+    name = "layernorm-residual"
+    shape = (32, 128, 768)
+    bytes_per_step = 3 * 4 * 32 * 128 * 768
+
+    def build(self, device):
+        seeded()
+        return {"x": torch.randn(self.shape).to(device), "r": torch.randn(self.shape).to(device),
+                "w": torch.randn(768).to(device), "b": torch.randn(768).to(device)}
+
+    def step(self, s):
+        return F.layer_norm(s["x"] + s["r"], (768,), s["w"], s["b"])
+
+
+class Softmax(Workload):
+    name = "softmax"
+    shape = (8, 12, 128, 128)
+    bytes_per_step = 2 * 4 * 8 * 12 * 128 * 128
+
+    def build(self, device):
+        seeded()
+        return {"x": torch.randn(self.shape).to(device)}
+
+    def step(self, s):
+        return torch.softmax(s["x"], dim=-1)
+
+
+def gpt_parameter_shapes(layers=12, width=768):
+    shapes = []
+    for _ in range(layers):
+        shapes += [(3 * width, width), (3 * width,), (width, width), (width,),
+                   (4 * width, width), (4 * width,), (width, 4 * width), (width,),
+                   (width,), (width,), (width,), (width,)]
+    return shapes
+
+
+class AdamWStep(Workload):
+    """torch.optim.AdamW (foreach off) over a 12-layer, 768-wide GPT's parameters."""
+    name = "adamw-gpt12"
+    tolerance = 1e-5
+
+    def __init__(self):
+        numel = sum(torch.Size(s).numel() for s in gpt_parameter_shapes())
+        self.bytes_per_step = 28 * numel  # read p, g, m, v; write p, m, v
+
+    def build(self, device):
+        seeded()
+        params = [torch.randn(s).mul_(0.02).to(device).requires_grad_() for s in gpt_parameter_shapes()]
+        for p in params:
+            p.grad = torch.randn(p.shape).mul_(0.01).to(device)
+        return {"params": params, "opt": torch.optim.AdamW(params, lr=1e-3, foreach=False)}
+
+    def step(self, s):
+        s["opt"].step()
+        return s["params"][0], s["params"][-1]
+
+
+class MlpTrainStep(Workload):
+    name = "mlp-train"
+    tolerance = 1e-3
+
+    def build(self, device):
+        seeded()
+        model = nn.Sequential(nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 1024)).to(device)
+        return {"model": model, "x": torch.randn(64, 1024).to(device),
+                "opt": torch.optim.SGD(model.parameters(), lr=1e-3)}
+
+    def step(self, s):
+        loss = s["model"](s["x"]).pow(2).mean()
+        loss.backward()
+        s["opt"].step()
+        s["opt"].zero_grad()
+        return loss.detach()
+
+
+class Block(nn.Module):
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TransformerTrainStep(Workload):
+    """A GPT-style block, forward, backward and AdamW (d=256, 4 heads, T=128, B=8)."""
+    name = "transformer-block-train"
+    tolerance = 1e-3
+
+    def build(self, device):
+        seeded()
+        block = Block().to(device)
+        mask = torch.triu(torch.full((128, 128), float("-inf")), 1).to(device)
+        return {"block": block, "x": torch.randn(8, 128, 256).to(device), "mask": mask,
+                "opt": torch.optim.AdamW(block.parameters(), lr=1e-4, foreach=False)}
+
+    def step(self, s):
+        loss = s["block"](s["x"], s["mask"]).pow(2).mean()
+        loss.backward()
+        s["opt"].step()
+        s["opt"].zero_grad()
+        return loss.detach()
+
+
+class ResNet18Inference(Workload):
+    name = "resnet18-infer"
+    tolerance = 1e-3
+
+    def build(self, device):
+        import torchvision
+        seeded()
+        model = torchvision.models.resnet18(weights=None).eval().to(device)
+        return {"model": model, "x": torch.randn(8, 3, 224, 224).to(device)}
+
+    def step(self, s):
+        with torch.no_grad():
+            return s["model"](s["x"])
+
+
+class VariableLengthLoop(Workload):
+    """Each step uses the next of 20 sequence lengths: shape-polymorphic kernels mean a new
+    length compiles nothing."""
+    name = "varlen-loop"
+    lengths = list(range(16, 336, 16))
+    inner = 20
+    tolerance = 1e-4
+
+    def build(self, device):
+        seeded()
+        return {"w": torch.randn(256, 256).mul_(0.05).to(device), "b": torch.randn(256).to(device),
+                "xs": [torch.randn(4, t, 256).to(device) for t in self.lengths], "i": 0}
+
+    def step(self, s):
+        x = s["xs"][s["i"] % len(s["xs"])]
+        s["i"] += 1
+        h = x @ s["w"]
+        return (0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h))) + s["b"]).sum(-1)
+
+
+def all_workloads(quick=False):
+    if quick:
+        return [TinyAdd(), BinaryAdd(), TanhGelu(1 << 20, "1M"), Softmax(), MlpTrainStep(),
+                VariableLengthLoop()]
+    return [TinyAdd(), BinaryAdd(), TanhGelu(1 << 10, "1K"), TanhGelu(1 << 16, "64K"),
+            TanhGelu(1 << 20, "1M"), TanhGelu(1 << 24, "16M"), LayerNormResidual(), Softmax(),
+            AdamWStep(), MlpTrainStep(), TransformerTrainStep(), ResNet18Inference(),
+            VariableLengthLoop()]
+
+
+def by_name(name):
+    for w in all_workloads():
+        if w.name == name:
+            return w
+    raise KeyError(f"no workload named {name!r}; known: {[w.name for w in all_workloads()]}")
