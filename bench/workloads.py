@@ -144,15 +144,26 @@ class MlpTrainStep(Workload):
 
 
 class Block(nn.Module):
+    """A GPT-2 style block written out as nanoGPT does (pre-norm, causal self-attention, GELU
+    MLP); explicit attention instead of nn.MultiheadAttention, whose internals PyTorch 1.13's
+    lazy tensor backend cannot trace."""
     def __init__(self, d=256, heads=4):
         super().__init__()
+        self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
+    def attention(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5) + mask
+        y = torch.softmax(scores, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+
     def forward(self, x, mask):
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        x = x + self.attention(self.ln1(x), mask)
         return x + self.mlp(self.ln2(x))
 
 
@@ -164,7 +175,7 @@ class TransformerTrainStep(Workload):
     def build(self, device):
         seeded()
         block = Block().to(device)
-        mask = torch.triu(torch.full((128, 128), float("-inf")), 1).to(device)
+        mask = torch.full((128, 128), float("-inf"), device=device).triu(1)
         return {"block": block, "x": torch.randn(8, 128, 256).to(device), "mask": mask,
                 "opt": torch.optim.AdamW(block.parameters(), lr=1e-4, foreach=False)}
 

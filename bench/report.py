@@ -1,0 +1,168 @@
+"""Turns bench rows into report.json, report.md and report.png: medians with min and max,
+speedups over stock eager and over the tuned-malloc baseline, bandwidth against the triad, and
+the compiled-eager figures of issue 3."""
+import json
+import os
+import statistics
+
+MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
+
+
+def index(rows):
+    return {(r["workload"], r["mode"], r["threads"]): r for r in rows}
+
+
+def micro_value(micro, name, key="real_time"):
+    entry = micro.get(name)
+    return entry[key] if entry else None
+
+
+def triad_gbps(micro, threads):
+    value = micro_value(micro, f"BM_StreamTriad/threads:{threads}/real_time", "bytes_per_second")
+    return value / 1e9 if value else None
+
+
+def annotate(result):
+    """Adds speedups and triad fractions to each row, and the summary figures."""
+    rows, micro = result["rows"], result["micro"]
+    cells = index(rows)
+    for r in rows:
+        if not r.get("ok"):
+            continue
+        for base in ("stock", "stock-tuned"):
+            b = cells.get((r["workload"], base, r["threads"]))
+            if b and b.get("ok"):
+                r[f"speedup_vs_{base}"] = b["median_ms"] / r["median_ms"]
+        triad = triad_gbps(micro, r["threads"])
+        if triad and "gbps" in r:
+            r["triad_fraction"] = r["gbps"] / triad
+    figures = {"triad_gbps": {t: triad_gbps(micro, t) for t in (1, 2)}}
+    for t in (1, 2):
+        add = cells.get(("add-16M", "neuron-eager", t))
+        if add and add.get("ok") and figures["triad_gbps"][t]:
+            figures[f"add_16M_triad_fraction_threads{t}"] = add["gbps"] / figures["triad_gbps"][t]
+        tiny, stock = cells.get(("tiny-add-8", "neuron-eager", t)), cells.get(("tiny-add-8", "stock", t))
+        if tiny and stock and tiny.get("ok") and stock.get("ok"):
+            figures[f"tiny_op_ratio_threads{t}"] = tiny["median_ms"] / stock["median_ms"]
+            figures[f"tiny_op_us_threads{t}"] = {"neuron": tiny["median_ms"] * 1000,
+                                                 "stock": stock["median_ms"] * 1000}
+    latencies = [r["compile_ms_median"] for r in rows
+                 if r.get("mode") == "neuron-eager" and r.get("compiles_total")]
+    if latencies:
+        figures["compile_ms_median"] = statistics.median(latencies)
+        figures["compile_ms_worst_workload_median"] = max(latencies)
+    figures["micro"] = {
+        "dispatch_add8_ns": {"stock": micro_value(micro, "BM_DispatchAdd/neuron:0/n:8/real_time"),
+                             "neuron": micro_value(micro, "BM_DispatchAdd/neuron:1/n:8/real_time")},
+        "kernel_launch_ns": {"8": micro_value(micro, "BM_KernelLaunch/n:8/threads:1/real_time"),
+                             "16M_1thread": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:1/real_time"),
+                             "16M_2threads": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:2/real_time")},
+        "alloc_64MB_ms": {"stock": micro_value(micro, "BM_Alloc64MB/neuron:0/real_time"),
+                          "neuron": micro_value(micro, "BM_Alloc64MB/neuron:1/real_time")},
+    }
+    result["figures"] = figures
+    return result
+
+
+def cell_text(r):
+    if r is None:
+        return "-"
+    if r.get("available") is False:
+        return "n/a"
+    if not r.get("ok"):
+        return "error: " + r.get("error", "")[:60].replace("|", "/")
+    text = f"{r['median_ms']:.4g} [{r['min_ms']:.4g}-{r['max_ms']:.4g}]"
+    if r["mode"] not in ("stock",) and "speedup_vs_stock" in r:
+        tuned = r.get("speedup_vs_stock-tuned")
+        text += f" {r['speedup_vs_stock']:.2f}x" + (f" / {tuned:.2f}x" if tuned else "")
+    if r.get("compiles"):
+        text += f" ({r['compiles']} compiles)"
+    return text
+
+
+def markdown(result):
+    m, rows, f = result["machine"], result["rows"], result["figures"]
+    cells = index(rows)
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    threads = sorted({r["threads"] for r in rows})
+    modes = [mode for mode in MODES if any(r["mode"] == mode for r in rows)]
+    lines = [f"# torchneuron benchmarks", "",
+             f"{m['date']} on {m['cpu']}, {m['cores']} cores; {'quick' if result['quick'] else 'full'} "
+             f"run, {result['seconds']} s. Each cell: median ms per step [min-max] over "
+             f"{rows[0].get('reps', 5) if rows else 5}+ timed repetitions after warm-up; then the "
+             "speedup over stock eager / over stock eager with jemalloc (stock-tuned); compiles "
+             "counted inside the timed region.", ""]
+    for t in threads:
+        lines += [f"## {t} thread{'s' if t > 1 else ''}", "",
+                  "| workload | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+        for w in workloads:
+            lines.append(f"| {w} | " + " | ".join(cell_text(cells.get((w, mode, t))) for mode in modes) + " |")
+        lines.append("")
+    lines += ["## Bandwidth", "", f"STREAM-style triad: "
+              + ", ".join(f"{v:.1f} GB/s at {t} thread{'s' if t > 1 else ''}"
+                          for t, v in f["triad_gbps"].items() if v), "",
+              "| workload | threads | mode | GB/s | of triad |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("ok") and "gbps" in r and r["mode"] in ("stock", "stock-tuned", "neuron-eager"):
+            lines.append(f"| {r['workload']} | {r['threads']} | {r['mode']} | {r['gbps']:.1f} | "
+                         f"{r.get('triad_fraction', 0) * 100:.0f}% |")
+    lines += ["", "## Compiled eager (issue 3)", ""]
+    for t in threads:
+        if f"add_16M_triad_fraction_threads{t}" in f:
+            lines.append(f"- 16M float32 add at {t} thread(s): {f[f'add_16M_triad_fraction_threads{t}'] * 100:.0f}% of the triad")
+        if f"tiny_op_ratio_threads{t}" in f:
+            us = f[f"tiny_op_us_threads{t}"]
+            lines.append(f"- 8-element add from Python at {t} thread(s): {us['neuron']:.2f} us vs stock "
+                         f"{us['stock']:.2f} us = {f[f'tiny_op_ratio_threads{t}']:.2f}x")
+    if "compile_ms_median" in f:
+        lines.append(f"- first compile per kernel: median {f['compile_ms_median']:.1f} ms "
+                     f"(median of each workload's median; worst workload {f['compile_ms_worst_workload_median']:.1f} ms)")
+    micro = f["micro"]
+    lines += ["", "## Micro benchmarks (Google Benchmark, medians of 5)", "",
+              f"- dispatch of an 8-element add from C++: stock {micro['dispatch_add8_ns']['stock']:.0f} ns, "
+              f"neuron {micro['dispatch_add8_ns']['neuron']:.0f} ns",
+              f"- kernel launch without the dispatcher: {micro['kernel_launch_ns']['8']:.0f} ns (8 elements); "
+              f"16M elements {micro['kernel_launch_ns']['16M_1thread'] / 1e6:.2f} ms (1 thread), "
+              f"{micro['kernel_launch_ns']['16M_2threads'] / 1e6:.2f} ms (2 threads)",
+              f"- allocate, fill and free 64 MB: stock {micro['alloc_64MB_ms']['stock']:.2f} ms, "
+              f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms", ""]
+    failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
+    if failed:
+        lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def chart(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    threads = sorted({r["threads"] for r in rows})
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    modes = [m for m in MODES[1:] if any(r["mode"] == m and r.get("ok") for r in rows)]
+    cells = index(rows)
+    fig, axes = plt.subplots(len(threads), 1, figsize=(max(8, len(workloads) * 0.9), 4 * len(threads)),
+                             squeeze=False)
+    width = 0.8 / max(len(modes), 1)
+    for ax, t in zip(axes[:, 0], threads):
+        for i, mode in enumerate(modes):
+            values = [cells.get((w, mode, t), {}).get("speedup_vs_stock", 0) for w in workloads]
+            ax.bar([x + i * width for x in range(len(workloads))], values, width, label=mode)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylabel("speedup over stock eager")
+        ax.set_title(f"{t} thread{'s' if t > 1 else ''}")
+        ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(workloads))])
+        ax.set_xticklabels(workloads, rotation=30, ha="right", fontsize=8)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_reports(result, out_dir):
+    annotate(result)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(markdown(result))
+    chart(result, os.path.join(out_dir, "report.png"))

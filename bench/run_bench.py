@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""make bench: every workload in every mode at 1 and 2 threads, one process per cell, plus the
+Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad). Writes
+build/bench/report.json, report.md and report.png.
+
+    /usr/bin/python3 bench/run_bench.py [--quick] [--out build/bench] [--modes a,b] [--workloads a,b]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from workloads import all_workloads  # noqa: E402
+from report import write_reports  # noqa: E402
+
+MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def mode_environment(mode, threads, build_dir):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONPATH"] = os.path.join(build_dir, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("NEURON_FALLBACK", "silent")
+    if mode == "stock-tuned":
+        # Freed memory stays mapped (no decay back to the OS): no page-fault storm on reuse.
+        env["LD_PRELOAD"] = JEMALLOC
+        env["MALLOC_CONF"] = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    if mode == "neuron-adaptive":
+        env["NEURON_ADAPTIVE_EAGER"] = "1"
+    return env
+
+
+def run_cell(mode, threads, workload, args):
+    command = [sys.executable, os.path.join(HERE, "run_workload.py"), "--mode", mode,
+               "--threads", str(threads), "--workload", workload, "--reps", str(args.reps)]
+    try:
+        done = subprocess.run(command, env=mode_environment(mode, threads, args.build),
+                              capture_output=True, text=True, timeout=args.cell_timeout)
+        lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+        if lines:
+            return json.loads(lines[-1])
+        error = f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:250]}"
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {args.cell_timeout} s"
+    return {"workload": workload, "mode": mode, "threads": threads, "ok": False, "error": error}
+
+
+def run_micro(args):
+    binary = os.path.join(args.build, "bench", "neuron_micro_bench")
+    out = os.path.join(args.out, "micro.json")
+    command = [binary, "--benchmark_format=json", f"--benchmark_out={out}",
+               "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true",
+               "--benchmark_min_time=0.2"]
+    env = mode_environment("neuron-eager", 1, args.build)
+    subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
+    with open(out) as f:
+        raw = json.load(f)["benchmarks"]
+    medians = {}
+    for b in raw:
+        if b.get("aggregate_name") == "median":
+            medians[b["run_name"]] = {"real_time": b["real_time"], "time_unit": b["time_unit"],
+                                      "bytes_per_second": b.get("bytes_per_second")}
+    return medians
+
+
+def machine():
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "date": datetime.date.today().isoformat()}
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few workloads, a few seconds each")
+    parser.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"))
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--cell-timeout", type=int, default=600)
+    args = parser.parse_args(argv)
+    args.out = args.out or os.path.join(args.build, "bench")
+    return args
+
+
+def main(argv):
+    args = parse(argv)
+    os.makedirs(args.out, exist_ok=True)
+    workloads = [w.name for w in all_workloads(args.quick)]
+    if args.workloads:
+        workloads = [w for w in args.workloads.split(",") if w]
+    modes = [m for m in args.modes.split(",") if m]
+    threads = [int(t) for t in args.threads.split(",")]
+    start = time.time()
+    print(f"[bench] micro benchmarks ...", flush=True)
+    micro = run_micro(args)
+    rows = []
+    total = len(workloads) * len(modes) * len(threads)
+    for t in threads:
+        for w in workloads:
+            for m in modes:
+                row = run_cell(m, t, w, args)
+                rows.append(row)
+                status = (f"{row['median_ms']:.3f} ms" if row.get("ok") else
+                          "n/a" if row.get("available") is False else "FAILED " + row.get("error", ""))
+                print(f"[bench] {len(rows)}/{total} threads={t} {w} {m}: {status}", flush=True)
+    result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
+              "micro": micro, "rows": rows}
+    write_reports(result, args.out)
+    print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
+    failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
