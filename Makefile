@@ -30,5 +30,13 @@ test: build
 conformance: build
 	$(PYTHON) tests/conformance/run_conformance.py --output $(BUILD)/conformance/summary.json
 
+# Every workload in every mode at 1 and 2 threads: $(BUILD)/bench/report.{md,json,png}.
+bench: build
+	$(PYTHON) bench/run_bench.py --build $(BUILD)
+
+# A few workloads, for a check in about a minute.
+bench-quick: build
+	$(PYTHON) bench/run_bench.py --build $(BUILD) --quick
+
 clean:
 	rm -rf $(BUILD)

@@ -20,6 +20,9 @@ void registerCompiledReductionOps(torch::Library& library);
 bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst,
                             const char* op_name = "aten::copy_");
 
+// Registers native_layer_norm and its backward as compiled reductions.
+void registerCompiledLayerNorm(torch::Library& library);
+
 // Registers cat as compiled copies into slices of its output.
 void registerCompiledCat(torch::Library& library);
 

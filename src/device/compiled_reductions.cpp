@@ -20,6 +20,7 @@
 #include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/metrics.h"
+#include "device/reduction_launch.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
 #include "launcher/parallel_launch.h"
@@ -65,17 +66,6 @@ struct NamedArgs {
   }
 };
 
-struct ReductionCall {
-  const fusion::ReductionOp* op = nullptr;
-  std::vector<at::Tensor> inputs;
-  std::vector<int64_t> dims;  // reduced dimensions of inputs[0], sorted, unique
-  bool keepdim = false;
-  at::ScalarType compute = at::kFloat;
-  std::vector<at::ScalarType> output_dtypes;
-  std::vector<at::Tensor> outputs;  // given (out=) or empty
-  std::vector<int64_t> constants;
-  std::vector<double> params;
-};
 
 bool isKernelInput(const at::Tensor& t) {
   return t.defined() && t.layout() == at::kStrided && fusion::isKernelDtype(t.scalar_type()) &&
@@ -172,7 +162,6 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
   } else {
     return false;
   }
-  if (!fusion::isKernelDtype(call.compute)) return false;
   for (size_t i = 0; i < call.outputs.size(); ++i)
     if (call.outputs[i].scalar_type() != call.output_dtypes.at(i)) return false;
   return true;
@@ -216,14 +205,15 @@ void warnCompileFailureOnce(Hash64 key, const std::string& what, const std::stri
              reason);
 }
 
-c10::optional<std::vector<at::Tensor>> runReduction(const ReductionBinding& binding,
-                                                    const NamedArgs& args, ReductionCall& call) {
+}  // namespace
+
+c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, LaunchCounter* launches) {
   const at::Tensor& self = call.inputs[0];
   for (const at::Tensor& t : call.inputs)
     if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device()) return c10::nullopt;
   for (const at::Tensor& t : call.outputs)
     if (!isKernelInput(t) || t.device() != self.device()) return c10::nullopt;
-  if (!decideTypes(binding, args, call)) return c10::nullopt;
+  if (!fusion::isKernelDtype(call.compute)) return c10::nullopt;
 
   // Input geometry (a 0-dim input reduces as shape [1]).
   const std::vector<int64_t> in_sizes = self.dim() == 0 ? std::vector<int64_t>{1} : self.sizes().vec();
@@ -327,9 +317,11 @@ c10::optional<std::vector<at::Tensor>> runReduction(const ReductionBinding& bind
   launchKernel(kernel.function, slots.data(),
                LaunchShape{kept.sizes[0], kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1),
                            at::get_num_threads()});
-  recordLaunch(binding.launches);
+  recordLaunch(launches);
   return outputs;
 }
+
+namespace {
 
 void runReductionOp(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const ReductionBinding& binding = reductionBindings().at(&handle.schema());
@@ -347,7 +339,10 @@ void runReductionOp(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   call.outputs = args.written();
   if (args.find("keepdim")) call.keepdim = args.find("keepdim")->toBool();
   call.dims = reducedDims(call.inputs[0], args.find("dim"), binding.all_dims_when_no_dim);
-  c10::optional<std::vector<at::Tensor>> result = runReduction(binding, args, call);
+  c10::optional<std::vector<at::Tensor>> result;
+  for (const at::Tensor& t : call.inputs)
+    if (!isKernelInput(t)) return runCpuFallback(handle, stack);
+  if (decideTypes(binding, args, call)) result = launchReduction(call, binding.launches);
   if (!result) {
     runCpuFallback(handle, stack);
     return;

@@ -78,6 +78,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   registerCompiledElementwiseOps(*compiled);
   registerCompiledReductionOps(*compiled);
   registerCompiledCat(*compiled);
+  registerCompiledLayerNorm(*compiled);
   routeCompositeOpsWithCpuKernelsToFallback();
 }
 

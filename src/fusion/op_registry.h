@@ -95,6 +95,7 @@ struct ReductionOp {
   int num_outputs = 1;
   bool row_output = false;  // outputs have the input's shape (softmax), not the reduced shape
   bool needs_index = false; // combine gets the element's linear index within the row (i64)
+  int num_params = 0;       // run-time scalars (a correction, an order p, an epsilon)
   std::function<std::vector<Value>(ReduceContext&, int pass)> init;
   std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,
                                    const std::vector<Value>& inputs, const Value& index)>

@@ -99,12 +99,7 @@ class ReductionEmitter {
   }
 
  private:
-  size_t paramCount() const {
-    // var/std take the correction, a general p-norm its p.
-    if (op_.name == "var" || op_.name == "std") return 1;
-    if (op_.name == "vector_norm") return 1;
-    return 0;
-  }
+  size_t paramCount() const { return static_cast<size_t>(op_.num_params); }
 
   std::vector<std::string> keptIndices() const {
     std::vector<std::string> indices;

@@ -100,6 +100,7 @@ ReductionOp variance(const char* name, bool root) {
   ReductionOp op;
   op.name = name;
   op.passes = 2;
+  op.num_params = 1;
   op.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
@@ -122,6 +123,7 @@ ReductionOp variance(const char* name, bool root) {
 ReductionOp vectorNorm() {
   ReductionOp op;
   op.name = "vector_norm";
+  op.num_params = 1;
   op.init = [](ReduceContext& c, int) {
     const double start = c.constants[0] == 3 ? INFINITY : 0.0;
     return Values{c.emit.floatConstant(start, c.wide)};
@@ -176,9 +178,75 @@ ReductionOp expSum(const char* name) {
   return op;
 }
 
+// Layer norm as three kernels over rows of [M, N]: statistics (mean, rstd), the normalization
+// (a row-wise write; mean, rstd, weight and bias come in as broadcast views), and for backward
+// the input gradient (row-wise) and the weight and bias gradients (a reduction over rows).
+void addLayerNormOps(std::vector<ReductionOp>& ops) {
+  ReductionOp stats = variance("layer_norm_stats", false);
+  stats.num_outputs = 2;
+  stats.finish = [](ReduceContext& c, const Values&) {  // rstd = 1 / sqrt(max(var, 0) + eps)
+    ScalarEmitter& e = c.emit;
+    const Value mean = e.div(c.results[0][0], c.count);
+    const Value var = e.maximum(e.div(c.results[1][0], c.count), e.floatConstant(0, c.wide));
+    const Value rstd = e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, c.params[0])));
+    return Values{mean, rstd};
+  };
+  ops.push_back(stats);
+
+  ReductionOp apply;  // inputs: x, mean, rstd, weight, bias
+  apply.name = "layer_norm_apply";
+  apply.passes = 0;
+  apply.row_output = true;
+  apply.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value normalized = e.mul(e.sub(x[0], x[1]), x[2]);
+    return Values{e.add(e.mul(normalized, x[3]), x[4])};
+  };
+  ops.push_back(apply);
+
+  // inputs: dy, x, mean, rstd, weight. dx = rstd * (g - sum(g)/N - xhat * sum(g * xhat)/N).
+  ReductionOp input_grad;
+  input_grad.name = "layer_norm_backward_input";
+  input_grad.row_output = true;
+  input_grad.init = [](ReduceContext& c, int) {
+    return Values{c.emit.floatConstant(0, c.wide), c.emit.floatConstant(0, c.wide)};
+  };
+  input_grad.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value g = e.convert(e.mul(x[0], x[4]), c.wide);
+    const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
+    return Values{e.add(acc[0], g), e.add(acc[1], e.mul(g, xhat))};
+  };
+  input_grad.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value g = e.convert(e.mul(x[0], x[4]), c.wide);
+    const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
+    const Value mean_g = e.div(c.results[0][0], c.count);
+    const Value mean_gx = e.div(c.results[0][1], c.count);
+    const Value centered = e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx));
+    return Values{e.mul(e.convert(x[3], c.wide), centered)};
+  };
+  ops.push_back(input_grad);
+
+  // inputs: dy, x, mean, rstd, reduced over rows: (sum(dy * xhat), sum(dy)).
+  ReductionOp param_grads;
+  param_grads.name = "layer_norm_backward_params";
+  param_grads.num_outputs = 2;
+  param_grads.init = input_grad.init;
+  param_grads.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value dy = e.convert(x[0], c.wide);
+    const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
+    return Values{e.add(acc[0], e.mul(dy, xhat)), e.add(acc[1], dy)};
+  };
+  param_grads.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
+  ops.push_back(param_grads);
+}
+
 }  // namespace
 
 void addReductionOps(std::vector<ReductionOp>& ops) {
+  addLayerNormOps(ops);
   auto add = [](ReduceContext& c, const Value& acc, const Value& x) { return c.emit.add(acc, x); };
   ops.push_back(fold("sum", 0, add, identity));
   ops.push_back(fold("mean", 0, add, [](ReduceContext& c, const Value& acc) {

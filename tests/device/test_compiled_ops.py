@@ -245,3 +245,25 @@ def test_compile_metrics_are_reported():
     assert m["compiles"] >= 1 and m["kernel_cache_misses"] >= 1
     assert m["compile_ms_total"] > 0 and 0 < m["compile_ms_median"] <= m["compile_ms_max"]
     assert m["kernels_loaded"] >= m["compiles"]
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_forward_and_backward_compiled(affine):
+    dev = torchneuron.device()
+    x = sample((4, 6, 32), torch.float32).requires_grad_()
+    w = sample((32,), torch.float32, 1).requires_grad_() if affine else None
+    b = sample((32,), torch.float32, 2).requires_grad_() if affine else None
+    leaves = [t for t in (x, w, b) if t is not None]
+    dev_leaves = [t.detach().to(dev).requires_grad_() for t in leaves]
+    dx, dw, db = (dev_leaves + [None, None])[:3]
+    y = torch.nn.functional.layer_norm(x, (32,), w, b, eps=1e-5)
+    (y * y.detach().cos()).sum().backward()
+    torchneuron.reset_metrics()
+    dy = torch.nn.functional.layer_norm(dx, (32,), dw, db, eps=1e-5)
+    (dy * dy.detach().cos()).sum().backward()
+    ops = torchneuron.metrics()["ops"]
+    assert not ops["fallback"], ops["fallback"]
+    assert ops["compiled"]["aten::native_layer_norm"] == 2  # statistics, then normalization
+    torch.testing.assert_close(dy.cpu(), y, rtol=1e-5, atol=1e-5)
+    for cpu_leaf, dev_leaf in zip(leaves, dev_leaves):
+        torch.testing.assert_close(dev_leaf.grad.cpu(), cpu_leaf.grad, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,156 @@
+// native_layer_norm and its backward as compiled kernels over rows of the input viewed as
+// [M, N] (N = the normalized size): statistics, then a row-wise normalization; backward, the
+// input gradient row by row and the weight and bias gradients reduced over rows. Per-row and
+// per-column tensors come into the kernels as broadcast (expanded) views. Half and bfloat16,
+// empty inputs and shapes ATen rejects run on the CPU fallback.
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "device/compiled_ops.h"
+#include "device/cpu_fallback.h"
+#include "device/device.h"
+#include "device/reduction_launch.h"
+
+namespace torchneuron {
+namespace {
+
+struct Rows {
+  int64_t m = 1, n = 1;
+  std::vector<int64_t> stat_shape;  // input's leading dims, then 1 per normalized dim
+};
+
+c10::optional<Rows> rowsOf(const at::Tensor& input, at::IntArrayRef normalized_shape) {
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
+  if (normalized_shape.empty() || axis < 0) return c10::nullopt;
+  Rows rows;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    if (d < axis) {
+      rows.m *= input.size(d);
+      rows.stat_shape.push_back(input.size(d));
+    } else {
+      if (input.size(d) != normalized_shape[d - axis]) return c10::nullopt;  // ATen's error
+      rows.n *= input.size(d);
+      rows.stat_shape.push_back(1);
+    }
+  }
+  if (rows.n == 0) return c10::nullopt;
+  return rows;
+}
+
+bool supported(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+               const c10::optional<at::Tensor>& bias) {
+  const at::ScalarType dtype = input.scalar_type();
+  if (input.device().type() != kNeuronDeviceType || (dtype != at::kFloat && dtype != at::kDouble))
+    return false;
+  for (const c10::optional<at::Tensor>& t : {weight, bias})
+    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype)) return false;
+  return true;
+}
+
+// A per-column parameter as an [M, N] view (a constant when it is absent).
+at::Tensor columns(const c10::optional<at::Tensor>& t, double absent, const Rows& rows,
+                   const at::Tensor& like) {
+  if (t && t->defined()) return t->reshape({1, rows.n}).expand({rows.m, rows.n});
+  return at::full({}, absent, like.options()).expand({rows.m, rows.n});
+}
+
+at::Tensor perRow(const at::Tensor& t, const Rows& rows) {
+  return t.reshape({rows.m, 1}).expand({rows.m, rows.n});
+}
+
+c10::optional<std::vector<at::Tensor>> run(const char* op, std::vector<at::Tensor> inputs,
+                                           int64_t dim, std::vector<double> params,
+                                           LaunchCounter* launches) {
+  ReductionCall call;
+  call.op = fusion::findReductionOp(op);
+  call.inputs = std::move(inputs);
+  call.dims = {dim};
+  call.compute = call.inputs[0].scalar_type();
+  call.output_dtypes.assign(call.op->num_outputs, call.compute);
+  call.params = std::move(params);
+  return launchReduction(call, launches);
+}
+
+void runLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  static LaunchCounter* launches = launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm");
+  auto args = torch::jit::last(*stack, 5);
+  const at::Tensor input = args[0].toTensor();
+  const std::vector<int64_t> normalized_shape = args[1].toIntVector();
+  const auto weight = args[2].toOptional<at::Tensor>();
+  const auto bias = args[3].toOptional<at::Tensor>();
+  const double eps = args[4].toDouble();
+  c10::optional<Rows> rows = rowsOf(input, normalized_shape);
+  if (!rows || !supported(input, weight, bias)) return runCpuFallback(handle, stack);
+  if (rows->m == 0) {  // no rows: empty results, nothing to launch
+    torch::jit::drop(*stack, 5);
+    torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
+                     at::empty(rows->stat_shape, input.options()));
+    return;
+  }
+  const at::Tensor x = input.contiguous().view({rows->m, rows->n});
+  auto stats = run("layer_norm_stats", {x}, 1, {eps}, launches);
+  if (!stats) return runCpuFallback(handle, stack);
+  const at::Tensor &mean = (*stats)[0], &rstd = (*stats)[1];
+  auto out = run("layer_norm_apply",
+                 {x, perRow(mean, *rows), perRow(rstd, *rows), columns(weight, 1, *rows, x),
+                  columns(bias, 0, *rows, x)},
+                 1, {}, launches);
+  if (!out) return runCpuFallback(handle, stack);
+  torch::jit::drop(*stack, 5);
+  torch::jit::push(*stack, (*out)[0].view(input.sizes()), mean.view(rows->stat_shape),
+                   rstd.view(rows->stat_shape));
+}
+
+void runLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  static LaunchCounter* launches =
+      launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm_backward");
+  auto args = torch::jit::last(*stack, 8);
+  const at::Tensor grad_out = args[0].toTensor(), input = args[1].toTensor();
+  const std::vector<int64_t> normalized_shape = args[2].toIntVector();
+  const at::Tensor mean = args[3].toTensor(), rstd = args[4].toTensor();
+  const auto weight = args[5].toOptional<at::Tensor>();
+  const auto bias = args[6].toOptional<at::Tensor>();
+  const std::vector<bool> mask = args[7].toBoolList().vec();
+  c10::optional<Rows> rows = rowsOf(input, normalized_shape);
+  const bool has_weight = weight && weight->defined(), has_bias = bias && bias->defined();
+  if (!rows || !supported(input, weight, bias) || grad_out.sizes() != input.sizes() ||
+      (mask[1] && !has_weight) || (mask[2] && !has_bias) || mean.scalar_type() != input.scalar_type())
+    return runCpuFallback(handle, stack);
+  if (rows->m == 0) {  // no rows: an empty input gradient and zero parameter gradients
+    torch::jit::drop(*stack, 8);
+    torch::jit::push(*stack, mask[0] ? at::empty_like(input) : at::Tensor(),
+                     mask[1] ? at::zeros_like(*weight) : at::Tensor(),
+                     mask[2] ? at::zeros_like(*bias) : at::Tensor());
+    return;
+  }
+  const at::Tensor x = input.contiguous().view({rows->m, rows->n});
+  const at::Tensor dy = grad_out.contiguous().view({rows->m, rows->n});
+  const at::Tensor mean_rows = perRow(mean.contiguous(), *rows);
+  const at::Tensor rstd_rows = perRow(rstd.contiguous(), *rows);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) {
+    auto result = run("layer_norm_backward_input",
+                      {dy, x, mean_rows, rstd_rows, columns(weight, 1, *rows, x)}, 1, {}, launches);
+    if (!result) return runCpuFallback(handle, stack);
+    grad_input = (*result)[0].view(input.sizes());
+  }
+  if (mask[1] || mask[2]) {
+    auto result = run("layer_norm_backward_params", {dy, x, mean_rows, rstd_rows}, 0, {}, launches);
+    if (!result) return runCpuFallback(handle, stack);
+    if (mask[1]) grad_weight = (*result)[0].view(weight->sizes());
+    if (mask[2]) grad_bias = (*result)[1].view(bias->sizes());
+  }
+  torch::jit::drop(*stack, 8);
+  torch::jit::push(*stack, grad_input, grad_weight, grad_bias);
+}
+
+}  // namespace
+
+void registerCompiledLayerNorm(torch::Library& library) {
+  library.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&runLayerNorm>());
+  library.impl("native_layer_norm_backward",
+               torch::CppFunction::makeFromBoxedFunction<&runLayerNormBackward>());
+}
+
+}  // namespace torchneuron
