@@ -28,6 +28,9 @@ def mode_environment(mode, threads, build_dir):
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.path.join(build_dir, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("NEURON_FALLBACK", "silent")
+    # Cold compiles in every cell (the first-compile figure); bench/cache_bench.py measures the
+    # persistent cache.
+    env["NEURON_CACHE"] = "0"
     if mode == "stock-tuned":
         # Freed memory stays mapped (no decay back to the OS): no page-fault storm on reuse.
         env["LD_PRELOAD"] = JEMALLOC

@@ -8,6 +8,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "cache/persistent_store.h"
 #include "device/metrics.h"
 
 namespace py = pybind11;
@@ -43,7 +44,41 @@ py::dict metricsDict() {
   result["kernel_cache_hits"] = compile.kernel_cache_hits;
   result["kernel_cache_misses"] = compile.kernel_cache_misses;
   result["kernels_loaded"] = compile.kernels_loaded;
+  result["persistent_hits"] = compile.persistent_hits;
+  result["persistent_rejected"] = compile.persistent_rejected;
+  result["persistent_load_ms_median"] = compile.persistent_load_ms_median;
   return result;
+}
+
+// The store a cache command works on: `directory`, or the environment's (NEURON_CACHE_DIR).
+std::unique_ptr<torchneuron::PersistentStore> storeAt(const std::string& directory) {
+  return std::make_unique<torchneuron::PersistentStore>(directory, 0);
+}
+
+py::dict cacheStats(const std::string& directory) {
+  const torchneuron::PersistentStoreStats s = storeAt(directory)->stats();
+  py::dict result;
+  result["entries"] = s.entries;
+  result["bytes"] = s.bytes;
+  result["hits"] = s.hits;
+  result["misses"] = s.misses;
+  result["corrupt"] = s.corrupt;
+  result["evicted"] = s.evicted;
+  return result;
+}
+
+py::list cacheList(const std::string& directory) {
+  py::list rows;
+  for (const torchneuron::StoredEntryInfo& e : storeAt(directory)->list()) {
+    py::dict row;
+    row["key"] = e.key;
+    row["bytes"] = e.bytes;
+    row["kernels"] = e.kernels;
+    row["last_use_unix_ms"] = e.last_use_unix_ms;
+    row["problem"] = e.problem;
+    rows.append(row);
+  }
+  return rows;
 }
 
 }  // namespace
@@ -68,4 +103,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("rounded_block_size", &torchneuron::roundedBlockSize, py::arg("nbytes"));
   m.def("metrics", &metricsDict);
   m.def("reset_metrics", &torchneuron::resetMetrics);
+  // The persistent compile cache, for the torchneuron-cache CLI (python/torchneuron/cache.py).
+  m.def("cache_default_directory", [] {
+    torchneuron::PersistentStore* store = torchneuron::PersistentStore::fromEnvironment();
+    return store ? store->directory() : std::string();
+  });
+  m.def("cache_stats", &cacheStats, py::arg("directory"));
+  m.def("cache_list", &cacheList, py::arg("directory"));
+  m.def("cache_prune", [](const std::string& d, int64_t max_bytes) { return storeAt(d)->prune(max_bytes); },
+        py::arg("directory"), py::arg("max_bytes"));
+  m.def("cache_clear", [](const std::string& d) { return storeAt(d)->clear(); }, py::arg("directory"));
+  m.def("cache_export", [](const std::string& d, const std::string& file) { return storeAt(d)->exportTo(file); },
+        py::arg("directory"), py::arg("file"));
+  m.def("cache_import", [](const std::string& d, const std::string& file) {
+    int64_t rejected = 0;
+    const int64_t imported = storeAt(d)->importFrom(file, &rejected);
+    return py::make_tuple(imported, rejected);
+  }, py::arg("directory"), py::arg("file"));
 }

@@ -10,3 +10,10 @@ if [[ -w "$site_dir" ]] || { [[ ! -e "$site_dir" ]] && mkdir -p "$site_dir" 2>/d
 else
   echo "[setup] cannot write $site_dir; use: export PYTHONPATH=$package_dir" >&2
 fi
+
+# The cache CLI: torchneuron-cache on PATH for root (else `python3 -m torchneuron.cache`).
+cli=/usr/local/bin/torchneuron-cache
+if [[ -w /usr/local/bin ]]; then
+  wanted=$'#!/bin/sh\nexec /usr/bin/python3 -m torchneuron.cache "$@"'
+  [[ -f "$cli" && "$(cat "$cli")" == "$wanted" ]] || { printf '%s\n' "$wanted" > "$cli"; chmod 755 "$cli"; }
+fi

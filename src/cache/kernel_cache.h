@@ -26,10 +26,17 @@ struct KernelCacheStats {
   double compile_ms_median = 0;  // of the compiles since the last reset
   double compile_ms_max = 0;
   int64_t entries = 0;
+  int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache, no compile
+  int64_t persistent_rejected = 0;  // on-disk entries that failed verification (then compiled)
+  double persistent_load_ms_median = 0;  // store read + verification + ORC link
 };
 
-// Returns the kernel for `key`; on a miss calls `build_mlir` and compiles its module, exporting
-// the entry point `fusion::kernelEntryName(key)`. The reference stays valid for the process.
+// Returns the kernel for `key`. Tiers: the process's loaded kernels, then the persistent store
+// (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s module, which
+// exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles of one key
+// are single-flight within the process and, through the store, across processes. A failed
+// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). The reference
+// stays valid for the process.
 const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
 
 KernelCacheStats kernelCacheStats();

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "cache/persistent_store.h"
 #include "device/compiled_ops.h"
 #include "device/cpu_fallback.h"
 #include "device/fallback_policy.h"
@@ -72,6 +73,8 @@ constexpr const char* kOpsRunAsFunctionalCpuKernels[] = {"mse_loss", "smooth_l1_
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&runCpuFallback>());
+  // Cache faults (at most one warning per kind) reach Python as UserWarnings.
+  setCacheWarningHandler([](const std::string& text) { TORCH_WARN(text); });
   // Compiled kernels first: the routing below skips ops that already have a device kernel.
   static auto* compiled = new torch::Library(torch::Library::IMPL, "aten",
                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);

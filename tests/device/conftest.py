@@ -1,8 +1,14 @@
+import os
+import tempfile
 import warnings
 
-import pytest
-import torch
-import torchneuron
+# Each test process starts with an empty persistent compile cache of its own, so counts of
+# compiles do not depend on earlier runs (read by the cache at the first compile).
+os.environ["NEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torchneuron  # noqa: E402
 
 
 @pytest.fixture

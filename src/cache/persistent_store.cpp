@@ -1,0 +1,437 @@
+#include "cache/persistent_store.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <rocksdb/db.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cache/executable_container.h"
+
+namespace torchneuron {
+namespace {
+
+// Key prefixes: an entry, its last use (unix ms, 8 bytes), a remembered compile failure.
+const std::string kEntry = "e/", kUse = "u/", kFailure = "f/";
+constexpr int64_t kUseGranularityMs = 3600 * 1000;
+
+std::mutex warning_mutex;
+std::function<void(const std::string&)>& warningHandler() {
+  static auto* handler = new std::function<void(const std::string&)>(
+      [](const std::string& text) { std::cerr << "torchneuron: " << text << "\n"; });
+  return *handler;
+}
+
+// At most one warning per kind of fault per process.
+void warnOnce(const std::string& kind, const std::string& text) {
+  static std::set<std::string>* warned = new std::set<std::string>();
+  std::function<void(const std::string&)> handler;
+  {
+    std::lock_guard<std::mutex> lock(warning_mutex);
+    if (!warned->insert(kind).second) return;
+    handler = warningHandler();
+  }
+  handler("[cache] " + text);
+}
+
+// RocksDB's background threads do not survive fork(), and its thread-pool state in a child
+// is not safe to use: a forked child (a DataLoader worker) runs without the persistent tier.
+std::atomic<bool> in_forked_child{false};
+void registerForkHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { in_forked_child.store(true); }); });
+}
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string encodeTime(int64_t ms) { return std::string(reinterpret_cast<const char*>(&ms), sizeof ms); }
+int64_t decodeTime(const std::string& s) {
+  int64_t ms = 0;
+  if (s.size() == sizeof ms) std::memcpy(&ms, s.data(), sizeof ms);
+  return ms;
+}
+
+bool makeDirectory(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) == 0 || errno == EEXIST) return true;
+  return false;
+}
+
+bool makeDirectories(const std::string& path) {
+  for (size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1))
+    makeDirectory(path.substr(0, at));
+  return makeDirectory(path);
+}
+
+// An flock() held until destruction.
+class FileLock {
+ public:
+  FileLock(const std::string& path, int operation) {
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);  // a read-only directory
+    if (fd_ >= 0 && flock(fd_, operation) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) close(fd_);  // closing releases the lock
+  }
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
+  std::lock_guard<std::mutex> lock(warning_mutex);
+  warningHandler() = std::move(handler);
+}
+
+struct PersistentStore::Impl {
+  std::string db_path, lock_path, locks_dir;
+  std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
+  std::mutex mutex;  // one store operation at a time per process (flock is per open file)
+
+  // Opens the database read-only under a shared lock; nullptr when it does not exist or fails.
+  std::unique_ptr<rocksdb::DB> openReader() {
+    rocksdb::Options options;
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
+    if (!status.ok()) {
+      if (!status.IsPathNotFound() && !status.IsNotFound() && status.ToString().find("No such file") == std::string::npos &&
+          status.ToString().find("does not exist") == std::string::npos)
+        warnOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
+                             "); it is bypassed, kernels compile as usual");
+      return nullptr;
+    }
+    return std::unique_ptr<rocksdb::DB>(db);
+  }
+
+  std::unique_ptr<rocksdb::DB> openWriter() {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    options.max_open_files = 64;
+    options.keep_log_file_num = 2;
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status status = rocksdb::DB::Open(options, db_path, &db);
+    if (!status.ok()) {
+      warnOnce("write", "cannot write the compile cache at " + db_path + " (" + status.ToString() +
+                            "); compiled kernels are not kept for later runs");
+      write_failures.fetch_add(1);
+      return nullptr;
+    }
+    return std::unique_ptr<rocksdb::DB>(db);
+  }
+
+  bool write(const std::function<void(rocksdb::DB&, rocksdb::WriteBatch&)>& fill) {
+    FileLock lock(lock_path, LOCK_EX);
+    if (!lock.held()) {
+      warnOnce("lock", "cannot lock " + lock_path + " (" + std::strerror(errno) +
+                           "); compiled kernels are not kept for later runs");
+      write_failures.fetch_add(1);
+      return false;
+    }
+    std::unique_ptr<rocksdb::DB> db = openWriter();
+    if (!db) return false;
+    rocksdb::WriteBatch batch;
+    fill(*db, batch);
+    rocksdb::WriteOptions options;
+    options.sync = true;
+    rocksdb::Status status = db->Write(options, &batch);
+    // Flushed to a table file so the log is empty: readers open without replaying it.
+    if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
+    if (!status.ok()) {
+      warnOnce("write", "writing the compile cache failed (" + status.ToString() + ")");
+      write_failures.fetch_add(1);
+      return false;
+    }
+    return true;
+  }
+
+  template <typename Fn>
+  auto read(Fn&& fn) -> decltype(fn(std::declval<rocksdb::DB*>())) {
+    FileLock lock(lock_path, LOCK_SH);
+    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader() : nullptr;
+    return fn(db.get());
+  }
+
+  // Deletes least recently used entries until the total is at most `max_bytes`.
+  int64_t evict(rocksdb::DB& db, rocksdb::WriteBatch& batch, int64_t max_bytes, int64_t incoming) {
+    struct Item { int64_t used, bytes; std::string key; };
+    std::vector<Item> items;
+    int64_t total = incoming;
+    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+      const std::string key = it->key().ToString().substr(kEntry.size());
+      std::string use;
+      db.Get(rocksdb::ReadOptions(), kUse + key, &use);
+      items.push_back({decodeTime(use), static_cast<int64_t>(it->value().size()), key});
+      total += static_cast<int64_t>(it->value().size());
+    }
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.used < b.used; });
+    int64_t removed = 0;
+    for (const Item& item : items) {
+      if (total <= max_bytes) break;
+      batch.Delete(kEntry + item.key);
+      batch.Delete(kUse + item.key);
+      total -= item.bytes;
+      ++removed;
+    }
+    evicted.fetch_add(removed);
+    return removed;
+  }
+};
+
+PersistentStore::PersistentStore(std::string directory, int64_t max_bytes)
+    : directory_(std::move(directory)), max_bytes_(max_bytes), impl_(std::make_unique<Impl>()) {
+  impl_->db_path = directory_ + "/db";
+  impl_->lock_path = directory_ + "/store.lock";
+  impl_->locks_dir = directory_ + "/locks";
+  registerForkHandler();
+  if (!makeDirectories(directory_) || !makeDirectory(impl_->locks_dir))
+    warnOnce("directory", "cannot create the cache directory " + directory_ + " (" +
+                              std::strerror(errno) + "); kernels compile as usual");
+}
+
+PersistentStore::~PersistentStore() = default;
+
+PersistentStore* PersistentStore::fromEnvironment() {
+  static PersistentStore* store = [] () -> PersistentStore* {
+    const char* enabled = std::getenv("NEURON_CACHE");
+    if (enabled != nullptr && std::string(enabled) == "0") return nullptr;
+    std::string directory;
+    if (const char* dir = std::getenv("NEURON_CACHE_DIR"); dir != nullptr && *dir) {
+      directory = dir;
+    } else {
+      const char* home = std::getenv("HOME");
+      directory = std::string(home && *home ? home : "/tmp") + "/.cache/torchneuron";
+    }
+    int64_t max_bytes = 0;
+    if (const char* cap = std::getenv("NEURON_CACHE_MAX_BYTES"); cap != nullptr && *cap) {
+      char* end = nullptr;
+      const long long parsed = std::strtoll(cap, &end, 10);
+      if (end == cap || *end != '\0' || parsed < 0)
+        warnOnce("max_bytes", std::string("NEURON_CACHE_MAX_BYTES=") + cap +
+                                  " is not a byte count; the cache is not capped");
+      else
+        max_bytes = parsed;
+    }
+    return new PersistentStore(directory, max_bytes);
+  }();
+  return store;
+}
+
+std::optional<std::vector<char>> PersistentStore::get(const std::string& key) {
+  if (in_forked_child.load()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  bool stale_use = false;
+  std::optional<std::vector<char>> found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
+    std::string value, use;
+    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) return std::nullopt;
+    stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &use).ok() ||
+                nowMs() - decodeTime(use) > kUseGranularityMs;
+    return std::vector<char>(value.begin(), value.end());
+  });
+  // Last use is kept to the hour (what LRU eviction needs), so a warm run writes nothing.
+  if (found && stale_use) {
+    impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
+      batch.Put(kUse + key, encodeTime(nowMs()));
+    });
+  }
+  (found ? impl_->hits : impl_->misses).fetch_add(1);
+  return found;
+}
+
+bool PersistentStore::put(const std::string& key, const std::vector<char>& value) {
+  if (in_forked_child.load()) return false;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
+    if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
+    batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
+    batch.Put(kUse + key, encodeTime(nowMs()));
+    batch.Delete(kFailure + key);
+  });
+}
+
+void PersistentStore::noteCorrupt(const std::string& key, const std::string& why) {
+  impl_->corrupt.fetch_add(1);
+  warnOnce("corrupt", "a cached kernel failed verification (" + why +
+                          "); it was ignored and will be recompiled");
+}
+
+std::optional<std::string> PersistentStore::failure(const std::string& key,
+                                                    const std::string& engine_version) {
+  const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
+  if (in_forked_child.load()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
+    std::string value;
+    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &value).ok()) return std::nullopt;
+    const size_t split = value.find('\n');
+    if (split == std::string::npos || value.substr(0, split) != version) return std::nullopt;
+    return value.substr(split + 1);
+  });
+}
+
+void PersistentStore::recordFailure(const std::string& key, const std::string& reason,
+                                    const std::string& engine_version) {
+  const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
+  if (in_forked_child.load()) return;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
+    batch.Put(kFailure + key, version + "\n" + reason);
+  });
+}
+
+PersistentStore::KeyLock::~KeyLock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::string& key,
+                                                                   std::chrono::milliseconds deadline) {
+  if (in_forked_child.load()) return nullptr;
+  const std::string path = impl_->locks_dir + "/" + key;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() >= until) {
+      close(fd);
+      warnOnce("deadline", "waited past the deadline for another process compiling the same "
+                           "kernel; compiling here too");
+      return nullptr;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return std::make_unique<KeyLock>(fd);
+}
+
+std::vector<StoredEntryInfo> PersistentStore::list() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->read([&](rocksdb::DB* db) {
+    std::vector<StoredEntryInfo> entries;
+    if (db == nullptr) return entries;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+      StoredEntryInfo info;
+      info.key = it->key().ToString().substr(kEntry.size());
+      const std::vector<char> bytes(it->value().data(), it->value().data() + it->value().size());
+      info.bytes = static_cast<int64_t>(bytes.size());
+      std::string why;
+      std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
+      info.problem = container ? "" : why;
+      info.kernels = container ? static_cast<int64_t>(container->kernels.size()) : 0;
+      std::string use;
+      if (db->Get(rocksdb::ReadOptions(), kUse + info.key, &use).ok()) info.last_use_unix_ms = decodeTime(use);
+      entries.push_back(std::move(info));
+    }
+    return entries;
+  });
+}
+
+PersistentStoreStats PersistentStore::stats() {
+  PersistentStoreStats s;
+  for (const StoredEntryInfo& e : list()) {
+    ++s.entries;
+    s.bytes += e.bytes;
+  }
+  s.hits = impl_->hits.load();
+  s.misses = impl_->misses.load();
+  s.corrupt = impl_->corrupt.load();
+  s.evicted = impl_->evicted.load();
+  s.write_failures = impl_->write_failures.load();
+  return s;
+}
+
+int64_t PersistentStore::prune(int64_t max_bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  int64_t removed = 0;
+  impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
+    removed = impl_->evict(db, batch, max_bytes, 0);
+  });
+  return removed;
+}
+
+bool PersistentStore::clear() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
+    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) batch.Delete(it->key());
+  });
+}
+
+int64_t PersistentStore::exportTo(const std::string& file) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  if (!out) return -1;
+  int64_t count = impl_->read([&](rocksdb::DB* db) -> int64_t {
+    int64_t n = 0;
+    if (db == nullptr) return 0;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+      const std::string key = it->key().ToString().substr(kEntry.size());
+      const uint64_t key_size = key.size(), value_size = it->value().size();
+      out.write(reinterpret_cast<const char*>(&key_size), sizeof key_size).write(key.data(), key_size);
+      out.write(reinterpret_cast<const char*>(&value_size), sizeof value_size)
+          .write(it->value().data(), value_size);
+      ++n;
+    }
+    return n;
+  });
+  out.close();
+  return out ? count : -1;
+}
+
+int64_t PersistentStore::importFrom(const std::string& file, int64_t* rejected) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return -1;
+  std::vector<std::pair<std::string, std::vector<char>>> entries;
+  int64_t bad = 0;
+  while (true) {
+    uint64_t key_size = 0, value_size = 0;
+    if (!in.read(reinterpret_cast<char*>(&key_size), sizeof key_size)) break;
+    if (key_size > 4096) { ++bad; break; }
+    std::string key(key_size, '\0');
+    if (!in.read(key.data(), key_size) ||
+        !in.read(reinterpret_cast<char*>(&value_size), sizeof value_size) || value_size > (1ull << 31)) {
+      ++bad;
+      break;
+    }
+    std::vector<char> value(value_size);
+    if (!in.read(value.data(), value_size)) { ++bad; break; }
+    std::string why;
+    if (!parseContainer(value, &why)) { ++bad; continue; }
+    entries.emplace_back(std::move(key), std::move(value));
+  }
+  if (rejected) *rejected = bad;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const bool ok = impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
+    for (const auto& [key, value] : entries) {
+      batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
+      batch.Put(kUse + key, encodeTime(nowMs()));
+    }
+  });
+  return ok ? static_cast<int64_t>(entries.size()) : -1;
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,217 @@
+// The persistent store under faults: concurrent writers, a writer killed mid-write, a damaged
+// database, an unusable directory, remembered failures across engine versions, export/import,
+// and the kernel cache failing open over a corrupt entry.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cache/executable_container.h"
+#include "cache/kernel_cache.h"
+#include "cache/persistent_store.h"
+#include "fusion/kernel_builder.h"
+#include "fusion/op_registry.h"
+
+namespace torchneuron {
+namespace {
+
+// Runs the writer helper as a separate process (fork alone would copy RocksDB's thread pool
+// state into the child).
+pid_t startWriter(const std::string& dir, const std::string& key, int rounds, size_t bytes, char fill) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string rounds_text = std::to_string(rounds), bytes_text = std::to_string(bytes);
+    const std::string fill_text(1, fill);
+    execl(NEURON_STORE_WRITER, NEURON_STORE_WRITER, dir.c_str(), key.c_str(), rounds_text.c_str(),
+          bytes_text.c_str(), fill_text.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string freshDirectory() {
+  char pattern[] = "/tmp/neuron-store-test-XXXXXX";
+  return mkdtemp(pattern);
+}
+
+std::vector<char> containerBytes(char fill, size_t size = 2048) {
+  ExecutableContainer c;
+  c.engine_version = kEngineVersion;
+  c.key_material = std::string(1, fill);
+  c.kernels = {{"k", "slots-v1"}};
+  c.object.assign(size, fill);
+  return c.serialize();
+}
+
+// Warnings are collected instead of printed.
+std::vector<std::string>& warnings() {
+  static std::vector<std::string> seen;
+  return seen;
+}
+
+class PersistentStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setCacheWarningHandler([](const std::string& text) { warnings().push_back(text); });
+  }
+};
+
+TEST_F(PersistentStoreTest, PutGetAndAbsentKeys) {
+  PersistentStore store(freshDirectory(), 0);
+  EXPECT_FALSE(store.get("missing"));
+  ASSERT_TRUE(store.put("a", containerBytes('a')));
+  ASSERT_TRUE(store.get("a"));
+  EXPECT_EQ(*store.get("a"), containerBytes('a'));
+  EXPECT_EQ(store.stats().entries, 1);
+}
+
+TEST_F(PersistentStoreTest, EightProcessesWritingOneKeyAtOnce) {
+  const std::string dir = freshDirectory();
+  std::vector<pid_t> writers;
+  for (int i = 0; i < 8; ++i) writers.push_back(startWriter(dir, "same", 5, 2048, 's'));
+  for (pid_t pid : writers) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed (a LOCK error?)";
+  }
+  PersistentStore store(dir, 0);
+  const auto value = store.get("same");
+  ASSERT_TRUE(value);
+  const auto parsed = parseContainer(*value, nullptr);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->object, std::vector<char>(2048, 's'));
+}
+
+TEST_F(PersistentStoreTest, WriterKilledMidWriteLeavesOldValueOrNoneAndNoStaleLock) {
+  const std::string dir = freshDirectory();
+  {
+    PersistentStore store(dir, 0);
+    ASSERT_TRUE(store.put("k", containerBytes('o')));
+  }
+  const pid_t writer = startWriter(dir, "k", 0, 1 << 20, 'w');  // writes until killed
+  usleep(400 * 1000);
+  kill(writer, SIGKILL);
+  waitpid(writer, nullptr, 0);
+  PersistentStore store(dir, 0);
+  const auto value = store.get("k");
+  ASSERT_TRUE(value);  // the old value or a newer complete one
+  EXPECT_TRUE(parseContainer(*value, nullptr)) << "a torn value survived the kill";
+  EXPECT_TRUE(store.put("k", containerBytes('n')));  // no stale lock
+  EXPECT_EQ(*store.get("k"), containerBytes('n'));
+}
+
+TEST_F(PersistentStoreTest, DamagedDatabaseIsBypassedWithAWarning) {
+  const std::string dir = freshDirectory();
+  {
+    PersistentStore store(dir, 0);
+    ASSERT_TRUE(store.put("k", containerBytes('k')));
+  }
+  std::ofstream(dir + "/db/CURRENT", std::ios::trunc) << "MANIFEST-999999\n";
+  warnings().clear();
+  PersistentStore store(dir, 0);
+  EXPECT_FALSE(store.get("k"));  // a miss, not a crash
+  EXPECT_FALSE(store.put("k", containerBytes('k')));
+  EXPECT_FALSE(warnings().empty());
+}
+
+TEST_F(PersistentStoreTest, UnusableDirectoryRunsWithoutTheCache) {
+  // Tests run as root, for whom mode bits do not make a directory read-only: a directory path
+  // that runs through a regular file is unusable for anyone.
+  const std::string file = freshDirectory() + "/not-a-directory";
+  std::ofstream(file) << "x";
+  warnings().clear();
+  PersistentStore store(file + "/cache", 0);
+  EXPECT_FALSE(store.put("k", containerBytes('k')));
+  EXPECT_FALSE(store.get("k"));
+  EXPECT_FALSE(warnings().empty());
+}
+
+TEST_F(PersistentStoreTest, FailuresAreRememberedPerEngineVersion) {
+  PersistentStore store(freshDirectory(), 0);
+  store.recordFailure("bad", "LLVM ran out of registers", "torchneuron-engine-0");
+  EXPECT_FALSE(store.failure("bad"));  // another engine version: retried
+  EXPECT_EQ(store.failure("bad", "torchneuron-engine-0").value_or(""), "LLVM ran out of registers");
+  store.recordFailure("bad", "still bad");
+  EXPECT_EQ(store.failure("bad").value_or(""), "still bad");
+  ASSERT_TRUE(store.put("bad", containerBytes('b')));  // a later success clears it
+  EXPECT_FALSE(store.failure("bad"));
+}
+
+TEST_F(PersistentStoreTest, SizeCapEvictsLeastRecentlyUsed) {
+  PersistentStore store(freshDirectory(), 5000);  // two entries fit, three do not
+  ASSERT_TRUE(store.put("first", containerBytes('1')));
+  usleep(2000);
+  ASSERT_TRUE(store.put("second", containerBytes('2')));
+  usleep(2000);
+  ASSERT_TRUE(store.put("third", containerBytes('3')));  // over the cap: "first" goes
+  EXPECT_FALSE(store.get("first"));
+  EXPECT_TRUE(store.get("third"));
+  EXPECT_GE(store.stats().evicted, 1);
+  EXPECT_EQ(store.prune(0), 2);
+  EXPECT_EQ(store.stats().entries, 0);
+}
+
+TEST_F(PersistentStoreTest, ExportThenImportGivesByteIdenticalEntries) {
+  PersistentStore source(freshDirectory(), 0);
+  for (char c : {'x', 'y', 'z'}) ASSERT_TRUE(source.put(std::string(1, c), containerBytes(c)));
+  const std::string file = freshDirectory() + "/cache.export";
+  ASSERT_EQ(source.exportTo(file), 3);
+  PersistentStore target(freshDirectory(), 0);
+  int64_t rejected = -1;
+  ASSERT_EQ(target.importFrom(file, &rejected), 3);
+  EXPECT_EQ(rejected, 0);
+  for (char c : {'x', 'y', 'z'}) EXPECT_EQ(*target.get(std::string(1, c)), containerBytes(c));
+  // A damaged export: the flipped entry is rejected, the others import.
+  std::fstream damaged(file, std::ios::in | std::ios::out | std::ios::binary);
+  damaged.seekp(60);
+  damaged.put('\x01');
+  damaged.close();
+  PersistentStore third(freshDirectory(), 0);
+  EXPECT_EQ(third.importFrom(file, &rejected), 2);
+  EXPECT_EQ(rejected, 1);
+}
+
+TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
+  // The process's store comes from the environment at its first use.
+  const std::string dir = freshDirectory();
+  setenv("NEURON_CACHE_DIR", dir.c_str(), 1);
+  unsetenv("NEURON_CACHE");
+  PersistentStore* store = PersistentStore::fromEnvironment();
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->directory(), dir);
+  fusion::ElementwiseSignature s;
+  s.op = fusion::findElementwiseOp("hypot");
+  s.compute = s.output = c10::kFloat;
+  s.inputs = {c10::kFloat, c10::kFloat};
+  s.inner.assign(3, fusion::InnerStride::kContiguous);
+  const std::string mlir = fusion::buildElementwiseKernel(s);
+  // Poison every key the store could hold for it: write garbage under all current entries
+  // after one compile, then force a new process-level lookup through a fresh signature key.
+  resetKernelCacheCounters();
+  const CachedKernel& first = kernelFor(s.key(), [&] { return mlir; });
+  ASSERT_NE(first.function, nullptr);
+  for (const StoredEntryInfo& entry : store->list()) {
+    std::vector<char> corrupt = *store->get(entry.key);
+    corrupt[corrupt.size() / 2] ^= 0x10;
+    ASSERT_TRUE(store->put(entry.key, corrupt));
+  }
+  warnings().clear();
+  const CachedKernel& again = kernelFor(s.key() ^ 1, [&] { return mlir; });  // new in memory
+  EXPECT_NE(again.function, nullptr);
+  const KernelCacheStats stats = kernelCacheStats();
+  EXPECT_EQ(stats.persistent_rejected, 1);
+  EXPECT_EQ(stats.compiles, 2);  // recompiled rather than loaded
+  ASSERT_EQ(warnings().size(), 1u) << warnings()[0] << " | " << warnings().back();
+  EXPECT_NE(warnings()[0].find("failed verification"), std::string::npos) << warnings()[0];
+}
+
+}  // namespace
+}  // namespace torchneuron

@@ -1,0 +1,133 @@
+"""The persistent compile cache across processes: reruns compile nothing, eight processes on a
+cold directory compile each kernel once in total, faults fail open, and the torchneuron-cache
+CLI manages it."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+# A small program: a handful of distinct kernels; prints its metrics and a checksum.
+PROGRAM = r"""
+import json, torch, torchneuron
+dev = torchneuron.device()
+torch.manual_seed(0)
+x = torch.randn(64, 33)
+d = x.to(dev)
+outs = [torch.tanh(d) * 2 + 1, torch.softmax(d, 1), d.sum(0), torch.nn.functional.gelu(d), d.t().exp()]
+expected = [torch.tanh(x) * 2 + 1, torch.softmax(x, 1), x.sum(0), torch.nn.functional.gelu(x), x.t().exp()]
+ok = all(torch.allclose(o.cpu(), e, atol=1e-5) for o, e in zip(outs, expected))
+m = torchneuron.metrics()
+print(json.dumps({"ok": ok, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+                  "rejected": m["persistent_rejected"]}))
+"""
+
+
+def run_program(env_extra, check=True):
+    env = dict(os.environ, **env_extra)
+    done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
+                          timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def result_of(done):
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def cache_dir():
+    return tempfile.mkdtemp(prefix="neuron-cache-")
+
+
+def distinct_kernels():
+    return result_of(run_program({"NEURON_CACHE": "0"}))["compiles"]
+
+
+def test_second_run_compiles_nothing(cache_dir):
+    first = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    second = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    assert first["ok"] and second["ok"]
+    assert first["compiles"] > 0
+    assert second["compiles"] == 0
+    assert second["persistent_hits"] == first["compiles"]
+
+
+def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir):
+    expected = distinct_kernels()
+    env = dict(os.environ, NEURON_CACHE_DIR=cache_dir)
+    processes = [subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    results = []
+    for p in processes:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["ok"] for r in results)
+    assert sum(r["compiles"] for r in results) == expected
+    assert sum(r["compiles"] + r["persistent_hits"] for r in results) == 8 * expected
+
+
+def test_cache_off_writes_nothing(cache_dir):
+    result = result_of(run_program({"NEURON_CACHE": "0", "NEURON_CACHE_DIR": cache_dir}))
+    assert result["ok"] and result["compiles"] > 0
+    assert os.listdir(cache_dir) == []
+
+
+def test_unusable_directory_runs_and_warns_once(cache_dir):
+    blocker = os.path.join(cache_dir, "a-file")
+    open(blocker, "w").close()
+    done = run_program({"NEURON_CACHE_DIR": os.path.join(blocker, "cache"), "PYTHONWARNINGS": "always"})
+    assert result_of(done)["ok"]
+    cache_warnings = [l for l in done.stderr.splitlines() if "[cache]" in l]
+    assert 1 <= len(cache_warnings) <= 2, done.stderr  # the directory, then the write attempt
+    assert len(set(cache_warnings)) == len(cache_warnings)
+
+
+def test_bad_size_cap_names_the_value(cache_dir):
+    done = run_program({"NEURON_CACHE_DIR": cache_dir, "NEURON_CACHE_MAX_BYTES": "lots"})
+    assert result_of(done)["ok"]
+    assert "NEURON_CACHE_MAX_BYTES=lots is not a byte count" in done.stderr
+
+
+def cli(*args, check=True):
+    done = subprocess.run([sys.executable, "-m", "torchneuron.cache", *args], capture_output=True,
+                          text=True, timeout=120)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_cli_stats_list_verify_prune_export_import_clear(cache_dir):
+    kernels = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))["compiles"]
+    assert f"entries   {kernels}" in cli("--dir", cache_dir, "stats").stdout
+    listing = cli("--dir", cache_dir, "list").stdout
+    assert f"{kernels} entries" in listing and "DAMAGED" not in listing
+    assert "0 damaged" in cli("--dir", cache_dir, "verify").stdout
+
+    exported = os.path.join(cache_dir, "warm.cache")
+    assert f"exported {kernels} entries" in cli("--dir", cache_dir, "export", exported).stdout
+    other = tempfile.mkdtemp(prefix="neuron-cache-import-")
+    assert f"imported {kernels} entries, rejected 0" in cli("--dir", other, "import", exported).stdout
+    assert result_of(run_program({"NEURON_CACHE_DIR": other}))["compiles"] == 0  # warm from import
+
+    with open(exported, "r+b") as f:  # damage one entry's payload
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    third = tempfile.mkdtemp(prefix="neuron-cache-damaged-")
+    damaged = cli("--dir", third, "import", exported, check=False)
+    assert damaged.returncode == 1 and "rejected 1 damaged" in damaged.stdout
+
+    assert f"evicted {kernels} " in cli("--dir", cache_dir, "prune", "--max-bytes", "0").stdout
+    assert "entries   0" in cli("--dir", cache_dir, "stats").stdout
+    cli("--dir", other, "clear")
+    assert "entries   0" in cli("--dir", other, "stats").stdout
+    bad = cli("--dir", cache_dir, "prune", "--max-bytes", "-5", check=False)
+    assert bad.returncode == 2 and "got -5" in bad.stderr
+    missing = cli("--dir", cache_dir, "import", "/nonexistent/file", check=False)
+    assert missing.returncode == 2 and "/nonexistent/file" in missing.stderr
