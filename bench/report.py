@@ -126,6 +126,24 @@ def markdown(result):
               f"{micro['kernel_launch_ns']['16M_2threads'] / 1e6:.2f} ms (2 threads)",
               f"- allocate, fill and free 64 MB: stock {micro['alloc_64MB_ms']['stock']:.2f} ms, "
               f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms", ""]
+    cache = result.get("cache")
+    if cache:
+        lines += ["## Persistent compile cache (issue 4; `bench/cache_bench.py`)", ""]
+        if "error" in cache:
+            lines.append(f"- error: {cache['error']}")
+        else:
+            cold, warm, off = cache["cold_run"], cache["second_run"], cache["cache_off_run"]
+            eight = cache["eight_processes"]
+            lines += [
+                f"- transformer-block training step, 1 thread, fresh processes on one cache directory: "
+                f"first run {cold['compiles']} compiles, first iteration {cold['first_iteration_ms']:.0f} ms; "
+                f"second run {warm['compiles']} compiles ({warm['persistent_hits']} kernels loaded), first "
+                f"iteration {warm['first_iteration_ms']:.0f} ms = {warm['first_over_steady']:.2f}x its steady "
+                f"{warm['steady_iteration_ms']:.0f} ms (cache off: {off['first_over_steady']:.2f}x)",
+                f"- load of one cached kernel (store read, verification, ORC link): median "
+                f"{warm['load_ms_median']:.2f} ms",
+                f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
+                f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)", ""]
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]

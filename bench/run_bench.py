@@ -73,6 +73,14 @@ def run_micro(args):
     return medians
 
 
+def run_cache_bench(args):
+    command = [sys.executable, os.path.join(HERE, "cache_bench.py"), "--build", args.build]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def machine():
     model = "unknown"
     try:
@@ -120,8 +128,10 @@ def main(argv):
                 status = (f"{row['median_ms']:.3f} ms" if row.get("ok") else
                           "n/a" if row.get("available") is False else "FAILED " + row.get("error", ""))
                 print(f"[bench] {len(rows)}/{total} threads={t} {w} {m}: {status}", flush=True)
+    print("[bench] persistent compile cache ...", flush=True)
+    cache = run_cache_bench(args)
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
-              "micro": micro, "rows": rows}
+              "micro": micro, "rows": rows, "cache": cache}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

@@ -19,6 +19,7 @@
 #include <iostream>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <thread>
 
 #include "cache/executable_container.h"
@@ -109,6 +110,10 @@ void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
 
 struct PersistentStore::Impl {
   std::string db_path, lock_path, locks_dir;
+  // Entries and last-use times read in one pass at the first lookup, so a warm process opens
+  // the database once rather than once per kernel. Keys missing from it are read afresh.
+  bool snapshot_taken = false;
+  std::unordered_map<std::string, std::string> snapshot_entries, snapshot_uses;
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
   std::mutex mutex;  // one store operation at a time per process (flock is per open file)
 
@@ -244,14 +249,39 @@ PersistentStore* PersistentStore::fromEnvironment() {
 std::optional<std::vector<char>> PersistentStore::get(const std::string& key) {
   if (in_forked_child.load()) return std::nullopt;
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  constexpr size_t kSnapshotLimit = 64 << 20;
+  if (!impl_->snapshot_taken) {
+    impl_->snapshot_taken = true;
+    impl_->read([&](rocksdb::DB* db) {
+      if (db == nullptr) return 0;
+      size_t bytes = 0;
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+      for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry) && bytes < kSnapshotLimit;
+           it->Next()) {
+        bytes += it->value().size();
+        impl_->snapshot_entries[it->key().ToString().substr(kEntry.size())] = it->value().ToString();
+      }
+      for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
+        impl_->snapshot_uses[it->key().ToString().substr(kUse.size())] = it->value().ToString();
+      return 0;
+    });
+  }
+  std::optional<std::vector<char>> found;
   bool stale_use = false;
-  std::optional<std::vector<char>> found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
-    std::string value, use;
-    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) return std::nullopt;
-    stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &use).ok() ||
-                nowMs() - decodeTime(use) > kUseGranularityMs;
-    return std::vector<char>(value.begin(), value.end());
-  });
+  if (auto it = impl_->snapshot_entries.find(key); it != impl_->snapshot_entries.end()) {
+    found.emplace(it->second.begin(), it->second.end());
+    auto use = impl_->snapshot_uses.find(key);
+    stale_use = use == impl_->snapshot_uses.end() || nowMs() - decodeTime(use->second) > kUseGranularityMs;
+    impl_->snapshot_entries.erase(it);  // loaded once per process; a repeat lookup reads afresh
+  } else {
+    found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
+      std::string value, use;
+      if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) return std::nullopt;
+      stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &use).ok() ||
+                  nowMs() - decodeTime(use) > kUseGranularityMs;
+      return std::vector<char>(value.begin(), value.end());
+    });
+  }
   // Last use is kept to the hour (what LRU eviction needs), so a warm run writes nothing.
   if (found && stale_use) {
     impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
@@ -365,6 +395,8 @@ PersistentStoreStats PersistentStore::stats() {
 
 int64_t PersistentStore::prune(int64_t max_bytes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->snapshot_taken = false;
+  impl_->snapshot_entries.clear();
   int64_t removed = 0;
   impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
     removed = impl_->evict(db, batch, max_bytes, 0);
@@ -374,6 +406,8 @@ int64_t PersistentStore::prune(int64_t max_bytes) {
 
 bool PersistentStore::clear() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->snapshot_taken = false;
+  impl_->snapshot_entries.clear();
   return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
     std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) batch.Delete(it->key());

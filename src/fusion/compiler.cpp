@@ -24,6 +24,7 @@
 #include <mlir/Target/LLVMIR/Dialect/All.h>
 #include <mlir/Target/LLVMIR/Export.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -102,12 +103,7 @@ struct CompilerState {
     context.loadAllAvailableDialects();
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
-    target.triple = llvm::sys::getProcessTriple();
-    target.cpu = llvm::sys::getHostCPUName().str();
-    for (const auto& feature : llvm::sys::getHostCPUFeatures())
-      target.features += std::string(target.features.empty() ? "" : ",") +
-                         (feature.getValue() ? "+" : "-") + feature.getKey().str();
-    target.llvm_version = LLVM_VERSION_STRING;
+    target = hostTarget();
     std::string error;
     const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
     if (llvm_target == nullptr) fail("no LLVM target for " + target.triple, error);
@@ -208,7 +204,24 @@ void optimize(llvm::Module& module, llvm::TargetMachine& machine,
 
 }  // namespace
 
-const TargetDescription& hostTarget() { return state().target; }
+// Host queries only: loading a cached kernel needs the target, not an MLIR context. Features
+// are sorted, so the description (part of every persistent key) is canonical.
+const TargetDescription& hostTarget() {
+  static const TargetDescription target = [] {
+    TargetDescription t;
+    t.triple = llvm::sys::getProcessTriple();
+    t.cpu = llvm::sys::getHostCPUName().str();
+    std::vector<std::string> features;
+    for (const auto& feature : llvm::sys::getHostCPUFeatures())
+      features.push_back((feature.getValue() ? "+" : "-") + feature.getKey().str());
+    std::sort(features.begin(), features.end());
+    for (const std::string& feature : features)
+      t.features += (t.features.empty() ? "" : ",") + feature;
+    t.llvm_version = LLVM_VERSION_STRING;
+    return t;
+  }();
+  return target;
+}
 
 std::string lowerToLLVMDialect(const std::string& mlir_module) {
   CompilerState& s = state();

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The persistent compile cache, measured (issue 4): a training script run twice in fresh
+processes on one cache directory (compiles, first iteration against steady state, load time per
+cached kernel), and eight processes started at once on a cold directory (total compiles against
+distinct kernels). Prints one JSON object; run_bench.py includes it in the report.
+
+    /usr/bin/python3 bench/cache_bench.py [--build build]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+# One GPT-style block training step per iteration (bench/workloads.py), timed per iteration.
+SCRIPT = r"""
+import json, sys, time, torch, torchneuron
+sys.path.insert(0, sys.argv[1])
+from workloads import TransformerTrainStep
+torch.set_num_threads(1)
+w = TransformerTrainStep()
+state = w.build(torchneuron.device())
+times = []
+for _ in range(int(sys.argv[2])):
+    start = time.perf_counter()
+    w.step(state)
+    torchneuron.synchronize()
+    times.append((time.perf_counter() - start) * 1000)
+m = torchneuron.metrics()
+print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+                  "load_ms_median": m["persistent_load_ms_median"], "compile_ms_median": m["compile_ms_median"]}))
+"""
+
+
+def run(env, iterations=12):
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", SCRIPT, here, str(iterations)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(r):
+    steady = statistics.median(r["times_ms"][2:])
+    return {"compiles": r["compiles"], "persistent_hits": r["persistent_hits"],
+            "first_iteration_ms": r["times_ms"][0], "steady_iteration_ms": steady,
+            "first_over_steady": r["times_ms"][0] / steady, "load_ms_median": r["load_ms_median"],
+            "compile_ms_median": r["compile_ms_median"]}
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default=os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "build"))
+    args = parser.parse_args(argv)
+    base = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), NEURON_FALLBACK="silent",
+                OMP_NUM_THREADS="1")
+    directory = tempfile.mkdtemp(prefix="neuron-cache-bench-")
+    try:
+        env = dict(base, NEURON_CACHE_DIR=directory)
+        cold, warm = summarize(run(env)), summarize(run(env))
+        no_cache = summarize(run(dict(base, NEURON_CACHE="0")))
+        shutil.rmtree(directory)
+        os.makedirs(directory)
+        procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, os.path.dirname(os.path.abspath(__file__)), "2"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(8)]
+        eight = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(err.strip().splitlines()[-1])
+            eight.append(json.loads(out.strip().splitlines()[-1]))
+        result = {"cold_run": cold, "second_run": warm, "cache_off_run": no_cache,
+                  "eight_processes": {"distinct_kernels": no_cache["compiles"],
+                                      "total_compiles": sum(r["compiles"] for r in eight),
+                                      "total_loads": sum(r["persistent_hits"] for r in eight)}}
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
