@@ -6,7 +6,7 @@
 
 namespace torchneuron {
 
-const char* const kEngineVersion = "torchneuron-engine-3";
+const char* const kEngineVersion = "torchneuron-engine-4";
 
 namespace {
 

@@ -40,11 +40,14 @@ struct Table {
   std::atomic<int64_t> persistent_hits{0}, persistent_rejected{0};
 };
 
-// What an on-disk entry must match to be loaded here.
-LoadRequirements requirementsFor(const std::string& mlir) {
+// What an on-disk entry must match to be loaded here. The key material names the entry symbol
+// too: two signatures can lower to the same MLIR (sign and sgn), and each needs its own symbol
+// in the process.
+LoadRequirements requirementsFor(Hash64 key, const std::string& mlir) {
   const fusion::TargetDescription& target = fusion::hostTarget();
   return {kEngineVersion, target.llvm_version, target.triple, target.features,
-          std::string(fusion::kLoweringPipeline) + "; O3; libmvec", mlir};
+          std::string(fusion::kLoweringPipeline) + "; O3; libmvec",
+          fusion::kernelEntryName(key) + "\n" + mlir};
 }
 
 // The store key: every input of the compile, hashed (the entry keeps them all in full).
@@ -135,7 +138,7 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
 // A memory miss: the persistent store, else a compile (single-flight across processes).
 CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& build_mlir) {
   const std::string mlir = build_mlir();
-  const LoadRequirements wanted = requirementsFor(mlir);
+  const LoadRequirements wanted = requirementsFor(key, mlir);
   PersistentStore* store = PersistentStore::fromEnvironment();
   if (store == nullptr) return compileAndLoad(t, key, mlir, wanted, nullptr, "");
   const std::string store_key = storeKey(wanted);
