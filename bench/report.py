@@ -59,6 +59,7 @@ def annotate(result):
                              "16M_2threads": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:2/real_time")},
         "alloc_64MB_ms": {"stock": micro_value(micro, "BM_Alloc64MB/neuron:0/real_time"),
                           "neuron": micro_value(micro, "BM_Alloc64MB/neuron:1/real_time")},
+        "cache_load_ms": micro_value(micro, "BM_CacheLoad/iterations:40/real_time"),
     }
     result["figures"] = figures
     return result
@@ -125,7 +126,11 @@ def markdown(result):
               f"16M elements {micro['kernel_launch_ns']['16M_1thread'] / 1e6:.2f} ms (1 thread), "
               f"{micro['kernel_launch_ns']['16M_2threads'] / 1e6:.2f} ms (2 threads)",
               f"- allocate, fill and free 64 MB: stock {micro['alloc_64MB_ms']['stock']:.2f} ms, "
-              f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms", ""]
+              f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms"]
+    if micro.get("cache_load_ms") is not None:
+        lines.append(f"- load one cached executable (parse, checksum, verify, ORC link): "
+                     f"{micro['cache_load_ms']:.2f} ms")
+    lines.append("")
     cache = result.get("cache")
     if cache:
         lines += ["## Persistent compile cache (issue 4; `bench/cache_bench.py`)", ""]

@@ -10,7 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
+#include "fusion/compiler.h"
+#include "launcher/object_loader.h"
 #include "device/device.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
@@ -105,6 +108,40 @@ void BM_StreamTriad(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 12);
 }
 BENCHMARK(BM_StreamTriad)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+
+// Loading one cached executable the way the persistent tier does once it has the bytes: parse
+// the container (checksum), verify it against this process, link its object with ORC. Each
+// iteration loads a distinct object (the same kernel under another symbol), prepared up front.
+void BM_CacheLoad(benchmark::State& state) {
+  using namespace torchneuron;
+  fusion::ElementwiseSignature s;
+  s.op = fusion::findElementwiseOp("mul");
+  s.compute = s.output = c10::kFloat;
+  s.inputs = {c10::kFloat, c10::kFloat};
+  s.inner.assign(3, fusion::InnerStride::kContiguous);
+  const std::string mlir = fusion::buildElementwiseKernel(s);
+  const fusion::TargetDescription& target = fusion::hostTarget();
+  std::vector<std::vector<char>> containers;
+  static int generation = 0;  // Google Benchmark may run this function more than once
+  ++generation;
+  for (int64_t i = 0; i < state.max_iterations; ++i) {
+    const std::string symbol =
+        "bench_load_" + std::to_string(generation) + "_" + std::to_string(i);
+    const fusion::ObjectCode object = fusion::compileKernel(mlir, symbol);
+    ExecutableContainer c{kEngineVersion, target.llvm_version, target.triple, target.cpu,
+                          target.features, "bench", mlir, {{symbol, "slots-v1"}}, object.bytes};
+    containers.push_back(c.serialize());
+  }
+  const LoadRequirements wanted{kEngineVersion, target.llvm_version, target.triple,
+                                target.features, "bench", mlir};
+  size_t next = 0;
+  for (auto _ : state) {
+    std::optional<ExecutableContainer> c = parseContainer(containers[next++], nullptr);
+    if (!c || !verifyContainer(*c, wanted).empty()) state.SkipWithError("container rejected");
+    benchmark::DoNotOptimize(loadKernelObject(c->object, c->kernels[0].symbol));
+  }
+}
+BENCHMARK(BM_CacheLoad)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -205,6 +205,10 @@ const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& bu
   return entry->kernel;
 }
 
+std::string persistentKeyFor(Hash64 key, const std::string& mlir) {
+  return storeKey(requirementsFor(key, mlir));
+}
+
 KernelCacheStats kernelCacheStats() {
   Table& t = table();
   KernelCacheStats stats;

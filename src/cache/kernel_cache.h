@@ -39,6 +39,9 @@ struct KernelCacheStats {
 // stays valid for the process.
 const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
 
+// The persistent store's key for the kernel `key` compiled from `mlir` (tests and tools).
+std::string persistentKeyFor(Hash64 key, const std::string& mlir);
+
 KernelCacheStats kernelCacheStats();
 void resetKernelCacheCounters();  // hits, misses, compiles, failures and time; keeps entries
 

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "cache/kernel_cache.h"
+#include "device/compile_warnings.h"
 #include "device/compiled_ops.h"
 #include "device/cpu_fallback.h"
 #include "device/device.h"
@@ -132,15 +133,6 @@ uint8_t computeClassOf(at::ScalarType dtype) {
   return fusion::kIntegers;
 }
 
-// Warns once per kernel signature that failed to compile.
-void warnCompileFailure(Hash64 key, const std::string& what, const std::string& reason) {
-  static std::mutex mutex;
-  static std::unordered_set<Hash64> warned;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!warned.insert(key).second) return;
-  TORCH_WARN("[fusion] ", what, " could not be compiled; this signature runs on the CPU. Reason: ",
-             reason);
-}
 
 // Runs the call as a compiled kernel and returns its result, or nullopt when the kernels
 // cannot run it (the caller falls back to the CPU). Raises ATen's errors for bad shapes and
@@ -231,7 +223,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   const CachedKernel& kernel =
       kernelFor(key, [&] { return fusion::buildElementwiseKernel(signature); });
   if (kernel.function == nullptr) {
-    warnCompileFailure(key, signature.describe(), kernel.failure);
+    warnCompileFailureOnce(key, signature.describe(), kernel.failure);
     return c10::nullopt;
   }
 

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "cache/kernel_cache.h"
+#include "device/compile_warnings.h"
 #include "device/compiled_ops.h"
 #include "device/cpu_fallback.h"
 #include "device/device.h"
@@ -196,14 +197,6 @@ Group coalesce(const std::vector<int64_t>& sizes, const std::vector<std::vector<
   return group;
 }
 
-void warnCompileFailureOnce(Hash64 key, const std::string& what, const std::string& reason) {
-  static std::mutex mutex;
-  static std::unordered_set<Hash64> warned;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!warned.insert(key).second) return;
-  TORCH_WARN("[fusion] ", what, " could not be compiled; this signature runs on the CPU. Reason: ",
-             reason);
-}
 
 }  // namespace
 

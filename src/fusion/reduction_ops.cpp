@@ -105,9 +105,9 @@ ReductionOp variance(const char* name, bool root) {
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
     const Value wide = e.convert(x[0], c.wide);
-    if (pass == 0) return Values{e.add(acc[0], wide)};
+    if (pass == 0) return Values{e.accumulate(acc[0], wide)};
     const Value deviation = e.sub(wide, e.div(c.results[0][0], c.count));
-    return Values{e.add(acc[0], e.mul(deviation, deviation))};
+    return Values{e.accumulate(acc[0], e.mul(deviation, deviation))};
   };
   op.finish = [root](ReduceContext& c, const Values&) {
     ScalarEmitter& e = c.emit;
@@ -132,15 +132,15 @@ ReductionOp vectorNorm() {
     ScalarEmitter& e = c.emit;
     const Value magnitude = e.unary("math.absf", e.convert(x[0], c.wide));
     switch (c.constants[0]) {
-      case 0: return Values{e.add(acc[0], e.mul(magnitude, magnitude))};
-      case 1: return Values{e.add(acc[0], magnitude)};
+      case 0: return Values{e.accumulate(acc[0], e.mul(magnitude, magnitude))};
+      case 1: return Values{e.accumulate(acc[0], magnitude)};
       case 2: return Values{e.maximum(acc[0], magnitude)};
       case 3: return Values{e.minimum(acc[0], magnitude)};
       case 4: {
         const Value nonzero = e.compare("une", magnitude, e.floatConstant(0, c.wide));
-        return Values{e.add(acc[0], e.convert(nonzero, c.wide))};
+        return Values{e.accumulate(acc[0], e.convert(nonzero, c.wide))};
       }
-      default: return Values{e.add(acc[0], e.binary("math.powf", magnitude, c.params[0]))};
+      default: return Values{e.accumulate(acc[0], e.binary("math.powf", magnitude, c.params[0]))};
     }
   };
   op.finish = [](ReduceContext& c, const Values&) {
@@ -173,7 +173,7 @@ ReductionOp expSum(const char* name) {
     ScalarEmitter& e = c.emit;
     if (pass == 0) return Values{e.maximum(acc[0], x[0])};
     const Value shifted = e.unary("math.exp", e.sub(x[0], c.results[0][0]));
-    return Values{e.add(acc[0], e.convert(shifted, c.wide))};
+    return Values{e.accumulate(acc[0], e.convert(shifted, c.wide))};
   };
   return op;
 }
@@ -215,7 +215,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     ScalarEmitter& e = c.emit;
     const Value g = e.convert(e.mul(x[0], x[4]), c.wide);
     const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
-    return Values{e.add(acc[0], g), e.add(acc[1], e.mul(g, xhat))};
+    return Values{e.accumulate(acc[0], g), e.accumulate(acc[1], e.mul(g, xhat))};
   };
   input_grad.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
@@ -237,7 +237,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     ScalarEmitter& e = c.emit;
     const Value dy = e.convert(x[0], c.wide);
     const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
-    return Values{e.add(acc[0], e.mul(dy, xhat)), e.add(acc[1], dy)};
+    return Values{e.accumulate(acc[0], e.mul(dy, xhat)), e.accumulate(acc[1], dy)};
   };
   param_grads.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
   ops.push_back(param_grads);
@@ -247,13 +247,13 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
 
 void addReductionOps(std::vector<ReductionOp>& ops) {
   addLayerNormOps(ops);
-  auto add = [](ReduceContext& c, const Value& acc, const Value& x) { return c.emit.add(acc, x); };
+  auto add = [](ReduceContext& c, const Value& acc, const Value& x) { return c.emit.accumulate(acc, x); };
   ops.push_back(fold("sum", 0, add, identity));
   ops.push_back(fold("mean", 0, add, [](ReduceContext& c, const Value& acc) {
     return c.emit.div(acc, c.count);
   }));
   ops.push_back(fold("prod", 1, [](ReduceContext& c, const Value& acc, const Value& x) {
-    return c.emit.mul(acc, x);
+    return c.emit.accumulateProduct(acc, x);
   }, identity));
   ops.push_back(extremum("amax", true));
   ops.push_back(extremum("amin", false));
@@ -276,7 +276,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
     const Value wide = e.convert(x[0], c.wide);
     if (pass == 0) return Values{e.maximum(acc[0], wide)};
     const Value shifted = e.unary("math.exp", e.sub(wide, finiteShift(e, c.results[0][0])));
-    return Values{e.add(acc[0], shifted)};
+    return Values{e.accumulate(acc[0], shifted)};
   };
   logsumexp.finish = [](ReduceContext& c, const Values&) {
     ScalarEmitter& e = c.emit;
@@ -309,7 +309,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   softmax_backward.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
   softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
-    return Values{e.add(acc[0], e.convert(e.mul(x[0], x[1]), c.wide))};
+    return Values{e.accumulate(acc[0], e.convert(e.mul(x[0], x[1]), c.wide))};
   };
   softmax_backward.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
@@ -321,7 +321,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ReductionOp log_softmax_backward = softmax_backward;
   log_softmax_backward.name = "log_softmax_backward";
   log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
-    return Values{c.emit.add(acc[0], c.emit.convert(x[0], c.wide))};
+    return Values{c.emit.accumulate(acc[0], c.emit.convert(x[0], c.wide))};
   };
   log_softmax_backward.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;

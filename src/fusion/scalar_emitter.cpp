@@ -136,6 +136,18 @@ Value ScalarEmitter::mul(const Value& a, const Value& b) {
   return binary(a.type.isFloat() ? "arith.mulf" : "arith.muli", a, b);
 }
 Value ScalarEmitter::div(const Value& a, const Value& b) { return binary("arith.divf", a, b); }
+
+Value ScalarEmitter::accumulate(const Value& acc, const Value& x) {
+  if (!acc.type.isFloat()) return add(acc, x);
+  return emit("arith.addf " + acc.name + ", " + x.name + " fastmath<reassoc> : " + acc.type.mlir,
+              acc.type);
+}
+
+Value ScalarEmitter::accumulateProduct(const Value& acc, const Value& x) {
+  if (!acc.type.isFloat()) return mul(acc, x);
+  return emit("arith.mulf " + acc.name + ", " + x.name + " fastmath<reassoc> : " + acc.type.mlir,
+              acc.type);
+}
 Value ScalarEmitter::neg(const Value& a) {
   if (a.type.isFloat()) return unary("arith.negf", a);
   return sub(intConstant(0, a.type), a);

@@ -47,6 +47,11 @@ class ScalarEmitter {
   Value sub(const Value& a, const Value& b);
   Value mul(const Value& a, const Value& b);
   Value div(const Value& a, const Value& b);  // floats only
+  // acc + x and acc * x for a reduction's accumulator: float adds may reassociate
+  // (fastmath<reassoc>), which lets LLVM vectorize the reduction loop; sums accumulate in f64,
+  // so the changed order costs no accuracy a float32 result could show.
+  Value accumulate(const Value& acc, const Value& x);
+  Value accumulateProduct(const Value& acc, const Value& x);
   Value neg(const Value& a);
   Value lt(const Value& a, const Value& b);
   Value le(const Value& a, const Value& b);

@@ -1,5 +1,6 @@
 // A float32 sum over the inner dimension: scf loops over the kept rows in [begin, end), an
-// iter_args loop accumulating in f64, one rounding to f32 at the store.
+// iter_args loop accumulating in f64 (reassociable, so LLVM may vectorize it), one rounding to
+// f32 at the store.
 // RUN-ARGS: mlir reduction sum Float 1 1 Float -- Float
 
 // CHECK: func.func @kernel(%o0: memref<?xf32, strided<[1], offset: ?>>, %x0: memref<?x?xf32, strided<[?, 1], offset: ?>>, %count: i64, %begin: index, %end: index)
@@ -8,6 +9,6 @@
 // CHECK: scf.for %j0_0 = %c0 to %R0 step %c1 iter_args(%[[ACC:.*]] = %[[ZERO]]) -> (f64) {
 // CHECK: %[[X:.*]] = memref.load %x0[%i0, %j0_0]
 // CHECK: %[[WIDE:.*]] = arith.extf %[[X]] : f32 to f64
-// CHECK: arith.addf %[[ACC]], %[[WIDE]] : f64
+// CHECK: arith.addf %[[ACC]], %[[WIDE]] fastmath<reassoc> : f64
 // CHECK: arith.truncf {{.*}} : f64 to f32
 // CHECK: memref.store {{.*}}, %o0[%i0]
