@@ -110,7 +110,8 @@ def main():
           f"allocated, {alloc['reserved_bytes'] / 2**20:.1f} MiB reserved")
     print(f"\ncompiler: {metrics['compiles']} kernels compiled in this run "
           f"(median {metrics['compile_ms_median']:.1f} ms each, {metrics['compile_ms_total']:.0f} ms "
-          f"in all), {metrics['kernel_cache_hits']} launches served from the kernel cache")
+          f"in all), {metrics['persistent_hits']} loaded from the persistent cache of earlier runs "
+          f"(NEURON_CACHE_DIR), {metrics['kernel_cache_hits']} launches served from the kernel cache")
     print("\nElementwise ops, reductions, softmax, layer norm and copies run as compiled "
           "MLIR/LLVM kernels; matmul and convolution as library kernels (OpenBLAS/oneDNN on "
           "device memory); pooling, batch norm and the loss still fall back to the CPU. "
