@@ -219,6 +219,13 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   for (const at::Tensor& t : call.operands) signature.inputs.push_back(t.scalar_type());
   signature.rank = plan.rank();
   signature.inner.assign(plan.inner.begin(), plan.inner.end());
+  // An input that is the output element for element (in-place self) is read through it.
+  for (size_t i = 0; i < call.operands.size() && signature.aliased_input < 0; ++i) {
+    const at::Tensor& t = call.operands[i];
+    if (t.data_ptr() == output.data_ptr() && t.scalar_type() == output.scalar_type() &&
+        plan.strides[i + 1] == plan.strides[0])
+      signature.aliased_input = static_cast<int>(i);
+  }
   const Hash64 key = signature.key();
   const CachedKernel& kernel =
       kernelFor(key, [&] { return fusion::buildElementwiseKernel(signature); });
@@ -229,6 +236,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
 
   c10::SmallVector<int64_t, 64> slots;
   for (size_t i = 0; i < operands.size(); ++i) {
+    if (static_cast<int>(i) - 1 == signature.aliased_input && i > 0) continue;
     // An operand broadcast along the innermost dimension has no such dimension in the kernel.
     const size_t dims = plan.sizes.size() - (plan.inner[i] == fusion::InnerStride::kBroadcast);
     const auto address = reinterpret_cast<int64_t>(operands[i].data_ptr());

@@ -68,7 +68,9 @@ std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
 
 int kernelArgumentSlots(const ElementwiseSignature& s) {
   int slots = static_cast<int>(s.op->params.size());
-  for (InnerStride inner : s.inner) slots += 3 + 2 * operandRank(s.rank, inner);
+  for (size_t i = 0; i < s.inner.size(); ++i)
+    if (i == 0 || static_cast<int>(i) - 1 != s.aliased_input)
+      slots += 3 + 2 * operandRank(s.rank, s.inner[i]);
   return slots;
 }
 
@@ -82,12 +84,20 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   const ElementType param_type = compute.isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
                                                    : ElementType{NumberKind::kSigned, 64, "i64"};
 
+  TORCH_INTERNAL_ASSERT(s.aliased_input < 0 ||
+                            s.inputs[s.aliased_input] == s.output,
+                        "[fusion] an aliased input must have the output's dtype");
+  // Operands with a memref of their own: the output (0) and each input i (i + 1) but the
+  // aliased one, which is read through the output.
+  std::vector<size_t> memrefs{0};
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    if (static_cast<int>(i) != s.aliased_input) memrefs.push_back(i + 1);
   std::vector<std::string> types{memrefType(s.rank, storageType(s.output).mlir, s.inner[0])};
   for (size_t i = 0; i < s.inputs.size(); ++i)
     types.push_back(memrefType(s.rank, storageType(s.inputs[i]).mlir, s.inner[i + 1]));
 
   std::string arguments;
-  for (size_t i = 0; i < types.size(); ++i) arguments += "%a" + std::to_string(i) + ": " + types[i] + ", ";
+  for (size_t i : memrefs) arguments += "%a" + std::to_string(i) + ": " + types[i] + ", ";
   for (size_t i = 0; i < op.params.size(); ++i)
     arguments += "%p" + std::to_string(i) + ": " + param_type.mlir + ", ";
   arguments += "%begin: index, %end: index";
@@ -98,7 +108,7 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     prologue += "    %c" + index + " = arith.constant " + index + " : index\n";
     prologue += "    %d" + index + " = memref.dim %a0, %c" + index + " : " + types[0] + "\n";
   }
-  for (size_t i = 0; i < types.size(); ++i)
+  for (size_t i : memrefs)
     prologue += rangeView(std::to_string(i), types[i], operandRank(s.rank, s.inner[i]));
 
   // Scalars convert to the compute type once, outside the loop.
@@ -115,21 +125,23 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
                           std::vector<int64_t>(s.constants.begin(), s.constants.end()),
                           std::vector<bool>(s.present.begin(), s.present.end())};
   for (size_t i = 0; i < s.inputs.size(); ++i) {
-    const Value loaded{"%in" + std::to_string(i), storageType(s.inputs[i])};
+    const std::string name = static_cast<int>(i) == s.aliased_input ? "%out" : "%in" + std::to_string(i);
+    const Value loaded{name, storageType(s.inputs[i])};
     const ElementType wanted = computeType(specs[i]->promotes ? s.compute : s.inputs[i]);
     context.operands.push_back(body.convert(loaded, wanted));
   }
   const Value stored = body.convert(op.lower(context), storageType(s.output));
 
   std::string maps, iterators, ins, in_types, block_args;
-  for (size_t i = 1; i < types.size(); ++i) maps += indexingMap(s.rank, s.inner[i]) + ", ";
-  maps += indexingMap(s.rank, s.inner[0]);  // linalg lists ins before outs
-  for (int d = 0; d < s.rank; ++d) iterators += std::string(d ? ", " : "") + "\"parallel\"";
-  for (size_t i = 1; i < types.size(); ++i) {
-    ins += std::string(i > 1 ? ", " : "") + "%s" + std::to_string(i);
-    in_types += std::string(i > 1 ? ", " : "") + types[i];
+  for (size_t k = 1; k < memrefs.size(); ++k) {
+    const size_t i = memrefs[k];
+    maps += indexingMap(s.rank, s.inner[i]) + ", ";
+    ins += std::string(k > 1 ? ", " : "") + "%s" + std::to_string(i);
+    in_types += std::string(k > 1 ? ", " : "") + types[i];
     block_args += "%in" + std::to_string(i - 1) + ": " + storageType(s.inputs[i - 1]).mlir + ", ";
   }
+  maps += indexingMap(s.rank, s.inner[0]);  // linalg lists ins before outs
+  for (int d = 0; d < s.rank; ++d) iterators += std::string(d ? ", " : "") + "\"parallel\"";
   block_args += "%out: " + storageType(s.output).mlir;
 
   std::string text = "module {\n";

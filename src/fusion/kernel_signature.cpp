@@ -28,6 +28,7 @@ Hash64 ElementwiseSignature::key() const {
   for (c10::ScalarType t : inputs) h.i64(static_cast<int64_t>(t));
   h.i64(rank);
   for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  h.i64(aliased_input);
   return h.digest();
 }
 

@@ -30,6 +30,9 @@ struct ElementwiseSignature {
   c10::SmallVector<c10::ScalarType, 4> inputs;   // dtypes of the operands that are present
   int rank = 1;                                  // iteration rank after coalescing, >= 1
   c10::SmallVector<InnerStride, 5> inner;        // output first, then inputs
+  // The input that is the output itself (an in-place op's self), or -1. The kernel reads it
+  // through the output, so it has one pointer less and needs no aliasing check to vectorize.
+  int aliased_input = -1;
 
   // Kernel-cache key: stable across processes (no pointers), covers every field above.
   Hash64 key() const;
