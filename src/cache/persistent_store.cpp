@@ -119,14 +119,14 @@ struct PersistentStore::Impl {
 
   // Opens the database read-only under a shared lock; nullptr when it does not exist or fails.
   std::unique_ptr<rocksdb::DB> openReader() {
+    struct stat info;
+    if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr;  // nothing stored yet
     rocksdb::Options options;
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
-      if (!status.IsPathNotFound() && !status.IsNotFound() && status.ToString().find("No such file") == std::string::npos &&
-          status.ToString().find("does not exist") == std::string::npos)
-        warnOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
-                             "); it is bypassed, kernels compile as usual");
+      warnOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
+                           "); it is bypassed, kernels compile as usual");
       return nullptr;
     }
     return std::unique_ptr<rocksdb::DB>(db);
