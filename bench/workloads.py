@@ -144,23 +144,23 @@ class MlpTrainStep(Workload):
 
 
 class Block(nn.Module):
-    """A GPT-2 style block written out as nanoGPT does (pre-norm, causal self-attention, GELU
-    MLP); explicit attention instead of nn.MultiheadAttention, whose internals PyTorch 1.13's
-    lazy tensor backend cannot trace."""
+    """A GPT-2 style block (pre-norm, causal self-attention, GELU MLP) with explicit attention and
+    separate query, key and value projections: PyTorch 1.13's lazy tensor backend aborts on
+    nn.MultiheadAttention and on views split from one fused projection."""
     def __init__(self, d=256, heads=4):
         super().__init__()
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d) for _ in range(4))
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def attention(self, x, mask):
         b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (layer(x).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for layer in (self.q, self.k, self.v))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5) + mask
         y = torch.softmax(scores, dim=-1) @ v
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x, mask):
         x = x + self.attention(self.ln1(x), mask)
