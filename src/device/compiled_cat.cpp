@@ -12,14 +12,14 @@
 #include "device/compiled_ops.h"
 #include "device/cpu_fallback.h"
 #include "device/device.h"
+#include "device/kernel_operand.h"
 #include "fusion/element_type.h"
 
 namespace torchneuron {
 namespace {
 
 bool isCatInput(const at::Tensor& t, const at::Tensor& first) {
-  return t.layout() == at::kStrided && fusion::isKernelDtype(t.scalar_type()) && !t.is_conj() &&
-         !t.is_neg() && t.device() == first.device() && t.dim() == first.dim();
+  return isKernelOperand(t) && t.device() == first.device() && t.dim() == first.dim();
 }
 
 c10::optional<at::Tensor> catCompiled(const std::vector<at::Tensor>& tensors, int64_t dim,

@@ -21,6 +21,7 @@
 #include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/iteration_plan.h"
+#include "device/kernel_operand.h"
 #include "device/metrics.h"
 #include "device/native_op_binding.h"
 #include "fusion/kernel_builder.h"
@@ -122,11 +123,6 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
   return any_optional_given;  // clamp() with neither bound is ATen's error to raise
 }
 
-bool isKernelTensor(const at::Tensor& t) {
-  return t.defined() && t.layout() == at::kStrided && fusion::isKernelDtype(t.scalar_type()) &&
-         !t.is_conj() && !t.is_neg();
-}
-
 uint8_t computeClassOf(at::ScalarType dtype) {
   if (at::isFloatingType(dtype)) return fusion::kFloats;
   if (dtype == at::kBool) return fusion::kBools;
@@ -141,7 +137,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   const ElementwiseOp& op = *binding.op;
   c10::optional<c10::Device> device;
   if (call.output.defined()) {
-    if (!isKernelTensor(call.output) || call.output.device().type() != kNeuronDeviceType)
+    if (!isKernelOperand(call.output) || call.output.device().type() != kNeuronDeviceType)
       return c10::nullopt;
     device = call.output.device();
   }
@@ -150,7 +146,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   for (size_t i = 0; i < call.operands.size(); ++i) {
     const at::Tensor& t = call.operands[i];
     const fusion::OperandSpec& spec = *call.specs[i];
-    if (!isKernelTensor(t)) return c10::nullopt;
+    if (!isKernelOperand(t)) return c10::nullopt;
     if (t.device().type() == kNeuronDeviceType) {
       if (device && *device != t.device()) return c10::nullopt;
       device = t.device();

@@ -20,6 +20,7 @@
 #include "device/compiled_ops.h"
 #include "device/cpu_fallback.h"
 #include "device/device.h"
+#include "device/kernel_operand.h"
 #include "device/metrics.h"
 #include "device/reduction_launch.h"
 #include "fusion/kernel_builder.h"
@@ -69,8 +70,7 @@ struct NamedArgs {
 
 
 bool isKernelInput(const at::Tensor& t) {
-  return t.defined() && t.layout() == at::kStrided && fusion::isKernelDtype(t.scalar_type()) &&
-         !t.is_conj() && !t.is_neg() && t.device().type() == kNeuronDeviceType;
+  return isKernelOperand(t) && t.device().type() == kNeuronDeviceType;
 }
 
 // The reduced dimensions named by `dim` (None or [] mean all of them).

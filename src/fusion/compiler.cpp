@@ -267,7 +267,6 @@ std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& e
 }
 
 ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry) {
-  const auto start = std::chrono::steady_clock::now();
   CompilerState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   llvm::LLVMContext llvm_context;
@@ -283,8 +282,6 @@ ObjectCode compileKernel(const std::string& mlir_module, const std::string& entr
   emit.run(*llvm_module);
   object.bytes.assign(buffer.begin(), buffer.end());
   object.entry = entry;
-  object.compile_ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start).count();
   return object;
 }
 

@@ -24,7 +24,6 @@ const TargetDescription& hostTarget();
 struct ObjectCode {
   std::vector<char> bytes;  // an ELF relocatable object
   std::string entry;        // its exported kernel symbol
-  double compile_ms = 0;
 };
 
 // Compiles a module holding `func.func @kernel(...)` (see kernel_builder.h) and wraps it in

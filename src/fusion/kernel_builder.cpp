@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "fusion/memref_type.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
 
@@ -15,14 +16,7 @@ int operandRank(int rank, InnerStride inner) {
 }
 
 std::string memrefType(int rank, const std::string& element, InnerStride inner) {
-  const int dims = operandRank(rank, inner);
-  std::string shape, strides;
-  for (int d = 0; d < dims; ++d) {
-    shape += "?x";
-    const bool unit = d == rank - 1 && inner == InnerStride::kContiguous;
-    strides += std::string(d ? ", " : "") + (unit ? "1" : "?");
-  }
-  return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
+  return stridedMemrefType(operandRank(rank, inner), element, inner);
 }
 
 std::string dimList(int count) {

@@ -5,22 +5,12 @@
 #include <c10/util/Exception.h>
 
 #include "fusion/kernel_builder.h"
+#include "fusion/memref_type.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
 
 namespace torchneuron::fusion {
 namespace {
-
-std::string memrefType(int rank, const std::string& element, InnerStride inner) {
-  std::string shape, strides;
-  for (int d = 0; d < rank; ++d) {
-    shape += "?x";
-    const bool unit = d == rank - 1 && inner == InnerStride::kContiguous;
-    strides += std::string(d ? ", " : "") + (unit ? "1" : "?");
-  }
-  if (rank == 0) return "memref<" + element + ", strided<[], offset: ?>>";
-  return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
-}
 
 std::string join(const std::vector<std::string>& parts) {
   std::string text;
@@ -43,11 +33,11 @@ class ReductionEmitter {
                                : ElementType{NumberKind::kSigned, 64, "i64"};
     for (size_t i = 0; i < s.outputs.size(); ++i) {
       const int rank = op_.row_output ? k_ + m_ : k_;
-      output_types_.push_back(memrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
+      output_types_.push_back(stridedMemrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
     }
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(
-          memrefType(k_ + m_, storageType(s.inputs[i]).mlir, s.inner[s.outputs.size() + i]));
+          stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir, s.inner[s.outputs.size() + i]));
   }
 
   std::string build() {
