@@ -44,6 +44,8 @@ py::dict metricsDict() {
   result["kernel_cache_hits"] = compile.kernel_cache_hits;
   result["kernel_cache_misses"] = compile.kernel_cache_misses;
   result["kernels_loaded"] = compile.kernels_loaded;
+  result["kernel_cache_bytes"] = compile.kernel_cache_bytes;
+  result["kernel_cache_evictions"] = compile.kernel_cache_evictions;
   result["persistent_hits"] = compile.persistent_hits;
   result["persistent_rejected"] = compile.persistent_rejected;
   result["persistent_load_ms_median"] = compile.persistent_load_ms_median;

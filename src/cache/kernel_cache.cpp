@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
 #include "cache/persistent_store.h"
 #include "fusion/compiler.h"
@@ -22,16 +23,22 @@ namespace torchneuron {
 namespace {
 
 struct Entry {
-  CachedKernel kernel;
+  KernelHandle kernel;
   bool ready = false;  // guarded by Table::mutex; waiters sleep on Table::compiled
+  int64_t bytes = 0;   // what it counts against the memory tier's cap, set with `ready`
+  std::atomic<uint64_t> last_use{0};  // Table::clock at the latest lookup
 };
 
-// Locking: `mutex` guards `entries` and every Entry's `ready`/`kernel` until ready is set;
-// after that an entry is immutable and read without the lock's exclusive side.
+// Locking: `mutex` guards `entries`, `memory_bytes` and every Entry's `ready`/`kernel`/`bytes`
+// until ready is set; after that those are immutable and read under the shared side. Waiters
+// hold their entry through a shared_ptr: eviction may take it out of the map meanwhile.
 struct Table {
   std::shared_mutex mutex;
   std::condition_variable_any compiled;
-  std::unordered_map<Hash64, std::unique_ptr<Entry>> entries;
+  std::unordered_map<Hash64, std::shared_ptr<Entry>> entries;
+  int64_t memory_bytes = 0;
+  std::atomic<uint64_t> clock{0};
+  std::atomic<int64_t> evictions{0};
   std::atomic<int64_t> hits{0}, misses{0}, compiles{0}, failures{0};
   std::atomic<int64_t> compile_us{0};
   std::mutex latencies_mutex;
@@ -66,8 +73,9 @@ bool retryFailedCompiles() {
 
 // Loads `key` from the store if a verified entry is there; `rejected` tells a damaged or
 // foreign entry (then recompiled and overwritten) from an absent one.
-KernelFunction loadFromStore(Table& t, PersistentStore& store, const std::string& key,
-                             const LoadRequirements& wanted, bool* rejected = nullptr) {
+std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
+                                          const std::string& key, const LoadRequirements& wanted,
+                                          bool* rejected = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::vector<char>> bytes = store.get(key);
   if (!bytes) return nullptr;
@@ -80,9 +88,9 @@ KernelFunction loadFromStore(Table& t, PersistentStore& store, const std::string
     if (rejected) *rejected = true;
     return nullptr;
   }
-  KernelFunction function;
+  std::shared_ptr<LoadedCode> code;
   try {
-    function = loadKernelObject(container->object, container->kernels.front().symbol);
+    code = loadKernelObject(container->object, container->kernels.front().symbol);
   } catch (const std::exception& error) {
     store.noteCorrupt(key, error.what());
     t.persistent_rejected.fetch_add(1);
@@ -94,7 +102,14 @@ KernelFunction loadFromStore(Table& t, PersistentStore& store, const std::string
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(t.latencies_mutex);
   t.load_ms.push_back(ms);
-  return function;
+  return code;
+}
+
+CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
+  CachedKernel kernel;
+  kernel.function = code->function();
+  kernel.code = std::move(code);
+  return kernel;
 }
 
 // Compiles and loads; writes the container to the store when there is one.
@@ -105,7 +120,7 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
   try {
     const auto start = std::chrono::steady_clock::now();
     const fusion::ObjectCode object = fusion::compileKernel(mlir, fusion::kernelEntryName(key));
-    result.function = loadKernelObject(object.bytes, object.entry);
+    result = loaded(loadKernelObject(object.bytes, object.entry));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     t.compiles.fetch_add(1, std::memory_order_relaxed);
@@ -144,7 +159,7 @@ CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& b
   const std::string store_key = storeKey(wanted);
   CachedKernel result;
   bool rejected = false;
-  if ((result.function = loadFromStore(t, *store, store_key, wanted, &rejected))) return result;
+  if (auto code = loadFromStore(t, *store, store_key, wanted, &rejected)) return loaded(code);
   if (!retryFailedCompiles()) {
     if (std::optional<std::string> reason = store->failure(store_key)) {
       result.failure = "remembered from an earlier run: " + *reason;
@@ -154,7 +169,9 @@ CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& b
   auto lock = store->lockKey(store_key, std::chrono::seconds(120));
   // Another process may have compiled it while this one waited (not worth a second look when
   // the entry there was damaged: this process overwrites it).
-  if (!rejected && (result.function = loadFromStore(t, *store, store_key, wanted))) return result;
+  if (!rejected) {
+    if (auto code = loadFromStore(t, *store, store_key, wanted)) return loaded(code);
+  }
   return compileAndLoad(t, key, mlir, wanted, store, store_key);
 }
 
@@ -163,30 +180,65 @@ Table& table() {
   return *instance;
 }
 
+// Keeps the memory tier under its cap by dropping the least recently used ready entries other
+// than `keep` (a scan: this runs on a miss, which costs a load or a compile anyway). A dropped
+// kernel stays mapped until the launches holding it finish. Needs `t.mutex` held exclusively.
+void evictOverCapacity(Table& t, const Entry* keep) {
+  const int64_t capacity = memoryTierCapacity();
+  while (t.memory_bytes > capacity) {
+    auto victim = t.entries.end();
+    for (auto it = t.entries.begin(); it != t.entries.end(); ++it) {
+      const Entry& e = *it->second;
+      if (&e == keep || !e.ready) continue;
+      if (victim == t.entries.end() || e.last_use.load(std::memory_order_relaxed) <
+                                           victim->second->last_use.load(std::memory_order_relaxed))
+        victim = it;
+    }
+    if (victim == t.entries.end()) return;
+    t.memory_bytes -= victim->second->bytes;
+    t.entries.erase(victim);
+    t.evictions.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// A failure holds no code; it counts its text so that remembered failures are bounded too.
+int64_t footprint(const CachedKernel& kernel) {
+  return kernel.code ? static_cast<int64_t>(kernel.code->bytes())
+                     : static_cast<int64_t>(kernel.failure.size() + sizeof(CachedKernel));
+}
+
 }  // namespace
 
-const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& build_mlir) {
+int64_t memoryTierCapacity() {
+  static const int64_t capacity = byteCountSetting(
+      "NEURON_CACHE_MEMORY_MAX_BYTES", int64_t{256} << 20, "the default of 256 MiB stays");
+  return capacity;
+}
+
+KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir) {
   Table& t = table();
   {
     std::shared_lock<std::shared_mutex> read(t.mutex);
     auto it = t.entries.find(key);
     if (it != t.entries.end() && it->second->ready) {
       t.hits.fetch_add(1, std::memory_order_relaxed);
+      it->second->last_use.store(t.clock.fetch_add(1, std::memory_order_relaxed),
+                                 std::memory_order_relaxed);
       return it->second->kernel;
     }
   }
-  Entry* entry;
+  std::shared_ptr<Entry> entry;
   {
     std::unique_lock<std::shared_mutex> write(t.mutex);
     auto [it, inserted] = t.entries.try_emplace(key, nullptr);
     if (!inserted) {  // another thread compiles it, or just did
-      Entry* pending = it->second.get();
+      std::shared_ptr<Entry> pending = it->second;
       t.compiled.wait(write, [&] { return pending->ready; });
       t.hits.fetch_add(1, std::memory_order_relaxed);
       return pending->kernel;
     }
-    it->second = std::make_unique<Entry>();
-    entry = it->second.get();
+    it->second = std::make_shared<Entry>();
+    entry = it->second;
   }
   t.misses.fetch_add(1, std::memory_order_relaxed);
   CachedKernel result;
@@ -196,13 +248,18 @@ const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& bu
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
   }
+  KernelHandle handle = std::make_shared<const CachedKernel>(std::move(result));
   {
     std::unique_lock<std::shared_mutex> write(t.mutex);
-    entry->kernel = std::move(result);
+    entry->kernel = handle;
+    entry->bytes = footprint(*handle);
+    entry->last_use.store(t.clock.fetch_add(1, std::memory_order_relaxed));
     entry->ready = true;
+    t.memory_bytes += entry->bytes;
+    evictOverCapacity(t, entry.get());
   }
   t.compiled.notify_all();
-  return entry->kernel;
+  return handle;
 }
 
 std::string persistentKeyFor(Hash64 key, const std::string& mlir) {
@@ -231,8 +288,10 @@ KernelCacheStats kernelCacheStats() {
   }
   stats.persistent_hits = t.persistent_hits.load();
   stats.persistent_rejected = t.persistent_rejected.load();
+  stats.memory_evictions = t.evictions.load();
   std::shared_lock<std::shared_mutex> read(t.mutex);
   stats.entries = static_cast<int64_t>(t.entries.size());
+  stats.memory_bytes = t.memory_bytes;
   return stats;
 }
 
@@ -245,6 +304,7 @@ void resetKernelCacheCounters() {
   t.compile_us = 0;
   t.persistent_hits = 0;
   t.persistent_rejected = 0;
+  t.evictions = 0;
   std::lock_guard<std::mutex> lock(t.latencies_mutex);
   t.latencies_ms.clear();
   t.load_ms.clear();

@@ -1,13 +1,16 @@
 #pragma once
-// The in-memory kernel cache: kernel key -> loaded kernel. A miss compiles once (concurrent
-// callers of the same key wait for that compile); a failed compile is remembered with its
-// reason, so the signature falls back without retrying.
+// The in-memory kernel cache: kernel key -> loaded kernel, a least-recently-used tier capped at
+// NEURON_CACHE_MEMORY_MAX_BYTES of object code (default 256 MiB). A miss compiles once
+// (concurrent callers of the same key wait for that compile); a failed compile is remembered
+// with its reason, so the signature falls back without retrying.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "launcher/kernel_abi.h"
+#include "launcher/object_loader.h"
 #include "support/hash.h"
 
 namespace torchneuron {
@@ -15,7 +18,11 @@ namespace torchneuron {
 struct CachedKernel {
   KernelFunction function = nullptr;  // null when the compile failed
   std::string failure;                // why it failed ("" on success)
+  std::shared_ptr<LoadedCode> code;   // keeps `function` mapped
 };
+
+// Hold it while calling the kernel: an evicted kernel is unlinked when its last holder lets go.
+using KernelHandle = std::shared_ptr<const CachedKernel>;
 
 struct KernelCacheStats {
   int64_t hits = 0;
@@ -26,23 +33,28 @@ struct KernelCacheStats {
   double compile_ms_median = 0;  // of the compiles since the last reset
   double compile_ms_max = 0;
   int64_t entries = 0;
+  int64_t memory_bytes = 0;      // object code held by the memory tier
+  int64_t memory_evictions = 0;  // kernels the memory tier dropped to stay under its cap
   int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache, no compile
   int64_t persistent_rejected = 0;  // on-disk entries that failed verification (then compiled)
   double persistent_load_ms_median = 0;  // store read + verification + ORC link
 };
 
-// Returns the kernel for `key`. Tiers: the process's loaded kernels, then the persistent store
+// Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the persistent store
 // (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s module, which
 // exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles of one key
 // are single-flight within the process and, through the store, across processes. A failed
-// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). The reference
-// stays valid for the process.
-const CachedKernel& kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
+// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null.
+KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
 
 // The persistent store's key for the kernel `key` compiled from `mlir` (tests and tools).
 std::string persistentKeyFor(Hash64 key, const std::string& mlir);
 
 KernelCacheStats kernelCacheStats();
 void resetKernelCacheCounters();  // hits, misses, compiles, failures and time; keeps entries
+
+// The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES, read once; an
+// unparsable value warns through the cache's warning handler and keeps the default.
+int64_t memoryTierCapacity();
 
 }  // namespace torchneuron

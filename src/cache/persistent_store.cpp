@@ -16,12 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 #include <thread>
 
+#include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
 
 namespace torchneuron {
@@ -30,25 +29,6 @@ namespace {
 // Key prefixes: an entry, its last use (unix ms, 8 bytes), a remembered compile failure.
 const std::string kEntry = "e/", kUse = "u/", kFailure = "f/";
 constexpr int64_t kUseGranularityMs = 3600 * 1000;
-
-std::mutex warning_mutex;
-std::function<void(const std::string&)>& warningHandler() {
-  static auto* handler = new std::function<void(const std::string&)>(
-      [](const std::string& text) { std::cerr << "torchneuron: " << text << "\n"; });
-  return *handler;
-}
-
-// At most one warning per kind of fault per process.
-void warnOnce(const std::string& kind, const std::string& text) {
-  static std::set<std::string>* warned = new std::set<std::string>();
-  std::function<void(const std::string&)> handler;
-  {
-    std::lock_guard<std::mutex> lock(warning_mutex);
-    if (!warned->insert(kind).second) return;
-    handler = warningHandler();
-  }
-  handler("[cache] " + text);
-}
 
 // RocksDB's background threads do not survive fork(), and its thread-pool state in a child
 // is not safe to use: a forked child (a DataLoader worker) runs without the persistent tier.
@@ -101,12 +81,23 @@ class FileLock {
   int fd_ = -1;
 };
 
-}  // namespace
+// RocksDB's informational LOG file is not written: nobody reads it, each short-lived open would
+// add to it, and Debian's RocksDB 7.8 (built with assertions) aborts the process when it logs
+// again after a failed write to that file (a full disk).
+class DiscardingLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
 
-void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
-  std::lock_guard<std::mutex> lock(warning_mutex);
-  warningHandler() = std::move(handler);
+rocksdb::Options baseOptions() {
+  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<DiscardingLogger>();
+  rocksdb::Options options;
+  options.info_log = logger;
+  return options;
 }
+
+}  // namespace
 
 struct PersistentStore::Impl {
   std::string db_path, lock_path, locks_dir;
@@ -121,11 +112,11 @@ struct PersistentStore::Impl {
   std::unique_ptr<rocksdb::DB> openReader() {
     struct stat info;
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr;  // nothing stored yet
-    rocksdb::Options options;
+    rocksdb::Options options = baseOptions();
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
-      warnOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
+      warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
                            "); it is bypassed, kernels compile as usual");
       return nullptr;
     }
@@ -133,14 +124,13 @@ struct PersistentStore::Impl {
   }
 
   std::unique_ptr<rocksdb::DB> openWriter() {
-    rocksdb::Options options;
+    rocksdb::Options options = baseOptions();
     options.create_if_missing = true;
     options.max_open_files = 64;
-    options.keep_log_file_num = 2;
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::Open(options, db_path, &db);
     if (!status.ok()) {
-      warnOnce("write", "cannot write the compile cache at " + db_path + " (" + status.ToString() +
+      warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" + status.ToString() +
                             "); compiled kernels are not kept for later runs");
       write_failures.fetch_add(1);
       return nullptr;
@@ -151,7 +141,7 @@ struct PersistentStore::Impl {
   bool write(const std::function<void(rocksdb::DB&, rocksdb::WriteBatch&)>& fill) {
     FileLock lock(lock_path, LOCK_EX);
     if (!lock.held()) {
-      warnOnce("lock", "cannot lock " + lock_path + " (" + std::strerror(errno) +
+      warnCacheOnce("lock", "cannot lock " + lock_path + " (" + std::strerror(errno) +
                            "); compiled kernels are not kept for later runs");
       write_failures.fetch_add(1);
       return false;
@@ -166,7 +156,7 @@ struct PersistentStore::Impl {
     // Flushed to a table file so the log is empty: readers open without replaying it.
     if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
     if (!status.ok()) {
-      warnOnce("write", "writing the compile cache failed (" + status.ToString() + ")");
+      warnCacheOnce("write", "writing the compile cache failed (" + status.ToString() + ")");
       write_failures.fetch_add(1);
       return false;
     }
@@ -214,7 +204,7 @@ PersistentStore::PersistentStore(std::string directory, int64_t max_bytes)
   impl_->locks_dir = directory_ + "/locks";
   registerForkHandler();
   if (!makeDirectories(directory_) || !makeDirectory(impl_->locks_dir))
-    warnOnce("directory", "cannot create the cache directory " + directory_ + " (" +
+    warnCacheOnce("directory", "cannot create the cache directory " + directory_ + " (" +
                               std::strerror(errno) + "); kernels compile as usual");
 }
 
@@ -231,16 +221,8 @@ PersistentStore* PersistentStore::fromEnvironment() {
       const char* home = std::getenv("HOME");
       directory = std::string(home && *home ? home : "/tmp") + "/.cache/torchneuron";
     }
-    int64_t max_bytes = 0;
-    if (const char* cap = std::getenv("NEURON_CACHE_MAX_BYTES"); cap != nullptr && *cap) {
-      char* end = nullptr;
-      const long long parsed = std::strtoll(cap, &end, 10);
-      if (end == cap || *end != '\0' || parsed < 0)
-        warnOnce("max_bytes", std::string("NEURON_CACHE_MAX_BYTES=") + cap +
-                                  " is not a byte count; the cache is not capped");
-      else
-        max_bytes = parsed;
-    }
+    const int64_t max_bytes =
+        byteCountSetting("NEURON_CACHE_MAX_BYTES", 0, "the cache is not capped");
     return new PersistentStore(directory, max_bytes);
   }();
   return store;
@@ -305,7 +287,7 @@ bool PersistentStore::put(const std::string& key, const std::vector<char>& value
 
 void PersistentStore::noteCorrupt(const std::string& key, const std::string& why) {
   impl_->corrupt.fetch_add(1);
-  warnOnce("corrupt", "a cached kernel failed verification (" + why +
+  warnCacheOnce("corrupt", "a cached kernel failed verification (" + why +
                           "); it was ignored and will be recompiled");
 }
 
@@ -347,7 +329,7 @@ std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::st
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (std::chrono::steady_clock::now() >= until) {
       close(fd);
-      warnOnce("deadline", "waited past the deadline for another process compiling the same "
+      warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
                            "kernel; compiling here too");
       return nullptr;
     }

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_warnings.h"  // setCacheWarningHandler, for users of the store
+
 namespace torchneuron {
 
 struct PersistentStoreStats {
@@ -39,10 +41,6 @@ struct StoredEntryInfo {
   int64_t last_use_unix_ms = 0;
   std::string problem;  // "" when the entry parses and its checksum holds
 };
-
-// Warnings from the cache go through this hook (the device library routes them to PyTorch's
-// warning machinery); the default prints to stderr.
-void setCacheWarningHandler(std::function<void(const std::string&)> handler);
 
 class PersistentStore {
  public:

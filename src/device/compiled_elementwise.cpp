@@ -223,10 +223,10 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
       signature.aliased_input = static_cast<int>(i);
   }
   const Hash64 key = signature.key();
-  const CachedKernel& kernel =
+  const KernelHandle kernel =
       kernelFor(key, [&] { return fusion::buildElementwiseKernel(signature); });
-  if (kernel.function == nullptr) {
-    warnCompileFailureOnce(key, signature.describe(), kernel.failure);
+  if (kernel->function == nullptr) {
+    warnCompileFailureOnce(key, signature.describe(), kernel->failure);
     return c10::nullopt;
   }
 
@@ -251,7 +251,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
     }
   }
   const int64_t numel = plan.numel();
-  launchKernel(kernel.function, slots.data(),
+  launchKernel(kernel->function, slots.data(),
                LaunchShape{plan.sizes[0], numel / plan.sizes[0], at::get_num_threads()});
   recordLaunch(binding.launches);
   return output;

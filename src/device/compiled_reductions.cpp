@@ -279,9 +279,9 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
     signature.inner.push_back(innermost == 1 ? InnerStride::kContiguous : InnerStride::kStrided);
   }
   const Hash64 key = signature.key();
-  const CachedKernel& kernel = kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });
-  if (kernel.function == nullptr) {
-    warnCompileFailureOnce(key, signature.describe(), kernel.failure);
+  const KernelHandle kernel = kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });
+  if (kernel->function == nullptr) {
+    warnCompileFailureOnce(key, signature.describe(), kernel->failure);
     return c10::nullopt;
   }
 
@@ -307,7 +307,7 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
   slots.push_back(reduced_numel);
   int64_t kept_numel = 1;
   for (int64_t s : kept.sizes) kept_numel *= s;
-  launchKernel(kernel.function, slots.data(),
+  launchKernel(kernel->function, slots.data(),
                LaunchShape{kept.sizes[0], kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1),
                            at::get_num_threads()});
   recordLaunch(launches);

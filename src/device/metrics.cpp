@@ -73,6 +73,8 @@ MetricsSnapshot metricsSnapshot() {
   snapshot.compile.kernel_cache_hits = cache.hits;
   snapshot.compile.kernel_cache_misses = cache.misses;
   snapshot.compile.kernels_loaded = cache.entries;
+  snapshot.compile.kernel_cache_bytes = cache.memory_bytes;
+  snapshot.compile.kernel_cache_evictions = cache.memory_evictions;
   snapshot.compile.persistent_hits = cache.persistent_hits;
   snapshot.compile.persistent_rejected = cache.persistent_rejected;
   snapshot.compile.persistent_load_ms_median = cache.persistent_load_ms_median;

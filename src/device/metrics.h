@@ -34,7 +34,9 @@ struct CompileMetrics {
   double compile_ms_max = 0;
   int64_t kernel_cache_hits = 0;
   int64_t kernel_cache_misses = 0;
-  int64_t kernels_loaded = 0;  // in the process, not reset
+  int64_t kernels_loaded = 0;  // in the memory tier now, not reset
+  int64_t kernel_cache_bytes = 0;      // object code in the memory tier now
+  int64_t kernel_cache_evictions = 0;  // kernels the memory tier dropped (LRU, over its cap)
   int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache
   int64_t persistent_rejected = 0;  // on-disk entries that failed verification
   double persistent_load_ms_median = 0;

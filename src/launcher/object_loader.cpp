@@ -1,5 +1,6 @@
 #include "launcher/object_loader.h"
 
+#include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/Support/DynamicLibrary.h>
@@ -17,10 +18,13 @@ namespace {
   throw std::runtime_error("[launcher] " + what + ": " + llvm::toString(std::move(error)));
 }
 
-// One JIT for the process; kernels are never unloaded. Locking: `mutex` guards all use.
+// One JIT for the process. Each object is linked into a JITDylib of its own, which links to the
+// main one (process symbols): it can be unlinked alone, and an entry name can be linked again
+// while an older copy is still in use. Locking: `mutex` guards all use.
 struct Jit {
   std::mutex mutex;
   std::unique_ptr<llvm::orc::LLJIT> lljit;
+  uint64_t next_dylib = 0;
 
   Jit() {
     llvm::InitializeNativeTarget();
@@ -49,16 +53,37 @@ Jit& jit() {
 
 }  // namespace
 
-KernelFunction loadKernelObject(const std::vector<char>& object, const std::string& entry) {
+LoadedCode::LoadedCode(KernelFunction function, size_t bytes, void* dylib)
+    : function_(function), bytes_(bytes), dylib_(dylib) {}
+
+LoadedCode::~LoadedCode() {
   Jit& j = jit();
   std::lock_guard<std::mutex> lock(j.mutex);
+  // An error here only leaks the code; there is nobody to report it to in a destructor.
+  llvm::consumeError(
+      j.lljit->getExecutionSession().removeJITDylib(*static_cast<llvm::orc::JITDylib*>(dylib_)));
+}
+
+std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
+                                             const std::string& entry) {
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mutex);
+  llvm::orc::ExecutionSession& session = j.lljit->getExecutionSession();
+  auto dylib = j.lljit->createJITDylib("kernel." + std::to_string(j.next_dylib++));
+  if (!dylib) fail("cannot make a JITDylib for " + entry, dylib.takeError());
+  dylib->addToLinkOrder(j.lljit->getMainJITDylib());
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()),
                                                      entry);
-  if (llvm::Error error = j.lljit->addObjectFile(std::move(buffer)))
+  if (llvm::Error error = j.lljit->addObjectFile(*dylib, std::move(buffer))) {
+    llvm::consumeError(session.removeJITDylib(*dylib));
     fail("cannot link the object of " + entry, std::move(error));
-  auto address = j.lljit->lookup(entry);
-  if (!address) fail("no symbol " + entry + " in its object", address.takeError());
-  return address->toPtr<KernelFunction>();
+  }
+  auto address = j.lljit->lookup(*dylib, entry);
+  if (!address) {
+    llvm::consumeError(session.removeJITDylib(*dylib));
+    fail("no symbol " + entry + " in its object", address.takeError());
+  }
+  return std::make_shared<LoadedCode>(address->toPtr<KernelFunction>(), object.size(), &*dylib);
 }
 
 }  // namespace torchneuron

@@ -199,8 +199,8 @@ TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
   ASSERT_TRUE(store->put(persistentKeyFor(s.key(), mlir), damaged));
   resetKernelCacheCounters();
   warnings().clear();
-  const CachedKernel& kernel = kernelFor(s.key(), [&] { return mlir; });
-  EXPECT_NE(kernel.function, nullptr);  // compiled instead, correct
+  const KernelHandle kernel = kernelFor(s.key(), [&] { return mlir; });
+  EXPECT_NE(kernel->function, nullptr);  // compiled instead, correct
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_EQ(stats.persistent_rejected, 1);
   EXPECT_EQ(stats.compiles, 1);

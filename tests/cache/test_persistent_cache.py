@@ -9,45 +9,12 @@ import tempfile
 
 import pytest
 
-# A small program: a handful of distinct kernels; prints its metrics and a checksum.
-PROGRAM = r"""
-import json, torch, torchneuron
-dev = torchneuron.device()
-torch.manual_seed(0)
-x = torch.randn(64, 33)
-d = x.to(dev)
-# sign and sgn lower to the same MLIR: two kernels, two symbols, one process.
-outs = [torch.tanh(d) * 2 + 1, torch.softmax(d, 1), d.sum(0), torch.nn.functional.gelu(d), d.t().exp(),
-        torch.sign(d), torch.sgn(d)]
-expected = [torch.tanh(x) * 2 + 1, torch.softmax(x, 1), x.sum(0), torch.nn.functional.gelu(x), x.t().exp(),
-            torch.sign(x), torch.sgn(x)]
-ok = all(torch.allclose(o.cpu(), e, atol=1e-5) for o, e in zip(outs, expected))
-m = torchneuron.metrics()
-print(json.dumps({"ok": ok, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
-                  "rejected": m["persistent_rejected"]}))
-"""
-
-
-def run_program(env_extra, check=True):
-    env = dict(os.environ, **env_extra)
-    done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
-                          timeout=300)
-    if check:
-        assert done.returncode == 0, done.stderr[-2000:]
-    return done
-
-
-def result_of(done):
-    return json.loads(done.stdout.strip().splitlines()[-1])
+from cache_program import distinct_kernels, result_of, run_program, PROGRAM
 
 
 @pytest.fixture
 def cache_dir():
     return tempfile.mkdtemp(prefix="neuron-cache-")
-
-
-def distinct_kernels():
-    return result_of(run_program({"NEURON_CACHE": "0"}))["compiles"]
 
 
 def test_second_run_compiles_nothing(cache_dir):
@@ -75,6 +42,29 @@ def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir)
     assert all(r["ok"] for r in results)
     assert sum(r["compiles"] for r in results) == expected
     assert sum(r["compiles"] + r["persistent_hits"] for r in results) == 8 * expected
+
+
+def test_memory_tier_evicts_least_recently_used_and_reloads_from_disk(cache_dir):
+    everything = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    assert everything["evictions"] == 0 and everything["loaded"] == everything["compiles"]
+    cap = everything["memory_bytes"] // 3  # room for a few kernels, not for all of them
+    capped = result_of(run_program({"NEURON_CACHE_DIR": cache_dir,
+                                    "NEURON_CACHE_MEMORY_MAX_BYTES": str(cap)}))
+    assert capped["ok"]
+    assert capped["evictions"] > 0
+    assert capped["memory_bytes"] <= cap
+    assert capped["loaded"] < everything["loaded"]
+    assert capped["compiles"] == 0  # evicted kernels come back from the disk tier
+    assert capped["persistent_hits"] > everything["compiles"]
+    # Without a disk tier, an evicted kernel is compiled again, and results stay right.
+    alone = result_of(run_program({"NEURON_CACHE": "0", "NEURON_CACHE_MEMORY_MAX_BYTES": str(cap)}))
+    assert alone["ok"] and alone["evictions"] > 0
+
+
+def test_bad_memory_cap_names_the_value(cache_dir):
+    done = run_program({"NEURON_CACHE_DIR": cache_dir, "NEURON_CACHE_MEMORY_MAX_BYTES": "-5"})
+    assert result_of(done)["ok"]
+    assert "NEURON_CACHE_MEMORY_MAX_BYTES=-5 is not a byte count" in done.stderr
 
 
 def test_cache_off_writes_nothing(cache_dir):

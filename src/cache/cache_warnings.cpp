@@ -1,0 +1,51 @@
+#include "cache/cache_warnings.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <set>
+
+namespace torchneuron {
+namespace {
+
+std::mutex warning_mutex;
+
+std::function<void(const std::string&)>& warningHandler() {
+  static auto* handler = new std::function<void(const std::string&)>(
+      [](const std::string& text) { std::cerr << "torchneuron: " << text << "\n"; });
+  return *handler;
+}
+
+}  // namespace
+
+void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
+  std::lock_guard<std::mutex> lock(warning_mutex);
+  warningHandler() = std::move(handler);
+}
+
+void warnCacheOnce(const std::string& kind, const std::string& text) {
+  static std::set<std::string>* warned = new std::set<std::string>();
+  std::function<void(const std::string&)> handler;
+  {
+    std::lock_guard<std::mutex> lock(warning_mutex);
+    if (!warned->insert(kind).second) return;
+    handler = warningHandler();
+  }
+  handler("[cache] " + text);
+}
+
+int64_t byteCountSetting(const char* name, int64_t fallback,
+                         const std::string& meaning_of_fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  if (end == value || *end != '\0' || parsed < 0) {
+    warnCacheOnce(name, std::string(name) + "=" + value + " is not a byte count; " +
+                            meaning_of_fallback);
+    return fallback;
+  }
+  return parsed;
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,52 @@
+"""A small device program the cache tests run in fresh processes: a handful of distinct kernels,
+each run twice; prints its metrics and whether every result matched the CPU's."""
+import json
+import os
+import subprocess
+import sys
+
+PROGRAM = r"""
+import json, torch, torchneuron
+dev = torchneuron.device()
+torch.manual_seed(0)
+x = torch.randn(64, 33)
+d = x.to(dev)
+# sign and sgn lower to the same MLIR: two kernels, two symbols, one process.
+def ops(t):
+    return [torch.tanh(t) * 2 + 1, torch.softmax(t, 1), t.sum(0), torch.nn.functional.gelu(t),
+            t.t().exp(), torch.sign(t), torch.sgn(t)]
+expected = ops(x)
+ok = True
+for _ in range(2):  # the second pass finds every kernel loaded, unless the memory tier evicted it
+    ok = ok and all(torch.allclose(o.cpu(), e, atol=1e-5) for o, e in zip(ops(d), expected))
+m = torchneuron.metrics()
+print(json.dumps({"ok": ok, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+                  "rejected": m["persistent_rejected"], "loaded": m["kernels_loaded"],
+                  "memory_bytes": m["kernel_cache_bytes"], "evictions": m["kernel_cache_evictions"]}))
+"""
+
+
+# One kernel, to leave a cache that PROGRAM adds to.
+ONE_KERNEL_PROGRAM = r"""
+import torch, torchneuron
+assert torch.equal((torch.ones(4).to(torchneuron.device()) * 3).cpu(), torch.full((4,), 3.0))
+"""
+
+
+def run_program(env_extra, check=True, program=PROGRAM, **popen_options):
+    """Runs `program` with `env_extra` added to the environment; `popen_options` go to subprocess.
+    """
+    env = dict(os.environ, **env_extra)
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                          timeout=300, **popen_options)
+    if check:
+        assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def result_of(done):
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def distinct_kernels():
+    return result_of(run_program({"NEURON_CACHE": "0"}))["compiles"]

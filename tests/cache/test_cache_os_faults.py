@@ -1,0 +1,122 @@
+"""Faults the operating system gives the persistent cache: a full disk and a read-only cache
+directory. Each run must finish with correct results, warn at most once per kind of fault, and
+leave the cache verifiable."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from cache_program import ONE_KERNEL_PROGRAM, result_of, run_program
+
+NOBODY = 65534
+
+
+def cache_warnings(done):
+    return [line for line in done.stderr.splitlines() if "[cache]" in line]
+
+
+def verify(directory):
+    return subprocess.run([sys.executable, "-m", "torchneuron.cache", "--dir", directory, "verify"],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def small_filesystem():
+    """A 2 MiB tmpfs (a real filesystem that fills up: writes fail with ENOSPC)."""
+    mount_point = tempfile.mkdtemp(prefix="neuron-full-disk-")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mount_point],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (" + mounted.stderr.strip() + "); the file-size "
+                    "limit test covers failing writes")
+    yield mount_point
+    subprocess.run(["umount", mount_point], check=True)
+
+
+def fill(directory):
+    """Writes a file into `directory` until its filesystem has no space left."""
+    with open(os.path.join(directory, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("cache_before", ["none", "one kernel"])
+def test_full_disk_runs_correctly_warns_once_and_stays_verifiable(small_filesystem, cache_before):
+    cache_dir = os.path.join(small_filesystem, "cache")
+    os.mkdir(cache_dir)
+    if cache_before == "one kernel":  # the disk fills up under an existing database
+        run_program({"NEURON_CACHE_DIR": cache_dir}, program=ONE_KERNEL_PROGRAM)
+    fill(small_filesystem)
+    done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"})
+    result = result_of(done)
+    assert result["ok"] and result["compiles"] > 0
+    warned = cache_warnings(done)
+    assert 1 <= len(warned) <= 2 and len(set(warned)) == len(warned), done.stderr
+    assert any("No space left" in w or "cannot write" in w for w in warned), warned
+    # Space comes back: the cache works again, nothing in it is damaged.
+    os.remove(os.path.join(small_filesystem, "filler"))
+    first = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    second = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    assert first["ok"] and second["ok"] and second["compiles"] == 0
+    checked = verify(cache_dir)
+    assert checked.returncode == 0 and "0 damaged" in checked.stdout, checked.stdout
+
+
+def limit_file_size():
+    """In the child: every write past 2 KiB of a file fails with EFBIG instead of killing it."""
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+
+def test_failing_writes_run_correctly_and_warn_once():
+    cache_dir = tempfile.mkdtemp(prefix="neuron-cache-fsize-")
+    done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"},
+                       preexec_fn=limit_file_size)
+    result = result_of(done)
+    assert result["ok"] and result["compiles"] > 0
+    warned = cache_warnings(done)
+    assert 1 <= len(warned) <= 2 and len(set(warned)) == len(warned), done.stderr
+    rerun = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+    assert rerun["ok"]
+    assert verify(cache_dir).returncode == 0
+
+
+def as_reader_without_write_access():
+    """Popen options under which the cache directory (mode 0555, owned by this user) is read-only:
+    root ignores modes, so as root the program runs as nobody."""
+    return {"user": NOBODY, "group": NOBODY} if os.geteuid() == 0 else {}
+
+
+def test_read_only_directory_runs_correctly_and_warns_once():
+    parent = tempfile.mkdtemp(prefix="neuron-cache-ro-")
+    os.chmod(parent, 0o755)
+    cache_dir = os.path.join(parent, "cache")
+    run_program({"NEURON_CACHE_DIR": cache_dir}, program=ONE_KERNEL_PROGRAM)
+    for root, dirs, files in os.walk(cache_dir):
+        os.chmod(root, 0o555)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o444)
+    try:
+        # PROGRAM needs kernels the cache does not have: its writes are refused.
+        done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always",
+                            "HOME": parent}, **as_reader_without_write_access())
+        result = result_of(done)
+        assert result["ok"] and result["compiles"] > 0
+        warned = cache_warnings(done)
+        assert 1 <= len(warned) <= 2 and len(set(warned)) == len(warned), done.stderr
+        assert any("Permission denied" in w or "Read-only" in w for w in warned), warned
+    finally:
+        for root, dirs, files in os.walk(cache_dir):
+            os.chmod(root, 0o755)
+    checked = verify(cache_dir)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    shutil.rmtree(parent)
