@@ -5,6 +5,8 @@ import json
 import os
 import statistics
 
+from rounds import round_speedups, spread
+
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
 
 
@@ -38,22 +40,44 @@ def annotate(result):
             r["triad_fraction"] = r["gbps"] / triad
     figures = {"triad_gbps": {t: triad_gbps(micro, t) for t in (1, 2)}}
     for t in (1, 2):
+        # Headline figures from measurements that alternate the two sides in one process.
+        add_bps = micro_value(micro, f"BM_DispatchAdd/neuron:1/n:16777216/threads:{t}/real_time",
+                              "bytes_per_second")
+        if add_bps and figures["triad_gbps"][t]:
+            figures[f"add_16M_triad_fraction_threads{t}"] = add_bps / 1e9 / figures["triad_gbps"][t]
+        tiny = result.get("op_overhead", {}).get(t, {}).get("ops", {}).get("add")
+        if tiny:
+            figures[f"tiny_op_ratio_threads{t}"] = tiny["ratio_median"]
+            figures[f"tiny_op_us_threads{t}"] = {"neuron": tiny["neuron_ns"] / 1000,
+                                                 "stock": tiny["stock_ns"] / 1000}
+        # The same from the workload cells (separate processes, so noisier).
         add = cells.get(("add-16M", "neuron-eager", t))
         if add and add.get("ok") and figures["triad_gbps"][t]:
-            figures[f"add_16M_triad_fraction_threads{t}"] = add["gbps"] / figures["triad_gbps"][t]
+            figures[f"add_16M_cell_triad_fraction_threads{t}"] = add["gbps"] / figures["triad_gbps"][t]
         tiny, stock = cells.get(("tiny-add-8", "neuron-eager", t)), cells.get(("tiny-add-8", "stock", t))
         if tiny and stock and tiny.get("ok") and stock.get("ok"):
-            figures[f"tiny_op_ratio_threads{t}"] = tiny["median_ms"] / stock["median_ms"]
-            figures[f"tiny_op_us_threads{t}"] = {"neuron": tiny["median_ms"] * 1000,
-                                                 "stock": stock["median_ms"] * 1000}
+            figures[f"tiny_add_cell_ratio_threads{t}"] = tiny["median_ms"] / stock["median_ms"]
+    spreads = []
+    for r in rows:
+        base = cells.get((r["workload"], "stock", r["threads"]))
+        if r.get("ok") and r["mode"] != "stock" and base and base.get("ok"):
+            speedups = round_speedups(r, base)
+            if len(speedups) > 1:
+                r["round_speedups"] = speedups
+                spreads.append(spread(speedups))
+    if spreads:
+        spreads.sort()
+        figures["round_spread"] = {"cells": len(spreads), "median": statistics.median(spreads),
+                                   "p90": spreads[int(0.9 * (len(spreads) - 1))],
+                                   "max": spreads[-1]}
     latencies = [r["compile_ms_median"] for r in rows
                  if r.get("mode") == "neuron-eager" and r.get("compiles_total")]
     if latencies:
         figures["compile_ms_median"] = statistics.median(latencies)
         figures["compile_ms_worst_workload_median"] = max(latencies)
     figures["micro"] = {
-        "dispatch_add8_ns": {"stock": micro_value(micro, "BM_DispatchAdd/neuron:0/n:8/real_time"),
-                             "neuron": micro_value(micro, "BM_DispatchAdd/neuron:1/n:8/real_time")},
+        "dispatch_add8_ns": {"stock": micro_value(micro, "BM_DispatchAdd/neuron:0/n:8/threads:1/real_time"),
+                             "neuron": micro_value(micro, "BM_DispatchAdd/neuron:1/n:8/threads:1/real_time")},
         "kernel_launch_ns": {"8": micro_value(micro, "BM_KernelLaunch/n:8/threads:1/real_time"),
                              "16M_1thread": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:1/real_time"),
                              "16M_2threads": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:2/real_time")},
@@ -90,9 +114,16 @@ def markdown(result):
     lines = [f"# torchneuron benchmarks", "",
              f"{m['date']} on {m['cpu']}, {m['cores']} cores; {'quick' if result['quick'] else 'full'} "
              f"run, {result['seconds']} s. Each cell: median ms per step [min-max] over "
-             f"{rows[0].get('reps', 5) if rows else 5}+ timed repetitions after warm-up; then the "
-             "speedup over stock eager / over stock eager with jemalloc (stock-tuned); compiles "
-             "counted inside the timed region.", ""]
+             f"{result.get('rounds', 1)} round(s) of 5+ timed repetitions after warm-up, each "
+             "round a fresh process, the rounds passing over the whole matrix one after the other; "
+             "then the speedup over stock eager / over stock eager with jemalloc (stock-tuned); "
+             "compiles counted inside the timed region.", ""]
+    spread_figure = f.get("round_spread")
+    if spread_figure:
+        lines += [f"Run-to-run spread: a cell's speedup over stock moved by a median of "
+                  f"{spread_figure['median'] * 100:.0f}% between rounds (90th percentile "
+                  f"{spread_figure['p90'] * 100:.0f}%, worst {spread_figure['max'] * 100:.0f}%; "
+                  f"{spread_figure['cells']} cells).", ""]
     for t in threads:
         lines += [f"## {t} thread{'s' if t > 1 else ''}", "",
                   "| workload | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
@@ -110,16 +141,34 @@ def markdown(result):
     lines += ["", "## Compiled eager (issue 3)", ""]
     for t in threads:
         if f"add_16M_triad_fraction_threads{t}" in f:
-            lines.append(f"- 16M float32 add at {t} thread(s): {f[f'add_16M_triad_fraction_threads{t}'] * 100:.0f}% of the triad")
+            lines.append(f"- 16M float32 add (C++ dispatch into a reused output, alternating with the "
+                         f"triad) at {t} thread(s): {f[f'add_16M_triad_fraction_threads{t}'] * 100:.0f}% "
+                         "of the triad" + (f"; the add-16M cell: {f[f'add_16M_cell_triad_fraction_threads{t}'] * 100:.0f}%"
+                                            if f"add_16M_cell_triad_fraction_threads{t}" in f else ""))
         if f"tiny_op_ratio_threads{t}" in f:
             us = f[f"tiny_op_us_threads{t}"]
-            lines.append(f"- 8-element add from Python at {t} thread(s): {us['neuron']:.2f} us vs stock "
-                         f"{us['stock']:.2f} us = {f[f'tiny_op_ratio_threads{t}']:.2f}x")
+            lines.append(f"- 8-element add from Python at {t} thread(s), alternating with stock in one "
+                         f"process: {us['neuron']:.2f} us vs {us['stock']:.2f} us = "
+                         f"{f[f'tiny_op_ratio_threads{t}']:.2f}x" +
+                         (f"; the tiny-add-8 cells (separate processes): {f[f'tiny_add_cell_ratio_threads{t}']:.2f}x"
+                          if f"tiny_add_cell_ratio_threads{t}" in f else ""))
     if "compile_ms_median" in f:
         lines.append(f"- first compile per kernel: median {f['compile_ms_median']:.1f} ms "
                      f"(median of each workload's median; worst workload {f['compile_ms_worst_workload_median']:.1f} ms)")
+    overhead = result.get("op_overhead", {})
+    if overhead:
+        lines += ["", "## Tiny ops from Python (`bench/op_overhead.py`; 8 elements, per op, device "
+                  "and stock alternating in one process; median ratio [min-max] over the rounds)", "",
+                  "| op | threads | stock ns | neuron ns | neuron / stock |", "|---|---|---|---|---|"]
+        for t, o in sorted(overhead.items()):
+            if "error" in o:
+                lines.append(f"| error | {t} | {o['error'][:80]} | | |")
+                continue
+            for name, v in o["ops"].items():
+                lines.append(f"| {name} | {t} | {v['stock_ns']:.0f} | {v['neuron_ns']:.0f} | "
+                             f"{v['ratio_median']:.2f}x [{v['ratio_min']:.2f}-{v['ratio_max']:.2f}] |")
     micro = f["micro"]
-    lines += ["", "## Micro benchmarks (Google Benchmark, medians of 5)", "",
+    lines += ["", "## Micro benchmarks (Google Benchmark, medians of 7 interleaved repetitions)", "",
               f"- dispatch of an 8-element add from C++: stock {micro['dispatch_add8_ns']['stock']:.0f} ns, "
               f"neuron {micro['dispatch_add8_ns']['neuron']:.0f} ns",
               f"- kernel launch without the dispatcher: {micro['kernel_launch_ns']['8']:.0f} ns (8 elements); "

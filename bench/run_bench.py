@@ -18,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from workloads import all_workloads  # noqa: E402
 from report import write_reports  # noqa: E402
+from rounds import merge_rounds  # noqa: E402
 
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -58,9 +59,11 @@ def run_cell(mode, threads, workload, args):
 def run_micro(args):
     binary = os.path.join(args.build, "bench", "neuron_micro_bench")
     out = os.path.join(args.out, "micro.json")
+    # Interleaved repetitions: the device and stock (and the triad) take turns, so that a ratio
+    # of two medians is not a ratio of two moments of the machine.
     command = [binary, "--benchmark_format=json", f"--benchmark_out={out}",
-               "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true",
-               "--benchmark_min_time=0.2"]
+               "--benchmark_repetitions=7", "--benchmark_enable_random_interleaving=true",
+               "--benchmark_report_aggregates_only=true", "--benchmark_min_time=0.2"]
     env = mode_environment("neuron-eager", 1, args.build)
     subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
     with open(out) as f:
@@ -71,6 +74,22 @@ def run_micro(args):
             medians[b["run_name"]] = {"real_time": b["real_time"], "time_unit": b["time_unit"],
                                       "bytes_per_second": b.get("bytes_per_second")}
     return medians
+
+
+def run_op_overhead(args):
+    """Tiny ops from Python, device and stock alternating in one process (bench/op_overhead.py)."""
+    results = {}
+    for t in (1, 2):
+        command = [sys.executable, os.path.join(HERE, "op_overhead.py"), "--threads", str(t)]
+        if args.quick:
+            command += ["--rounds", "5", "--ops-per-block", "500"]
+        done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            results[t] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+        else:
+            results[t] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results
 
 
 def run_cache_bench(args):
@@ -100,10 +119,16 @@ def parse(argv):
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per cell and round")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="passes over the whole matrix (default 2, quick 1)")
     parser.add_argument("--cell-timeout", type=int, default=600)
     args = parser.parse_args(argv)
     args.out = args.out or os.path.join(args.build, "bench")
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    if args.rounds < 1 or args.reps < 1:
+        parser.error(f"--rounds and --reps must be at least 1, got {args.rounds} and {args.reps}")
     return args
 
 
@@ -118,20 +143,28 @@ def main(argv):
     start = time.time()
     print(f"[bench] micro benchmarks ...", flush=True)
     micro = run_micro(args)
-    rows = []
-    total = len(workloads) * len(modes) * len(threads)
-    for t in threads:
-        for w in workloads:
-            for m in modes:
-                row = run_cell(m, t, w, args)
-                rows.append(row)
-                status = (f"{row['median_ms']:.3f} ms" if row.get("ok") else
-                          "n/a" if row.get("available") is False else "FAILED " + row.get("error", ""))
-                print(f"[bench] {len(rows)}/{total} threads={t} {w} {m}: {status}", flush=True)
+    print(f"[bench] tiny-op overhead, device and stock alternating ...", flush=True)
+    op_overhead = run_op_overhead(args)
+    cells = [(t, w, m) for t in threads for w in workloads for m in modes]
+    by_cell = {cell: [] for cell in cells}
+    done_count = 0
+    for round_number in range(1, args.rounds + 1):
+        for t, w, m in cells:
+            if by_cell[(t, w, m)] and by_cell[(t, w, m)][0].get("available") is False:
+                continue  # a mode that does not exist yet: once is enough
+            row = run_cell(m, t, w, args)
+            by_cell[(t, w, m)].append(row)
+            done_count += 1
+            status = (f"{row['median_ms']:.3f} ms" if row.get("ok") else
+                      "n/a" if row.get("available") is False else "FAILED " + row.get("error", ""))
+            print(f"[bench] {done_count} round {round_number}/{args.rounds} "
+                  f"threads={t} {w} {m}: {status}", flush=True)
+    rows = [merge_rounds(by_cell[cell]) for cell in cells]
     print("[bench] persistent compile cache ...", flush=True)
     cache = run_cache_bench(args)
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
-              "micro": micro, "rows": rows, "cache": cache}
+              "rounds": args.rounds, "micro": micro, "op_overhead": op_overhead, "rows": rows,
+              "cache": cache}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

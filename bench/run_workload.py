@@ -112,8 +112,9 @@ def run(args):
         check_against_cpu(workload, mode, state)
         times, compiles = timed(workload, mode, state, args.warmup, args.reps)
         row.update(ok=True, median_ms=statistics.median(times), min_ms=min(times),
-                   max_ms=max(times), reps=len(times), compiles=compiles)
+                   max_ms=max(times), reps=len(times), compiles=compiles, times_ms=times)
         if workload.bytes_per_step:
+            row["bytes_per_step"] = workload.bytes_per_step
             row["gbps"] = workload.bytes_per_step / (row["median_ms"] / 1000) / 1e9
         if mode.neuron is not None:
             metrics = mode.neuron.metrics()

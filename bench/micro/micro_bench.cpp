@@ -25,9 +25,10 @@ at::Device deviceFor(int64_t on_neuron) {
   return on_neuron ? at::Device(torchneuron::kNeuronDeviceType, 0) : at::Device(at::kCPU);
 }
 
-// at::add(a, b) of `n` floats through the dispatcher; arg 0: 0 = CPU, 1 = neuron.
+// at::add(a, b) of `n` floats through the dispatcher into a reused output; args: 0 = CPU or
+// 1 = neuron, the size, the intra-op threads.
 void BM_DispatchAdd(benchmark::State& state) {
-  at::set_num_threads(1);
+  at::set_num_threads(static_cast<int>(state.range(2)));
   const int64_t n = state.range(1);
   const auto options = at::TensorOptions().device(deviceFor(state.range(0)));
   const at::Tensor a = at::ones({n}, options), b = at::ones({n}, options);
@@ -38,8 +39,10 @@ void BM_DispatchAdd(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * 12);
 }
-BENCHMARK(BM_DispatchAdd)->ArgNames({"neuron", "n"})->Args({0, 8})->Args({1, 8})
-    ->Args({0, 16 << 20})->Args({1, 16 << 20})->UseRealTime();
+BENCHMARK(BM_DispatchAdd)->ArgNames({"neuron", "n", "threads"})
+    ->Args({0, 8, 1})->Args({1, 8, 1})
+    ->Args({0, 16 << 20, 1})->Args({1, 16 << 20, 1})->Args({0, 16 << 20, 2})->Args({1, 16 << 20, 2})
+    ->UseRealTime();
 
 // The compiled add kernel called through the launcher alone (no dispatcher, no allocation).
 void BM_KernelLaunch(benchmark::State& state) {
