@@ -59,9 +59,8 @@ at::Tensor perRow(const at::Tensor& t, const Rows& rows) {
   return t.reshape({rows.m, 1}).expand({rows.m, rows.n});
 }
 
-c10::optional<std::vector<at::Tensor>> run(const char* op, std::vector<at::Tensor> inputs,
-                                           int64_t dim, std::vector<double> params,
-                                           LaunchCounter* launches) {
+c10::optional<TensorList> run(const char* op, TensorList inputs, int64_t dim,
+                              c10::SmallVector<double, 2> params, LaunchCounter* launches) {
   ReductionCall call;
   call.op = fusion::findReductionOp(op);
   call.inputs = std::move(inputs);

@@ -58,8 +58,8 @@ struct NamedArgs {
     const c10::IValue* v = find(name);
     return v != nullptr && !v->isNone();
   }
-  std::vector<at::Tensor> written() const {
-    std::vector<at::Tensor> outputs;
+  TensorList written() const {
+    TensorList outputs;
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const auto& alias = schema.arguments()[i].alias_info();
       if (alias && alias->isWrite()) outputs.push_back(values[i].toTensor());
@@ -74,9 +74,10 @@ bool isKernelInput(const at::Tensor& t) {
 }
 
 // The reduced dimensions named by `dim` (None or [] mean all of them).
-std::vector<int64_t> reducedDims(const at::Tensor& self, const c10::IValue* dim, bool all_if_none) {
+c10::SmallVector<int64_t, 6> reducedDims(const at::Tensor& self, const c10::IValue* dim,
+                                         bool all_if_none) {
   const int64_t rank = std::max<int64_t>(self.dim(), 1);
-  std::vector<int64_t> dims;
+  c10::SmallVector<int64_t, 6> dims;
   if (dim != nullptr && dim->isInt()) {
     dims.push_back(at::maybe_wrap_dim(dim->toInt(), rank));
   } else if (dim != nullptr && dim->isIntList() && !dim->toIntList().empty()) {
@@ -123,8 +124,9 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
   } else if (name == "argmax" || name == "argmin" || name == "max" || name == "min") {
     if (input == at::kBool) return false;
     call.compute = input;
-    call.output_dtypes = name.rfind("arg", 0) == 0 ? std::vector<at::ScalarType>{at::kLong}
-                                                   : std::vector<at::ScalarType>{input, at::kLong};
+    call.output_dtypes = name.rfind("arg", 0) == 0
+                             ? c10::SmallVector<at::ScalarType, 2>{at::kLong}
+                             : c10::SmallVector<at::ScalarType, 2>{input, at::kLong};
   } else if (name == "all" || name == "any") {
     call.compute = input;
     call.output_dtypes = {input == at::kByte ? at::kByte : at::kBool};
@@ -169,12 +171,14 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
 }
 
 // Merges adjacent dimensions (outer first) of one group where every operand allows it.
+using Dims = c10::SmallVector<int64_t, 6>;
+
 struct Group {
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides;  // per operand
+  Dims sizes;
+  c10::SmallVector<Dims, 4> strides;  // per operand
 };
 
-Group coalesce(const std::vector<int64_t>& sizes, const std::vector<std::vector<int64_t>>& strides) {
+Group coalesce(const Dims& sizes, const c10::SmallVector<Dims, 4>& strides) {
   Group group;
   group.strides.resize(strides.size());
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -200,7 +204,7 @@ Group coalesce(const std::vector<int64_t>& sizes, const std::vector<std::vector<
 
 }  // namespace
 
-c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, LaunchCounter* launches) {
+c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* launches) {
   const at::Tensor& self = call.inputs[0];
   for (const at::Tensor& t : call.inputs)
     if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device()) return c10::nullopt;
@@ -209,12 +213,10 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
   if (!fusion::isKernelDtype(call.compute)) return c10::nullopt;
 
   // Input geometry (a 0-dim input reduces as shape [1]).
-  const std::vector<int64_t> in_sizes = self.dim() == 0 ? std::vector<int64_t>{1} : self.sizes().vec();
-  auto stridesOf = [&](const at::Tensor& t) {
-    return t.dim() == 0 ? std::vector<int64_t>{0} : t.strides().vec();
-  };
+  const Dims in_sizes = self.dim() == 0 ? Dims{1} : Dims(self.sizes().begin(), self.sizes().end());
+  auto strideOf = [&](const at::Tensor& t, int64_t d) { return t.dim() == 0 ? 0 : t.stride(d); };
   const int64_t rank = static_cast<int64_t>(in_sizes.size());
-  std::vector<bool> reduced(rank, false);
+  c10::SmallVector<bool, 6> reduced(rank, false);
   for (int64_t d : call.dims) reduced[d] = true;
   int64_t reduced_numel = 1;
   for (int64_t d : call.dims) reduced_numel *= in_sizes[d];
@@ -224,15 +226,15 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
                               (call.op->name == "vector_norm" && call.constants[0] == 3);
   if (reduced_numel == 0 && needs_elements) return c10::nullopt;  // ATen's error
 
-  std::vector<int64_t> out_shape;
+  Dims out_shape;
   if (call.op->row_output) {
-    out_shape = self.sizes().vec();
+    out_shape.assign(self.sizes().begin(), self.sizes().end());
   } else if (self.dim() > 0) {
     for (int64_t d = 0; d < rank; ++d)
       if (!reduced[d]) out_shape.push_back(in_sizes[d]);
       else if (call.keepdim) out_shape.push_back(1);
   }
-  std::vector<at::Tensor> outputs = call.outputs;
+  TensorList outputs = call.outputs;
   if (outputs.empty()) {
     for (at::ScalarType dtype : call.output_dtypes)
       outputs.push_back(at::empty(out_shape, self.options().dtype(dtype)));
@@ -242,10 +244,10 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
   if (outputs[0].numel() == 0 && !(call.op->row_output && self.numel() > 0)) return outputs;
 
   // Operands: outputs then inputs; kept dims first, reduced dims after, both in logical order.
-  std::vector<int64_t> kept_sizes, red_sizes;
-  std::vector<std::vector<int64_t>> kept_strides, red_strides;
-  std::vector<at::Tensor> operands = outputs;
-  operands.insert(operands.end(), call.inputs.begin(), call.inputs.end());
+  Dims kept_sizes, red_sizes;
+  c10::SmallVector<Dims, 4> kept_strides, red_strides;
+  TensorList operands = outputs;
+  operands.append(call.inputs.begin(), call.inputs.end());
   kept_strides.resize(operands.size());
   red_strides.resize(operands.size());
   for (int64_t d = 0, out_d = 0; d < rank; ++d) {
@@ -254,7 +256,7 @@ c10::optional<std::vector<at::Tensor>> launchReduction(ReductionCall& call, Laun
       const bool is_output = i < outputs.size();
       int64_t stride = 0;
       if (!is_output || call.op->row_output) {
-        stride = stridesOf(operands[i])[d];
+        stride = strideOf(operands[i], d);
       } else if (!reduced[d] && self.dim() > 0) {
         stride = operands[i].stride(call.keepdim ? d : out_d);
       }
@@ -332,7 +334,7 @@ void runReductionOp(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   call.outputs = args.written();
   if (args.find("keepdim")) call.keepdim = args.find("keepdim")->toBool();
   call.dims = reducedDims(call.inputs[0], args.find("dim"), binding.all_dims_when_no_dim);
-  c10::optional<std::vector<at::Tensor>> result;
+  c10::optional<TensorList> result;
   for (const at::Tensor& t : call.inputs)
     if (!isKernelInput(t)) return runCpuFallback(handle, stack);
   if (decideTypes(binding, args, call)) result = launchReduction(call, binding.launches);

@@ -47,13 +47,13 @@ struct ReductionOp;
 // kept dimension.
 struct ReductionSignature {
   const ReductionOp* op = nullptr;
-  std::vector<int64_t> constants;
+  c10::SmallVector<int64_t, 2> constants;
   c10::ScalarType compute = c10::kFloat;
-  std::vector<c10::ScalarType> inputs;
-  std::vector<c10::ScalarType> outputs;
+  c10::SmallVector<c10::ScalarType, 4> inputs;
+  c10::SmallVector<c10::ScalarType, 2> outputs;
   int kept_rank = 1;     // >= 1
   int reduced_rank = 1;  // >= 1
-  std::vector<InnerStride> inner;  // outputs first, then inputs (kContiguous or kStrided)
+  c10::SmallVector<InnerStride, 6> inner;  // outputs first, then inputs (kContiguous or kStrided)
 
   Hash64 key() const;
   std::string describe() const;

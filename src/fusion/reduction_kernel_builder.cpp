@@ -60,7 +60,7 @@ class ReductionEmitter {
       e_.line("%dim" + std::to_string(d) + " = arith.constant " + std::to_string(d) + " : index");
       e_.line(name + " = memref.dim %x0, %dim" + std::to_string(d) + " : " + input_types_[0]);
     }
-    ReduceContext context{e_, compute_, wide_, {}, {}, s_.constants, {}};
+    ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()}, {}};
     for (size_t i = 0; i < params; ++i)
       context.params.push_back(Value{"%p" + std::to_string(i), wide_});
     context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
