@@ -21,13 +21,15 @@ import json, sys, time, torch, torchneuron
 sys.path.insert(0, sys.argv[1])
 from workloads import TransformerTrainStep
 torch.set_num_threads(1)
+on_cpu = len(sys.argv) > 3 and sys.argv[3] == "cpu"
 w = TransformerTrainStep()
-state = w.build(torchneuron.device())
+state = w.build(torch.device("cpu") if on_cpu else torchneuron.device())
 times = []
 for _ in range(int(sys.argv[2])):
     start = time.perf_counter()
     w.step(state)
-    torchneuron.synchronize()
+    if not on_cpu:
+        torchneuron.synchronize()
     times.append((time.perf_counter() - start) * 1000)
 m = torchneuron.metrics()
 print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
@@ -35,9 +37,9 @@ print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits
 """
 
 
-def run(env, iterations=12):
+def run(env, iterations=12, device="neuron"):
     here = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, here, str(iterations)], env=env,
+    done = subprocess.run([sys.executable, "-c", SCRIPT, here, str(iterations), device], env=env,
                           capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
@@ -49,20 +51,44 @@ def summarize(r):
     return {"compiles": r["compiles"], "persistent_hits": r["persistent_hits"],
             "first_iteration_ms": r["times_ms"][0], "steady_iteration_ms": steady,
             "first_over_steady": r["times_ms"][0] / steady, "load_ms_median": r["load_ms_median"],
+            # What loading the cached kernels adds to the first iteration, against the steady one.
+            "load_share_of_steady": r["persistent_hits"] * r["load_ms_median"] / steady,
             "compile_ms_median": r["compile_ms_median"]}
+
+
+def median_run(runs):
+    """The run with the median first/steady ratio, with the range of that ratio over all runs."""
+    ordered = sorted(runs, key=lambda r: r["first_over_steady"])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen.update(runs=len(runs), first_over_steady_min=ordered[0]["first_over_steady"],
+                  first_over_steady_max=ordered[-1]["first_over_steady"])
+    return chosen
 
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "build"))
+    parser.add_argument("--warm-runs", type=int, default=5,
+                        help="reruns on the warm directory (the median one is reported)")
     args = parser.parse_args(argv)
+    if args.warm_runs < 1:
+        parser.error(f"--warm-runs must be at least 1, got {args.warm_runs}")
     base = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), NEURON_FALLBACK="silent",
                 OMP_NUM_THREADS="1")
     directory = tempfile.mkdtemp(prefix="neuron-cache-bench-")
     try:
         env = dict(base, NEURON_CACHE_DIR=directory)
-        cold, warm = summarize(run(env)), summarize(run(env))
+        cold = summarize(run(env))
+        # The first iteration of one rerun swings with the machine: five reruns, the median one.
+        warm = median_run([summarize(run(env)) for _ in range(args.warm_runs)])
+        # Stock PyTorch's own first iteration, for scale: it pays first-touch page faults and
+        # lazy initialization too.
+        stock = median_run([summarize(run(base, device="cpu")) for _ in range(args.warm_runs)])
+        tuned_env = dict(base, LD_PRELOAD="/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                         MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1")
+        stock_tuned = median_run([summarize(run(tuned_env, device="cpu"))
+                                  for _ in range(args.warm_runs)])
         no_cache = summarize(run(dict(base, NEURON_CACHE="0")))
         shutil.rmtree(directory)
         os.makedirs(directory)
@@ -76,6 +102,7 @@ def main(argv):
                 raise RuntimeError(err.strip().splitlines()[-1])
             eight.append(json.loads(out.strip().splitlines()[-1]))
         result = {"cold_run": cold, "second_run": warm, "cache_off_run": no_cache,
+                  "stock_run": stock, "stock_tuned_run": stock_tuned,
                   "eight_processes": {"distinct_kernels": no_cache["compiles"],
                                       "total_compiles": sum(r["compiles"] for r in eight),
                                       "total_loads": sum(r["persistent_hits"] for r in eight)}}

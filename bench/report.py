@@ -193,9 +193,17 @@ def markdown(result):
                 f"first run {cold['compiles']} compiles, first iteration {cold['first_iteration_ms']:.0f} ms; "
                 f"second run {warm['compiles']} compiles ({warm['persistent_hits']} kernels loaded), first "
                 f"iteration {warm['first_iteration_ms']:.0f} ms = {warm['first_over_steady']:.2f}x its steady "
-                f"{warm['steady_iteration_ms']:.0f} ms (cache off: {off['first_over_steady']:.2f}x)",
+                f"{warm['steady_iteration_ms']:.0f} ms (median of {warm.get('runs', 1)} reruns; "
+                f"{warm.get('first_over_steady_min', warm['first_over_steady']):.2f}x-"
+                f"{warm.get('first_over_steady_max', warm['first_over_steady']):.2f}x; cache off: "
+                f"{off['first_over_steady']:.2f}x)" + "".join(
+                    f"; {name}'s own first iteration: {cache[key]['first_over_steady']:.2f}x "
+                    f"({cache[key]['first_over_steady_min']:.2f}x-{cache[key]['first_over_steady_max']:.2f}x)"
+                    for key, name in (("stock_run", "stock"), ("stock_tuned_run", "stock-tuned"))
+                    if key in cache),
                 f"- load of one cached kernel (store read, verification, ORC link): median "
-                f"{warm['load_ms_median']:.2f} ms",
+                f"{warm['load_ms_median']:.2f} ms; loading all {warm['persistent_hits']} adds "
+                f"{warm.get('load_share_of_steady', 0) * 100:.1f}% of a steady iteration to the first",
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)", ""]
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
