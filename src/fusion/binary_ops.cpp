@@ -160,10 +160,10 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     return e.minimum(a, b);
   }, kAllClasses));
   ops.push_back(arithmetic("fmax", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return a.type.isFloat() ? e.binary("arith.maxnumf", a, b) : e.maximum(a, b);
+    return a.type.isFloat() ? e.maximumIgnoringNan(a, b) : e.maximum(a, b);
   }));
   ops.push_back(arithmetic("fmin", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return a.type.isFloat() ? e.binary("arith.minnumf", a, b) : e.minimum(a, b);
+    return a.type.isFloat() ? e.minimumIgnoringNan(a, b) : e.minimum(a, b);
   }));
   ops.push_back(floatBinary("xlogy", "other", [](ScalarEmitter& e, const Value& x, const Value& y) {
     const Value zero = e.constantLike(0, x.type);

@@ -288,8 +288,11 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   softmax.row_output = true;
   softmax.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
+    // Times the reciprocal of the sum, as ATen does: the division is loop-invariant and LLVM
+    // hoists it, leaving a multiply per element.
     const Value shifted = e.unary("math.exp", e.sub(x[0], c.results[0][0]));
-    return Values{e.div(shifted, e.convert(c.results[1][0], c.compute))};
+    const Value sum = e.convert(c.results[1][0], c.compute);
+    return Values{e.mul(shifted, e.div(e.floatConstant(1, c.compute), sum))};
   };
   ops.push_back(softmax);
 

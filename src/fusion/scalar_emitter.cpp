@@ -174,13 +174,32 @@ Value ScalarEmitter::isNan(const Value& a) {
   return compare("uno", a, a);
 }
 
+// f32 and f64 max/min are emitted as LLVM intrinsics: arith-expand (which the pipeline needs for
+// bf16) would turn arith.maximumf and friends into compare-and-select chains, which LLVM does
+// not vectorize as reductions; llvm.maximum/minimum (NaN-propagating, like arith.maximumf) and
+// llvm.maxnum/minnum (NaN-ignoring) reductions it does.
+Value ScalarEmitter::floatMinMax(const std::string& intrinsic, const std::string& arith_op,
+                                 const Value& a, const Value& b) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ", b.type.mlir);
+  if (a.type.mlir != "f32" && a.type.mlir != "f64") return binary(arith_op, a, b);
+  return emit("llvm.intr." + intrinsic + "(" + a.name + ", " + b.name + ") : (" + a.type.mlir +
+                  ", " + a.type.mlir + ") -> " + a.type.mlir,
+              a.type);
+}
+
 Value ScalarEmitter::maximum(const Value& a, const Value& b) {
-  if (a.type.isFloat()) return binary("arith.maximumf", a, b);
+  if (a.type.isFloat()) return floatMinMax("maximum", "arith.maximumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.maxsi" : "arith.maxui", a, b);
 }
 Value ScalarEmitter::minimum(const Value& a, const Value& b) {
-  if (a.type.isFloat()) return binary("arith.minimumf", a, b);
+  if (a.type.isFloat()) return floatMinMax("minimum", "arith.minimumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.minsi" : "arith.minui", a, b);
+}
+Value ScalarEmitter::maximumIgnoringNan(const Value& a, const Value& b) {
+  return floatMinMax("maxnum", "arith.maxnumf", a, b);
+}
+Value ScalarEmitter::minimumIgnoringNan(const Value& a, const Value& b) {
+  return floatMinMax("minnum", "arith.minnumf", a, b);
 }
 
 }  // namespace torchneuron::fusion

@@ -59,6 +59,8 @@ class ScalarEmitter {
   Value isNan(const Value& a);  // i1; false for non-floats
   Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
+  Value maximumIgnoringNan(const Value& a, const Value& b);  // floats: fmax's NaN rule
+  Value minimumIgnoringNan(const Value& a, const Value& b);
 
   const std::string& body() const { return body_; }
   const std::set<std::string>& declarations() const { return declarations_; }
@@ -68,6 +70,8 @@ class ScalarEmitter {
 
  private:
   Value emit(const std::string& rhs, const ElementType& result);
+  Value floatMinMax(const std::string& intrinsic, const std::string& arith_op, const Value& a,
+                    const Value& b);
 
   std::string indent_;
   std::string prefix_;

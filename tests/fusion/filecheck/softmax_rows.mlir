@@ -3,9 +3,10 @@
 
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
 // CHECK: iter_args({{.*}}) -> (f32) {
-// CHECK: arith.maximumf
+// CHECK: llvm.intr.maximum
 // CHECK: iter_args({{.*}}) -> (f64) {
 // CHECK: math.exp
 // CHECK: scf.for %w0 = %c0 to %R0 step %c1 {
 // CHECK: arith.divf
+// CHECK: arith.mulf
 // CHECK: memref.store {{.*}}, %o0[%i0, %w0]
