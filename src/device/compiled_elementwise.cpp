@@ -123,6 +123,30 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
   return any_optional_given;  // clamp() with neither bound is ATen's error to raise
 }
 
+// The value of a CPU 0-dim tensor (a Python number arrives as a wrapped one).
+c10::optional<double> cpuScalarValue(const at::Tensor& t) {
+  if (!t.device().is_cpu() || t.dim() != 0) return c10::nullopt;
+  switch (t.scalar_type()) {
+    case at::kDouble: return *t.data_ptr<double>();
+    case at::kLong: return static_cast<double>(*t.data_ptr<int64_t>());
+    default: return t.item<double>();
+  }
+}
+
+// The constant of an op with special values (ElementwiseOp::special_values): the index of the
+// specialized operand's value among them, or -1.
+int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::ScalarType common) {
+  if (!at::isFloatingType(common)) return -1;
+  for (size_t i = 0; i < call.operands.size(); ++i) {
+    if (call.specs[i]->arg != op.specialized_operand) continue;
+    const c10::optional<double> value = cpuScalarValue(call.operands[i]);
+    if (!value) return -1;
+    const auto found = std::find(op.special_values.begin(), op.special_values.end(), *value);
+    return found == op.special_values.end() ? -1 : found - op.special_values.begin();
+  }
+  return -1;
+}
+
 uint8_t computeClassOf(at::ScalarType dtype) {
   if (at::isFloatingType(dtype)) return fusion::kFloats;
   if (dtype == at::kBool) return fusion::kBools;
@@ -209,6 +233,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   ElementwiseSignature signature;
   signature.op = &op;
   signature.constants.assign(call.constants.begin(), call.constants.end());
+  if (!op.special_values.empty())
+    signature.constants.push_back(specialValueIndex(op, call, common));
   signature.present.assign(call.present.begin(), call.present.end());
   signature.compute = common;
   signature.output = output.scalar_type();

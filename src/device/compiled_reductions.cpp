@@ -280,6 +280,18 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
     const int64_t innermost = reduce_output ? kept.strides[i].back() : red.strides[i].back();
     signature.inner.push_back(innermost == 1 ? InnerStride::kContiguous : InnerStride::kStrided);
   }
+  // Column order when the reduction runs across columns that are contiguous in the first input
+  // and contiguous or broadcast in the others (sum over the rows of [N, C]; layer norm's
+  // weight gradient, with per-row statistics broadcast along the columns): walking one column
+  // at a time would stride through memory.
+  const size_t first_input = outputs.size();
+  if (fusion::columnOrderSupported(*call.op) && kept.sizes.back() >= 8 &&
+      red.strides[first_input].back() != 1 && kept.strides[first_input].back() == 1) {
+    bool columns_dense = true;
+    for (size_t i = first_input; i < operands.size(); ++i)
+      columns_dense &= kept.strides[i].back() == 1 || kept.strides[i].back() == 0;
+    signature.column_order = columns_dense;
+  }
   const Hash64 key = signature.key();
   const KernelHandle kernel = kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });
   if (kernel->function == nullptr) {

@@ -13,4 +13,7 @@ namespace torchneuron {
 // results: aliases where the CPU result aliases an argument, copies otherwise.
 void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// runBoxedOnHost, counted as a library launch of the op (library_ops.cpp).
+void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 }  // namespace torchneuron

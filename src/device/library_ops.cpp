@@ -10,13 +10,6 @@
 namespace torchneuron {
 namespace {
 
-void runLibraryKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  runBoxedOnHost(op, stack);
-  const c10::OperatorName& name = op.schema().operator_name();
-  recordLaunch(LaunchKind::kLibrary,
-               name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
-}
-
 // Random ops draw from PyTorch's default CPU generator, so torch.manual_seed makes device
 // runs reproducible and equal to the same code on the CPU.
 constexpr const char* kRandomOps[] = {
@@ -28,8 +21,9 @@ constexpr const char* kRandomOps[] = {
     "_sample_dirichlet",
 };
 
+// mm, addmm, bmm and baddbmm write into device memory directly: library_matmul.cpp.
 constexpr const char* kDenseLinearAlgebraOps[] = {
-    "mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "convolution", "convolution_backward",
+    "addmm_", "baddbmm_", "convolution", "convolution_backward",
 };
 
 constexpr const char* kIndexingOps[] = {
@@ -41,10 +35,17 @@ constexpr const char* kIndexingOps[] = {
 template <size_t N>
 void registerLibraryKernels(torch::Library& m, const char* const (&names)[N]) {
   for (const char* name : names)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&runLibraryKernel>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&runLibraryKernelOnHost>());
 }
 
 }  // namespace
+
+void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runBoxedOnHost(op, stack);
+  const c10::OperatorName& name = op.schema().operator_name();
+  recordLaunch(LaunchKind::kLibrary,
+               name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   registerLibraryKernels(m, kRandomOps);

@@ -130,10 +130,29 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(arithmetic("fmod", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.binary("arith.remf", a, b);
   }, kFloats));
-  ops.push_back(binary("pow", "exponent", TypePromotion::kDefault, kFloats,
-                       [](ScalarEmitter& e, const Value& a, const Value& b) {
-                         return e.binary("math.powf", a, b);
-                       }));
+  // pow with a scalar exponent of 2, 3, 0.5, -0.5, -1, -2, 1 or 0 computes what ATen does for
+  // those exponents (products, sqrt, reciprocals, a copy, ones: autograd's pow backward asks for
+  // x ** 1); any other exponent calls powf.
+  ElementwiseOp pow = binary("pow", "exponent", TypePromotion::kDefault, kFloats, nullptr);
+  pow.specialized_operand = "exponent";
+  pow.special_values = {2, 3, 0.5, -0.5, -1, -2, 1, 0};
+  pow.lower = [](LoweringContext& c) {
+    ScalarEmitter& e = c.emit;
+    const Value& x = c.operands[0];
+    const Value one = e.floatConstant(1, x.type);
+    switch (c.constants.empty() ? -1 : c.constants.back()) {
+      case 0: return e.mul(x, x);
+      case 1: return e.mul(e.mul(x, x), x);
+      case 2: return e.unary("math.sqrt", x);
+      case 3: return e.div(one, e.unary("math.sqrt", x));
+      case 4: return e.div(one, x);
+      case 5: return e.div(one, e.mul(x, x));
+      case 6: return x;
+      case 7: return one;
+      default: return e.binary("math.powf", x, c.operands[1]);
+    }
+  };
+  ops.push_back(pow);
   ops.push_back(floatBinary("atan2", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.libm("atan2", {a, b});
   }));

@@ -55,6 +55,7 @@ Hash64 ReductionSignature::key() const {
   for (c10::ScalarType t : outputs) h.i64(static_cast<int64_t>(t));
   h.i64(kept_rank).i64(reduced_rank);
   for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  h.u64(column_order);
   return h.digest();
 }
 
@@ -65,7 +66,12 @@ std::string ReductionSignature::describe() const {
   text += "->";
   for (size_t i = 0; i < outputs.size(); ++i)
     text += std::string(i ? "," : "") + c10::toString(outputs[i]);
-  return text + ") kept " + std::to_string(kept_rank) + " reduced " + std::to_string(reduced_rank);
+  return text + ") kept " + std::to_string(kept_rank) + " reduced " + std::to_string(reduced_rank) +
+         (column_order ? " column order" : "");
+}
+
+bool columnOrderSupported(const ReductionOp& op) {
+  return op.passes == 1 && !op.row_output && !op.needs_index;
 }
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }

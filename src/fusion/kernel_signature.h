@@ -54,10 +54,18 @@ struct ReductionSignature {
   int kept_rank = 1;     // >= 1
   int reduced_rank = 1;  // >= 1
   c10::SmallVector<InnerStride, 6> inner;  // outputs first, then inputs (kContiguous or kStrided)
+  // Column order: the inputs' innermost kept dimension is contiguous and the reduction runs
+  // across it (a bias gradient: sum over the rows of [N, C]). The kernel then walks tiles of
+  // that dimension with one accumulator per column, vectorized across columns. Only for
+  // single-pass reductions without element indices (columnOrderSupported).
+  bool column_order = false;
 
   Hash64 key() const;
   std::string describe() const;
 };
+
+// Whether `op` can run in column order (ReductionSignature::column_order).
+bool columnOrderSupported(const ReductionOp& op);
 
 // The exported symbol of the kernel with this key.
 std::string kernelEntryName(Hash64 key);

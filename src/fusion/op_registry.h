@@ -71,6 +71,12 @@ struct ElementwiseOp {
   ElementwiseLowering lower;
   // Optional operand args (Tensor? or Scalar?) by name; absent ones change the kernel key.
   std::vector<std::string> optional_operands = {};
+  // Values of one scalar operand (a Python number or 0-dim CPU tensor) for which the lowering
+  // has exact faster code, as ATen's kernels do (pow's exponent 2 is x * x): the value's index
+  // in `special_values` is appended to the constants (-1 for other values and for tensors), so
+  // only these values compile kernels of their own. Float compute only.
+  std::string specialized_operand = {};
+  std::vector<double> special_values = {};
 };
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced

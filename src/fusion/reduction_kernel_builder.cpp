@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <functional>
+
 #include "fusion/kernel_builder.h"
 #include "fusion/memref_type.h"
 #include "fusion/op_registry.h"
@@ -65,6 +67,12 @@ class ReductionEmitter {
       context.params.push_back(Value{"%p" + std::to_string(i), wide_});
     context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
 
+    if (s_.column_order) {
+      TORCH_INTERNAL_ASSERT(columnOrderSupported(op_), "[fusion] ", op_.name,
+                            " cannot run in column order");
+      emitColumnOrder(context);
+      return module(arguments);
+    }
     for (int d = 0; d < k_; ++d) {
       const std::string lower = d == 0 ? "%begin" : "%c0";
       const std::string upper = d == 0 ? "%end" : "%K" + std::to_string(d);
@@ -81,14 +89,93 @@ class ReductionEmitter {
         store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
     }
     for (int d = 0; d < k_; ++d) e_.line("}");
+    return module(arguments);
+  }
 
+ private:
+  static constexpr int kColumnTile = 64;
+
+  std::string module(const std::vector<std::string>& arguments) const {
     std::string text = "module {\n";
     for (const std::string& declaration : e_.declarations()) text += "  " + declaration + "\n";
     text += "  func.func @kernel(" + join(arguments) + ") {\n" + e_.body() + "    return\n  }\n}\n";
     return text;
   }
 
- private:
+  // Column order: the innermost kept dimension (contiguous in the inputs) is cut into tiles of
+  // kColumnTile columns, each with its accumulators in a stack buffer; the reduced loops are
+  // outside, the column loop inside, so consecutive iterations read consecutive elements and
+  // update independent accumulators: LLVM vectorizes across columns with no reassociation.
+  void emitColumnOrder(ReduceContext& context) {
+    const int inner = k_ - 1;  // the tiled kept dimension
+    const std::string tile = std::to_string(kColumnTile);
+    std::vector<Value> init = op_.init(context, 0);
+    std::vector<std::string> buffers;
+    for (size_t a = 0; a < init.size(); ++a) {
+      buffers.push_back("%acc" + std::to_string(a));
+      e_.line(buffers[a] + " = memref.alloca() : memref<" + tile + "x" + init[a].type.mlir + ">");
+    }
+    e_.line("%tile = arith.constant " + tile + " : index");
+    for (int d = 0; d < inner; ++d) {
+      const std::string lower = d == 0 ? "%begin" : "%c0";
+      const std::string upper = d == 0 ? "%end" : "%K" + std::to_string(d);
+      e_.line("scf.for %i" + std::to_string(d) + " = " + lower + " to " + upper + " step %c1 {");
+    }
+    const std::string lower = inner == 0 ? "%begin" : "%c0";
+    const std::string upper = inner == 0 ? "%end" : "%K" + std::to_string(inner);
+    e_.line("scf.for %t = " + lower + " to " + upper + " step %tile {");
+    e_.line("%left = arith.subi " + upper + ", %t : index");
+    e_.line("%width = arith.minui %left, %tile : index");
+    const std::string column = "%i" + std::to_string(inner);
+    auto overColumns = [&](const std::string& u, const std::function<void()>& body) {
+      e_.line("scf.for " + u + " = %c0 to %width step %c1 {");
+      e_.line(column + " = arith.addi %t, " + u + " : index");
+      body();
+      e_.line("}");
+    };
+    overColumns("%u0", [&] {
+      const std::vector<Value> fresh = op_.init(context, 0);
+      for (size_t a = 0; a < fresh.size(); ++a)
+        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] + "[%u0] : memref<" + tile +
+                "x" + fresh[a].type.mlir + ">");
+    });
+    const std::string prefix = "%j0_";
+    for (int j = 0; j < m_; ++j)
+      e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to %R" + std::to_string(j) +
+              " step %c1 {");
+    overColumns("%u1", [&] {
+      std::vector<Value> accumulators = loadAccumulators(buffers, init, "%u1");
+      const std::vector<Value> x = loadInputs(prefix);
+      const std::vector<Value> updated = op_.combine(context, 0, accumulators, x, Value{});
+      for (size_t a = 0; a < updated.size(); ++a)
+        e_.line("memref.store " + updated[a].name + ", " + buffers[a] + "[%u1] : memref<" + tile +
+                "x" + updated[a].type.mlir + ">");
+    });
+    for (int j = 0; j < m_; ++j) e_.line("}");
+    overColumns("%u2", [&] {
+      context.results = {loadAccumulators(buffers, init, "%u2")};
+      const std::vector<Value> outputs = op_.finish(context, {});
+      TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
+                            outputs.size(), " outputs, the signature has ", s_.outputs.size());
+      for (size_t i = 0; i < outputs.size(); ++i)
+        store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+    });
+    e_.line("}");
+    for (int d = 0; d < inner; ++d) e_.line("}");
+  }
+
+  std::vector<Value> loadAccumulators(const std::vector<std::string>& buffers,
+                                      const std::vector<Value>& like, const std::string& u) {
+    std::vector<Value> values;
+    for (size_t a = 0; a < buffers.size(); ++a) {
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load " + buffers[a] + "[" + u + "] : memref<" +
+              std::to_string(kColumnTile) + "x" + like[a].type.mlir + ">");
+      values.push_back(Value{name, like[a].type});
+    }
+    return values;
+  }
+
   size_t paramCount() const { return static_cast<size_t>(op_.num_params); }
 
   std::vector<std::string> keptIndices() const {

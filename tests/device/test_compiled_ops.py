@@ -267,3 +267,31 @@ def test_layer_norm_forward_and_backward_compiled(affine):
     torch.testing.assert_close(dy.cpu(), y, rtol=1e-5, atol=1e-5)
     for cpu_leaf, dev_leaf in zip(leaves, dev_leaves):
         torch.testing.assert_close(dev_leaf.grad.cpu(), cpu_leaf.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16] + INTS + [torch.bool])
+def test_reductions_across_contiguous_columns(dtype):
+    """Column order (sum over the rows of [N, C]): tiles of 64 columns, partial last tiles,
+    several kept and reduced dimensions, strided and broadcast columns."""
+    a = sample((70, 3, 130), dtype)
+    fns = [lambda x: x.sum(0), lambda x: x.sum((0, 1)), lambda x: x.sum(1, keepdim=True),
+           lambda x: x.any(0), lambda x: x.all(1)]
+    if dtype != torch.bool:
+        fns += [lambda x: x.amax(0), lambda x: x.amin((0, 1)), lambda x: x[:, :, 5:120].sum(0)]
+    if dtype.is_floating_point:
+        fns += [lambda x: x.mean(0), lambda x: (x[:40] / 4).prod(0),
+                lambda x: x[:, :1].expand(70, 9, 130).sum(0)]
+    if dtype in (torch.float32, torch.float64):  # the CPU's bfloat16 norm is 3% off here
+        fns.append(lambda x: torch.linalg.vector_norm(x, dim=(0, 1)))
+    for fn in fns:
+        check(fn, a)
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2, 1, 0, 2.5, -3])
+def test_pow_scalar_exponents_match_aten(exponent):
+    """Exponents ATen computes as products, roots or reciprocals get exactly ATen's results."""
+    a = sample((257,), torch.float32)
+    a[:4] = torch.tensor([0.0, -0.0, float("inf"), float("nan")])
+    exact = exponent not in (2.5, -3)
+    check(lambda x: torch.pow(x, exponent), a.abs() if exponent in (0.5, -0.5, 2.5) else a,
+          **({"rtol": 0, "atol": 0} if exact else {}))

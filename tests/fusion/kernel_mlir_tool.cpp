@@ -1,6 +1,7 @@
 // Prints a registry op's kernel for FileCheck tests:
 //   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> -- <inputs...> [constants...]
-//   neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute> <kept> <reduced> <output...> -- <inputs...>
+//   neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute> <kept> <reduced> <output...> -- <inputs...> [column]
+//     (column: column order, inputs strided in their innermost reduced dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
@@ -76,8 +77,12 @@ int main(int argc, char** argv) {
       s.reduced_rank = std::stoi(args.at(i++));
       while (args.at(i) != "--") s.outputs.push_back(dtypeNamed(args.at(i++)));
       ++i;
-      while (i < args.size()) s.inputs.push_back(dtypeNamed(args.at(i++)));
+      while (i < args.size() && args.at(i) != "column") s.inputs.push_back(dtypeNamed(args.at(i++)));
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
+      if (i < args.size()) {
+        s.column_order = true;
+        for (size_t k = s.outputs.size(); k < s.inner.size(); ++k) s.inner[k] = InnerStride::kStrided;
+      }
       std::cout << emit(mode, buildReductionKernel(s));
     } else {
       throw std::invalid_argument("unknown form " + form);

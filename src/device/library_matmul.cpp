@@ -1,0 +1,120 @@
+// mm, addmm, bmm and baddbmm as library kernels that write straight into device memory: the
+// output is allocated on the device (the caching allocator) and ATen's out= CPU kernel
+// (OpenBLAS) fills it through a host view. The generic library path would let the functional
+// CPU kernel allocate fresh host memory and then copy it to the device: an extra allocation
+// (page faults for a fresh multi-megabyte block) and an extra copy of every result.
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "device/device.h"
+#include "device/host_execution.h"
+#include "device/host_view.h"
+#include "device/metrics.h"
+
+namespace torchneuron {
+namespace {
+
+bool onDevice(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuronDeviceType && t.layout() == at::kStrided;
+}
+
+// Device tensors of one dtype with the ranks the op needs; anything else takes the generic
+// path, where ATen raises its own errors.
+bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t rank) {
+  const at::Tensor& first = **tensors.begin();
+  for (const at::Tensor* t : tensors)
+    if (!onDevice(*t) || t->scalar_type() != first.scalar_type() || t->device() != first.device())
+      return false;
+  auto it = tensors.end() - 2;  // the two matrix (batch) operands are the last two
+  return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
+}
+
+LaunchCounter* counterFor(const char* name) {
+  return launchCounter(LaunchKind::kLibrary, name);
+}
+
+at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
+  static LaunchCounter* launches = counterFor("aten::mm");
+  if (!plainOperands({&self, &mat2}, 2)) return at::Tensor();
+  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
+  at::Tensor host_out = hostView(out);
+  at::mm_out(host_out, hostView(self), hostView(mat2));
+  recordLaunch(launches);
+  return out;
+}
+
+at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const c10::Scalar& beta, const c10::Scalar& alpha) {
+  static LaunchCounter* launches = counterFor("aten::addmm");
+  if (!plainOperands({&self, &mat1, &mat2}, 2)) return at::Tensor();
+  at::Tensor out = at::empty({mat1.size(0), mat2.size(1)}, mat1.options());
+  at::Tensor host_out = hostView(out);
+  at::addmm_out(host_out, hostView(self), hostView(mat1), hostView(mat2), beta, alpha);
+  recordLaunch(launches);
+  return out;
+}
+
+at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
+  static LaunchCounter* launches = counterFor("aten::bmm");
+  if (!plainOperands({&self, &mat2}, 3)) return at::Tensor();
+  at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
+  at::Tensor host_out = hostView(out);
+  at::bmm_out(host_out, hostView(self), hostView(mat2));
+  recordLaunch(launches);
+  return out;
+}
+
+at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                   const c10::Scalar& beta, const c10::Scalar& alpha) {
+  static LaunchCounter* launches = counterFor("aten::baddbmm");
+  if (!plainOperands({&self, &batch1, &batch2}, 3)) return at::Tensor();
+  at::Tensor out =
+      at::empty({batch1.size(0), batch1.size(1), batch2.size(2)}, batch1.options());
+  at::Tensor host_out = hostView(out);
+  at::baddbmm_out(host_out, hostView(self), hostView(batch1), hostView(batch2), beta, alpha);
+  recordLaunch(launches);
+  return out;
+}
+
+// The boxed entry: the fast path above, or the generic library path (mixed devices, wrong
+// ranks or dtypes: ATen's errors, raised as on the CPU).
+template <typename Fast>
+void runMatmul(const c10::OperatorHandle& op, torch::jit::Stack* stack, Fast fast) {
+  const size_t count = op.schema().arguments().size();
+  at::Tensor result = fast(torch::jit::last(*stack, count));
+  if (!result.defined()) {
+    runLibraryKernelOnHost(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, count);
+  torch::jit::push(*stack, std::move(result));
+}
+
+void runMm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return mmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
+}
+void runAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+    return addmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
+  });
+}
+void runBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return bmmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
+}
+void runBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+    return baddbmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", torch::CppFunction::makeFromBoxedFunction<&runMm>());
+  m.impl("addmm", torch::CppFunction::makeFromBoxedFunction<&runAddmm>());
+  m.impl("bmm", torch::CppFunction::makeFromBoxedFunction<&runBmm>());
+  m.impl("baddbmm", torch::CppFunction::makeFromBoxedFunction<&runBaddbmm>());
+}
+
+}  // namespace torchneuron
