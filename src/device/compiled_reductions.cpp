@@ -275,11 +275,11 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   for (const at::Tensor& t : outputs) signature.outputs.push_back(t.scalar_type());
   signature.kept_rank = static_cast<int>(kept.sizes.size());
   signature.reduced_rank = static_cast<int>(red.sizes.size());
-  for (size_t i = 0; i < operands.size(); ++i) {
-    const bool reduce_output = i < outputs.size() && !call.op->row_output;
-    const int64_t innermost = reduce_output ? kept.strides[i].back() : red.strides[i].back();
-    signature.inner.push_back(innermost == 1 ? InnerStride::kContiguous : InnerStride::kStrided);
-  }
+  auto strideClass = [](int64_t stride, bool may_broadcast) {
+    return stride == 1                      ? InnerStride::kContiguous
+           : stride == 0 && may_broadcast ? InnerStride::kBroadcast
+                                          : InnerStride::kStrided;
+  };
   // Column order when the reduction runs across columns that are contiguous in the first input
   // and contiguous or broadcast in the others (sum over the rows of [N, C]; layer norm's
   // weight gradient, with per-row statistics broadcast along the columns): walking one column
@@ -291,6 +291,14 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
     for (size_t i = first_input; i < operands.size(); ++i)
       columns_dense &= kept.strides[i].back() == 1 || kept.strides[i].back() == 0;
     signature.column_order = columns_dense;
+  }
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const bool is_input = i >= first_input;
+    const bool reduce_output = !is_input && !call.op->row_output;
+    const int64_t innermost = reduce_output || (is_input && signature.column_order)
+                                  ? kept.strides[i].back()
+                                  : red.strides[i].back();
+    signature.inner.push_back(strideClass(innermost, is_input));
   }
   const Hash64 key = signature.key();
   const KernelHandle kernel = kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });

@@ -53,7 +53,9 @@ struct ReductionSignature {
   c10::SmallVector<c10::ScalarType, 2> outputs;
   int kept_rank = 1;     // >= 1
   int reduced_rank = 1;  // >= 1
-  c10::SmallVector<InnerStride, 6> inner;  // outputs first, then inputs (kContiguous or kStrided)
+  // Outputs first, then inputs: the stride class of the innermost dimension (of an input: the
+  // innermost reduced one, or in column order the innermost kept one).
+  c10::SmallVector<InnerStride, 6> inner;
   // Column order: the inputs' innermost kept dimension is contiguous and the reduction runs
   // across it (a bias gradient: sum over the rows of [N, C]). The kernel then walks tiles of
   // that dimension with one accumulator per column, vectorized across columns. Only for

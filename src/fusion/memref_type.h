@@ -8,12 +8,18 @@
 
 namespace torchneuron::fusion {
 
-inline std::string stridedMemrefType(int dims, const std::string& element, InnerStride inner) {
+// `inner` describes dimension `static_dim` (the innermost by default): contiguous gives it the
+// static stride 1; strided and broadcast leave it dynamic (MLIR's strided layout forbids a
+// static 0: kernels index a broadcast dimension at 0 instead).
+inline std::string stridedMemrefType(int dims, const std::string& element, InnerStride inner,
+                                     int static_dim = -1) {
+  if (static_dim < 0) static_dim = dims - 1;
   std::string shape, strides;
   for (int d = 0; d < dims; ++d) {
     shape += "?x";
-    const bool unit = d == dims - 1 && inner == InnerStride::kContiguous;
-    strides += std::string(d ? ", " : "") + (unit ? "1" : "?");
+    std::string stride = "?";
+    if (d == static_dim && inner == InnerStride::kContiguous) stride = "1";
+    strides += std::string(d ? ", " : "") + stride;
   }
   return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
 }

@@ -37,9 +37,12 @@ class ReductionEmitter {
       const int rank = op_.row_output ? k_ + m_ : k_;
       output_types_.push_back(stridedMemrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
     }
+    // An input's stride class is of its innermost reduced dimension, or in column order of its
+    // innermost kept one.
+    const int static_dim = s.column_order ? k_ - 1 : k_ + m_ - 1;
     for (size_t i = 0; i < s.inputs.size(); ++i)
-      input_types_.push_back(
-          stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir, s.inner[s.outputs.size() + i]));
+      input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
+                                               s.inner[s.outputs.size() + i], static_dim));
   }
 
   std::string build() {
@@ -190,13 +193,18 @@ class ReductionEmitter {
     return indices;
   }
 
-  // Loads every input at the current element, converted to the compute type.
+  // Loads every input at the current element, converted to the compute type. An input
+  // broadcast along its classified dimension (stride 0) is read at index 0 there: the same
+  // address, but visibly loop-invariant, so LLVM hoists the load and vectorizes the loop.
   std::vector<Value> loadInputs(const std::string& prefix) {
     std::vector<Value> values;
+    const size_t static_dim = s_.column_order ? k_ - 1 : k_ + m_ - 1;
     for (size_t i = 0; i < s_.inputs.size(); ++i) {
+      std::vector<std::string> indices = allIndices(prefix);
+      if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast) indices[static_dim] = "%c0";
       const std::string name = e_.freshName();
-      e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(allIndices(prefix)) +
-              "] : " + input_types_[i]);
+      e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(indices) + "] : " +
+              input_types_[i]);
       values.push_back(e_.convert(Value{name, storageType(s_.inputs[i])}, compute_));
     }
     return values;

@@ -1,7 +1,7 @@
 // Prints a registry op's kernel for FileCheck tests:
 //   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> -- <inputs...> [constants...]
 //   neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute> <kept> <reduced> <output...> -- <inputs...> [column]
-//     (column: column order, inputs strided in their innermost reduced dimension)
+//     (column: column order, inputs contiguous in their innermost kept dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
@@ -79,10 +79,7 @@ int main(int argc, char** argv) {
       ++i;
       while (i < args.size() && args.at(i) != "column") s.inputs.push_back(dtypeNamed(args.at(i++)));
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
-      if (i < args.size()) {
-        s.column_order = true;
-        for (size_t k = s.outputs.size(); k < s.inner.size(); ++k) s.inner[k] = InnerStride::kStrided;
-      }
+      s.column_order = i < args.size();  // inputs contiguous along their innermost kept dim
       std::cout << emit(mode, buildReductionKernel(s));
     } else {
       throw std::invalid_argument("unknown form " + form);
