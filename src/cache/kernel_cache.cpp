@@ -182,9 +182,9 @@ Table& table() {
 
 // Keeps the memory tier under its cap by dropping the least recently used ready entries other
 // than `keep` (a scan: this runs on a miss, which costs a load or a compile anyway). A dropped
-// kernel stays mapped until the launches holding it finish. Needs `t.mutex` held exclusively.
-void evictOverCapacity(Table& t, const Entry* keep) {
-  const int64_t capacity = memoryTierCapacity();
+// kernel stays mapped until the launches holding it finish. Needs `t.mutex` held exclusively;
+// the caller reads `capacity` before taking it (the first read may warn).
+void evictOverCapacity(Table& t, const Entry* keep, int64_t capacity) {
   while (t.memory_bytes > capacity) {
     auto victim = t.entries.end();
     for (auto it = t.entries.begin(); it != t.entries.end(); ++it) {
@@ -249,6 +249,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
     t.failures.fetch_add(1, std::memory_order_relaxed);
   }
   KernelHandle handle = std::make_shared<const CachedKernel>(std::move(result));
+  const int64_t capacity = memoryTierCapacity();
   {
     std::unique_lock<std::shared_mutex> write(t.mutex);
     entry->kernel = handle;
@@ -256,7 +257,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
     entry->last_use.store(t.clock.fetch_add(1, std::memory_order_relaxed));
     entry->ready = true;
     t.memory_bytes += entry->bytes;
-    evictOverCapacity(t, entry.get());
+    evictOverCapacity(t, entry.get(), capacity);
   }
   t.compiled.notify_all();
   return handle;
