@@ -170,9 +170,9 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
   return true;
 }
 
-// Merges adjacent dimensions (outer first) of one group where every operand allows it.
 using Dims = c10::SmallVector<int64_t, 6>;
 
+// Merges adjacent dimensions (outer first) of one group where every operand allows it.
 struct Group {
   Dims sizes;
   c10::SmallVector<Dims, 4> strides;  // per operand

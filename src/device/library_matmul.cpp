@@ -30,51 +30,52 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
 }
 
-LaunchCounter* counterFor(const char* name) {
-  return launchCounter(LaunchKind::kLibrary, name);
+// Allocates the result on the device, lets `fill` write it through a host view (ATen's out=
+// kernel), and counts one library launch on `launches`.
+template <typename Fill>
+at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
+                      Fill fill) {
+  at::Tensor out = at::empty(sizes, like.options());
+  at::Tensor host_out = hostView(out);
+  fill(host_out);
+  recordLaunch(launches);
+  return out;
 }
 
 at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
-  static LaunchCounter* launches = counterFor("aten::mm");
   if (!plainOperands({&self, &mat2}, 2)) return at::Tensor();
-  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
-  at::Tensor host_out = hostView(out);
-  at::mm_out(host_out, hostView(self), hostView(mat2));
-  recordLaunch(launches);
-  return out;
+  static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
+  return intoDevice(launches, {self.size(0), mat2.size(1)}, self, [&](at::Tensor& out) {
+    at::mm_out(out, hostView(self), hostView(mat2));
+  });
 }
 
 at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
-                 const c10::Scalar& beta, const c10::Scalar& alpha) {
-  static LaunchCounter* launches = counterFor("aten::addmm");
+                           const c10::Scalar& beta, const c10::Scalar& alpha) {
   if (!plainOperands({&self, &mat1, &mat2}, 2)) return at::Tensor();
-  at::Tensor out = at::empty({mat1.size(0), mat2.size(1)}, mat1.options());
-  at::Tensor host_out = hostView(out);
-  at::addmm_out(host_out, hostView(self), hostView(mat1), hostView(mat2), beta, alpha);
-  recordLaunch(launches);
-  return out;
+  static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::addmm");
+  return intoDevice(launches, {mat1.size(0), mat2.size(1)}, mat1, [&](at::Tensor& out) {
+    at::addmm_out(out, hostView(self), hostView(mat1), hostView(mat2), beta, alpha);
+  });
 }
 
 at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
-  static LaunchCounter* launches = counterFor("aten::bmm");
   if (!plainOperands({&self, &mat2}, 3)) return at::Tensor();
-  at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
-  at::Tensor host_out = hostView(out);
-  at::bmm_out(host_out, hostView(self), hostView(mat2));
-  recordLaunch(launches);
-  return out;
+  static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::bmm");
+  return intoDevice(launches, {self.size(0), self.size(1), mat2.size(2)}, self,
+                    [&](at::Tensor& out) { at::bmm_out(out, hostView(self), hostView(mat2)); });
 }
 
-at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
-                   const c10::Scalar& beta, const c10::Scalar& alpha) {
-  static LaunchCounter* launches = counterFor("aten::baddbmm");
+at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
+                             const at::Tensor& batch2, const c10::Scalar& beta,
+                             const c10::Scalar& alpha) {
   if (!plainOperands({&self, &batch1, &batch2}, 3)) return at::Tensor();
-  at::Tensor out =
-      at::empty({batch1.size(0), batch1.size(1), batch2.size(2)}, batch1.options());
-  at::Tensor host_out = hostView(out);
-  at::baddbmm_out(host_out, hostView(self), hostView(batch1), hostView(batch2), beta, alpha);
-  recordLaunch(launches);
-  return out;
+  static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::baddbmm");
+  return intoDevice(launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
+                    [&](at::Tensor& out) {
+                      at::baddbmm_out(out, hostView(self), hostView(batch1), hostView(batch2),
+                                      beta, alpha);
+                    });
 }
 
 // The boxed entry: the fast path above, or the generic library path (mixed devices, wrong

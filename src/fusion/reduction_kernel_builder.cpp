@@ -37,12 +37,9 @@ class ReductionEmitter {
       const int rank = op_.row_output ? k_ + m_ : k_;
       output_types_.push_back(stridedMemrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
     }
-    // An input's stride class is of its innermost reduced dimension, or in column order of its
-    // innermost kept one.
-    const int static_dim = s.column_order ? k_ - 1 : k_ + m_ - 1;
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
-                                               s.inner[s.outputs.size() + i], static_dim));
+                                               s.inner[s.outputs.size() + i], classifiedDim()));
   }
 
   std::string build() {
@@ -76,20 +73,14 @@ class ReductionEmitter {
       emitColumnOrder(context);
       return module(arguments);
     }
-    for (int d = 0; d < k_; ++d) {
-      const std::string lower = d == 0 ? "%begin" : "%c0";
-      const std::string upper = d == 0 ? "%end" : "%K" + std::to_string(d);
-      e_.line("scf.for %i" + std::to_string(d) + " = " + lower + " to " + upper + " step %c1 {");
-    }
+    for (int d = 0; d < k_; ++d)
+      e_.line("scf.for %i" + std::to_string(d) + " = " + lowerBound(d) + " to " + upperBound(d) +
+              " step %c1 {");
     for (int pass = 0; pass < op_.passes; ++pass) context.results.push_back(emitPass(context, pass));
     if (op_.row_output) {
       emitRowWrite(context);
     } else {
-      const std::vector<Value> outputs = op_.finish(context, {});
-      TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
-                            outputs.size(), " outputs, the signature has ", s_.outputs.size());
-      for (size_t i = 0; i < outputs.size(); ++i)
-        store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+      storeRowOutputs(context);
     }
     for (int d = 0; d < k_; ++d) e_.line("}");
     return module(arguments);
@@ -97,6 +88,27 @@ class ReductionEmitter {
 
  private:
   static constexpr int kColumnTile = 64;
+
+  // The input dimension whose stride class the signature records: the innermost reduced one,
+  // or in column order the innermost kept one.
+  int classifiedDim() const { return s_.column_order ? k_ - 1 : k_ + m_ - 1; }
+
+  // Bounds of kept dimension `d`: the launch's [begin, end) for the outermost, else its size.
+  std::string lowerBound(int d) const { return d == 0 ? "%begin" : "%c0"; }
+  std::string upperBound(int d) const { return d == 0 ? "%end" : "%K" + std::to_string(d); }
+
+  std::string accumulatorType(const ElementType& type) const {
+    return "memref<" + std::to_string(kColumnTile) + "x" + type.mlir + ">";
+  }
+
+  // A reduction's outputs for the current kept index, from `finish`.
+  void storeRowOutputs(ReduceContext& context) {
+    const std::vector<Value> outputs = op_.finish(context, {});
+    TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
+                          outputs.size(), " outputs, the signature has ", s_.outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i)
+      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+  }
 
   std::string module(const std::vector<std::string>& arguments) const {
     std::string text = "module {\n";
@@ -111,23 +123,18 @@ class ReductionEmitter {
   // update independent accumulators: LLVM vectorizes across columns with no reassociation.
   void emitColumnOrder(ReduceContext& context) {
     const int inner = k_ - 1;  // the tiled kept dimension
-    const std::string tile = std::to_string(kColumnTile);
     std::vector<Value> init = op_.init(context, 0);
     std::vector<std::string> buffers;
     for (size_t a = 0; a < init.size(); ++a) {
       buffers.push_back("%acc" + std::to_string(a));
-      e_.line(buffers[a] + " = memref.alloca() : memref<" + tile + "x" + init[a].type.mlir + ">");
+      e_.line(buffers[a] + " = memref.alloca() : " + accumulatorType(init[a].type));
     }
-    e_.line("%tile = arith.constant " + tile + " : index");
-    for (int d = 0; d < inner; ++d) {
-      const std::string lower = d == 0 ? "%begin" : "%c0";
-      const std::string upper = d == 0 ? "%end" : "%K" + std::to_string(d);
-      e_.line("scf.for %i" + std::to_string(d) + " = " + lower + " to " + upper + " step %c1 {");
-    }
-    const std::string lower = inner == 0 ? "%begin" : "%c0";
-    const std::string upper = inner == 0 ? "%end" : "%K" + std::to_string(inner);
-    e_.line("scf.for %t = " + lower + " to " + upper + " step %tile {");
-    e_.line("%left = arith.subi " + upper + ", %t : index");
+    e_.line("%tile = arith.constant " + std::to_string(kColumnTile) + " : index");
+    for (int d = 0; d < inner; ++d)
+      e_.line("scf.for %i" + std::to_string(d) + " = " + lowerBound(d) + " to " + upperBound(d) +
+              " step %c1 {");
+    e_.line("scf.for %t = " + lowerBound(inner) + " to " + upperBound(inner) + " step %tile {");
+    e_.line("%left = arith.subi " + upperBound(inner) + ", %t : index");
     e_.line("%width = arith.minui %left, %tile : index");
     const std::string column = "%i" + std::to_string(inner);
     auto overColumns = [&](const std::string& u, const std::function<void()>& body) {
@@ -139,8 +146,8 @@ class ReductionEmitter {
     overColumns("%u0", [&] {
       const std::vector<Value> fresh = op_.init(context, 0);
       for (size_t a = 0; a < fresh.size(); ++a)
-        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] + "[%u0] : memref<" + tile +
-                "x" + fresh[a].type.mlir + ">");
+        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] + "[%u0] : " +
+                accumulatorType(fresh[a].type));
     });
     const std::string prefix = "%j0_";
     for (int j = 0; j < m_; ++j)
@@ -151,17 +158,13 @@ class ReductionEmitter {
       const std::vector<Value> x = loadInputs(prefix);
       const std::vector<Value> updated = op_.combine(context, 0, accumulators, x, Value{});
       for (size_t a = 0; a < updated.size(); ++a)
-        e_.line("memref.store " + updated[a].name + ", " + buffers[a] + "[%u1] : memref<" + tile +
-                "x" + updated[a].type.mlir + ">");
+        e_.line("memref.store " + updated[a].name + ", " + buffers[a] + "[%u1] : " +
+                accumulatorType(updated[a].type));
     });
     for (int j = 0; j < m_; ++j) e_.line("}");
     overColumns("%u2", [&] {
       context.results = {loadAccumulators(buffers, init, "%u2")};
-      const std::vector<Value> outputs = op_.finish(context, {});
-      TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
-                            outputs.size(), " outputs, the signature has ", s_.outputs.size());
-      for (size_t i = 0; i < outputs.size(); ++i)
-        store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+      storeRowOutputs(context);
     });
     e_.line("}");
     for (int d = 0; d < inner; ++d) e_.line("}");
@@ -172,8 +175,8 @@ class ReductionEmitter {
     std::vector<Value> values;
     for (size_t a = 0; a < buffers.size(); ++a) {
       const std::string name = e_.freshName();
-      e_.line(name + " = memref.load " + buffers[a] + "[" + u + "] : memref<" +
-              std::to_string(kColumnTile) + "x" + like[a].type.mlir + ">");
+      e_.line(name + " = memref.load " + buffers[a] + "[" + u + "] : " +
+              accumulatorType(like[a].type));
       values.push_back(Value{name, like[a].type});
     }
     return values;
@@ -198,10 +201,9 @@ class ReductionEmitter {
   // address, but visibly loop-invariant, so LLVM hoists the load and vectorizes the loop.
   std::vector<Value> loadInputs(const std::string& prefix) {
     std::vector<Value> values;
-    const size_t static_dim = s_.column_order ? k_ - 1 : k_ + m_ - 1;
     for (size_t i = 0; i < s_.inputs.size(); ++i) {
       std::vector<std::string> indices = allIndices(prefix);
-      if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast) indices[static_dim] = "%c0";
+      if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast) indices[classifiedDim()] = "%c0";
       const std::string name = e_.freshName();
       e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(indices) + "] : " +
               input_types_[i]);
