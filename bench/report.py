@@ -201,6 +201,7 @@ def markdown(result):
                     f"({cache[key]['first_over_steady_min']:.2f}x-{cache[key]['first_over_steady_max']:.2f}x)"
                     for key, name in (("stock_run", "stock"), ("stock_tuned_run", "stock-tuned"))
                     if key in cache),
+            ] + warm_start_lines(cache) + [
                 f"- load of one cached kernel (store read, verification, ORC link): median "
                 f"{warm['load_ms_median']:.2f} ms; loading all {warm['persistent_hits']} adds "
                 f"{warm.get('load_share_of_steady', 0) * 100:.1f}% of a steady iteration to the first",
@@ -210,6 +211,20 @@ def markdown(result):
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def warm_start_lines(cache):
+    """The warm start's share of the rerun figures (absent from reports made before it)."""
+    warm, off = cache["second_run"], cache.get("warm_start_off_run")
+    if off is None or "warm_start_kernels" not in warm:
+        return []
+    return [f"- warm start (docs/warm-start.md): a background thread linked "
+            f"{warm['warm_start_kernels']} kernels and faulted in {warm['warm_start_bytes'] / 2**20:.0f} MiB "
+            f"in {warm['warm_start_background_ms']:.0f} ms while the script started; with it off "
+            f"(NEURON_WARM_START=0) the first iteration is {off['first_over_steady']:.2f}x "
+            f"({off['first_over_steady_min']:.2f}x-{off['first_over_steady_max']:.2f}x); script start to the "
+            f"end of the first iteration (median): {warm['start_to_first_end_ms_median']:.0f} ms with it, "
+            f"{off['start_to_first_end_ms_median']:.0f} ms without"]
 
 
 def chart(result, path):

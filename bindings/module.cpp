@@ -10,6 +10,7 @@
 #include "device/device.h"
 #include "cache/persistent_store.h"
 #include "device/metrics.h"
+#include "device/warm_start.h"
 
 namespace py = pybind11;
 
@@ -26,6 +27,23 @@ py::dict allocatorStatsDict() {
   result["cache_hits"] = stats.cache_hits;
   result["system_allocations"] = stats.system_allocations;
   result["system_frees"] = stats.system_frees;
+  result["prefaulted_blocks"] = stats.prefaulted_blocks;
+  result["prefaulted_bytes"] = stats.prefaulted_bytes;
+  return result;
+}
+
+// Not reset by reset_metrics(): it describes how this process started.
+py::dict warmStartDict() {
+  const torchneuron::WarmStartStats w = torchneuron::warmStartStats();
+  py::dict result;
+  result["profile_found"] = w.profile_found;
+  result["kernels_listed"] = w.kernels_listed;
+  result["kernels_prefetched"] = w.kernels_prefetched;
+  result["blocks_listed"] = w.blocks_listed;
+  result["bytes_listed"] = w.bytes_listed;
+  result["bytes_prefaulted"] = w.bytes_prefaulted;
+  result["background_ms"] = w.background_ms;
+  result["done"] = w.done;
   return result;
 }
 
@@ -49,6 +67,7 @@ py::dict metricsDict() {
   result["persistent_hits"] = compile.persistent_hits;
   result["persistent_rejected"] = compile.persistent_rejected;
   result["persistent_load_ms_median"] = compile.persistent_load_ms_median;
+  result["warm_start"] = warmStartDict();
   return result;
 }
 
@@ -105,6 +124,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("rounded_block_size", &torchneuron::roundedBlockSize, py::arg("nbytes"));
   m.def("metrics", &metricsDict);
   m.def("reset_metrics", &torchneuron::resetMetrics);
+  // Warm start (src/device/warm_start.h): begun at import, finished at interpreter exit.
+  m.def("start_warm_start", &torchneuron::startWarmStart);
+  m.def("finish_warm_start", &torchneuron::finishWarmStart,
+        py::call_guard<py::gil_scoped_release>());
   // The persistent compile cache, for the torchneuron-cache CLI (python/torchneuron/cache.py).
   m.def("cache_default_directory", [] {
     torchneuron::PersistentStore* store = torchneuron::PersistentStore::fromEnvironment();

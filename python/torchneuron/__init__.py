@@ -5,10 +5,17 @@ string is ``privateuseone`` (PrivateUse1 cannot be renamed there); use :func:`de
 than spelling it.
 """
 
+import atexit
+
 import torch
 
 from . import _C
 from . import _storage_compat
+
+# Warm start (docs/warm-start.md): the kernels and memory the previous run of this program used
+# are made ready in the background while it starts; at exit this run's profile is written.
+_C.start_warm_start()
+atexit.register(_C.finish_warm_start)
 
 DEVICE_TYPE = "privateuseone"
 
@@ -100,7 +107,8 @@ def metrics() -> dict:
 
     ``launches``: ops run by kind (``compiled``, ``library``, ``fallback``);
     ``ops``: per kind, counts per op (e.g. ``metrics()["ops"]["fallback"]["aten::add.Tensor"]``);
-    ``allocator``: as :func:`memory_stats`.
+    ``allocator``: as :func:`memory_stats`;
+    ``warm_start``: what this process's warm start found and made ready (docs/warm-start.md).
     """
     return _C.metrics()
 

@@ -16,6 +16,21 @@ std::function<void(const std::string&)>& warningHandler() {
   return *handler;
 }
 
+std::set<std::string>& warnedKinds() {
+  static auto* warned = new std::set<std::string>();
+  return *warned;
+}
+
+void send(const std::string& text, const std::function<bool(std::set<std::string>&)>& admit) {
+  std::function<void(const std::string&)> handler;
+  {
+    std::lock_guard<std::mutex> lock(warning_mutex);
+    if (!admit(warnedKinds())) return;
+    handler = warningHandler();
+  }
+  handler("[cache] " + text);
+}
+
 }  // namespace
 
 void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
@@ -24,14 +39,15 @@ void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
 }
 
 void warnCacheOnce(const std::string& kind, const std::string& text) {
-  static std::set<std::string>* warned = new std::set<std::string>();
-  std::function<void(const std::string&)> handler;
-  {
-    std::lock_guard<std::mutex> lock(warning_mutex);
-    if (!warned->insert(kind).second) return;
-    handler = warningHandler();
-  }
-  handler("[cache] " + text);
+  send(text, [&](std::set<std::string>& warned) { return warned.insert(kind).second; });
+}
+
+void warnCacheIfFirst(const std::string& kind, const std::string& text) {
+  send(text, [&](std::set<std::string>& warned) {
+    if (!warned.empty()) return false;
+    warned.insert(kind);
+    return true;
+  });
 }
 
 int64_t byteCountSetting(const char* name, int64_t fallback,

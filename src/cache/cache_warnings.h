@@ -15,6 +15,11 @@ void setCacheWarningHandler(std::function<void(const std::string&)> handler);
 // Sends "[cache] <text>" to the handler unless a warning of `kind` was sent already.
 void warnCacheOnce(const std::string& kind, const std::string& text);
 
+// As warnCacheOnce, but only when the cache has not warned at all yet: for a fault that is
+// usually a consequence of one already reported (a profile that cannot be written to a cache
+// directory that could not be created).
+void warnCacheIfFirst(const std::string& kind, const std::string& text);
+
 // The byte count in environment variable `name`: `fallback` when unset or empty; a value that
 // is not a non-negative integer warns (naming the variable and the value) and gives `fallback`.
 int64_t byteCountSetting(const char* name, int64_t fallback, const std::string& meaning_of_fallback);

@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
@@ -29,6 +30,16 @@ struct Entry {
   std::atomic<uint64_t> last_use{0};  // Table::clock at the latest lookup
 };
 
+// A stored kernel linked ahead of need (prefetchStoredKernel), until the kernelFor() whose store
+// key it is takes it. Guarded by Table::prefetch_mutex; `done` is set once, then the rest is
+// immutable.
+struct Prefetched {
+  bool done = false;
+  bool rejected = false;              // the entry failed verification (already counted)
+  std::shared_ptr<LoadedCode> code;   // null when absent or rejected
+  std::string key_material;
+};
+
 // Locking: `mutex` guards `entries`, `memory_bytes` and every Entry's `ready`/`kernel`/`bytes`
 // until ready is set; after that those are immutable and read under the shared side. Waiters
 // hold their entry through a shared_ptr: eviction may take it out of the map meanwhile.
@@ -45,16 +56,32 @@ struct Table {
   std::vector<double> latencies_ms;  // per compile since the last reset
   std::vector<double> load_ms;       // per persistent load since the last reset
   std::atomic<int64_t> persistent_hits{0}, persistent_rejected{0};
+  // Prefetched kernels by store key, and the bytes of those not yet taken.
+  std::mutex prefetch_mutex;
+  std::condition_variable prefetch_done;
+  std::unordered_map<std::string, std::shared_ptr<Prefetched>> prefetched;
+  int64_t prefetched_bytes = 0;
+  std::atomic<int64_t> prefetch_count{0};
+  // Store keys of the kernels used, in first-use order (what a warm-start profile lists).
+  std::mutex first_use_mutex;
+  std::vector<std::string> first_use_keys;
+  std::unordered_set<std::string> first_use_seen;
 };
 
-// What an on-disk entry must match to be loaded here. The key material names the entry symbol
-// too: two signatures can lower to the same MLIR (sign and sgn), and each needs its own symbol
-// in the process.
-LoadRequirements requirementsFor(Hash64 key, const std::string& mlir) {
+// What an on-disk entry must match to be loaded here, but for its key material.
+LoadRequirements hostRequirements() {
   const fusion::TargetDescription& target = fusion::hostTarget();
   return {kEngineVersion, target.llvm_version, target.triple, target.features,
-          std::string(fusion::kLoweringPipeline) + "; O3; libmvec",
-          fusion::kernelEntryName(key) + "\n" + mlir};
+          std::string(fusion::kLoweringPipeline) + "; O3; libmvec", ""};
+}
+
+// What the entry of kernel `key` must match. The key material names the entry symbol too: two
+// signatures can lower to the same MLIR (sign and sgn), and each needs its own symbol in the
+// process.
+LoadRequirements requirementsFor(Hash64 key, const std::string& mlir) {
+  LoadRequirements required = hostRequirements();
+  required.key_material = fusion::kernelEntryName(key) + "\n" + mlir;
+  return required;
 }
 
 // The store key: every input of the compile, hashed (the entry keeps them all in full).
@@ -71,6 +98,47 @@ bool retryFailedCompiles() {
   return value != nullptr && std::string(value) == "1";
 }
 
+void recordLoadTime(Table& t, std::chrono::steady_clock::time_point start) {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(t.latencies_mutex);
+  t.load_ms.push_back(ms);
+}
+
+// Parses and verifies stored bytes, then links their code: null (the entry noted as corrupt and
+// counted) when any check or the link fails. `wanted` null: the requirements are this host's
+// and the entry's own key material, which must hash to `key` (filed under its own key); the
+// caller then compares the key material with its own before using the code.
+std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, const std::string& key,
+                                          const std::vector<char>& bytes,
+                                          const LoadRequirements* wanted,
+                                          std::string* key_material = nullptr) {
+  std::string why;
+  std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
+  if (container) {
+    LoadRequirements required = wanted ? *wanted : hostRequirements();
+    if (!wanted) required.key_material = container->key_material;
+    why = verifyContainer(*container, required);
+    if (why.empty() && !wanted && storeKey(required) != key)
+      why = "the entry is filed under another key";
+  }
+  std::shared_ptr<LoadedCode> code;
+  if (why.empty()) {
+    try {
+      code = loadKernelObject(container->object, container->kernels.front().symbol);
+    } catch (const std::exception& error) {
+      why = error.what();
+    }
+  }
+  if (!code) {
+    store.noteCorrupt(key, why);
+    t.persistent_rejected.fetch_add(1);
+    return nullptr;
+  }
+  if (key_material) *key_material = std::move(container->key_material);
+  return code;
+}
+
 // Loads `key` from the store if a verified entry is there; `rejected` tells a damaged or
 // foreign entry (then recompiled and overwritten) from an absent one.
 std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
@@ -79,30 +147,47 @@ std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::vector<char>> bytes = store.get(key);
   if (!bytes) return nullptr;
-  std::string why;
-  std::optional<ExecutableContainer> container = parseContainer(*bytes, &why);
-  if (container) why = verifyContainer(*container, wanted);
-  if (!container || !why.empty()) {
-    store.noteCorrupt(key, why);
-    t.persistent_rejected.fetch_add(1);
-    if (rejected) *rejected = true;
-    return nullptr;
-  }
-  std::shared_ptr<LoadedCode> code;
-  try {
-    code = loadKernelObject(container->object, container->kernels.front().symbol);
-  } catch (const std::exception& error) {
-    store.noteCorrupt(key, error.what());
-    t.persistent_rejected.fetch_add(1);
+  std::shared_ptr<LoadedCode> code = verifyAndLink(t, store, key, *bytes, &wanted);
+  if (!code) {
     if (rejected) *rejected = true;
     return nullptr;
   }
   t.persistent_hits.fetch_add(1);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::lock_guard<std::mutex> lock(t.latencies_mutex);
-  t.load_ms.push_back(ms);
+  recordLoadTime(t, start);
   return code;
+}
+
+// The prefetched code of `key`, once its load is done; null when none was prefetched or its
+// entry was absent. `rejected` as for loadFromStore; a key material that differs from `wanted`'s
+// (a collision of the 128-bit store key) is rejected too.
+std::shared_ptr<LoadedCode> takePrefetched(Table& t, PersistentStore& store, const std::string& key,
+                                           const LoadRequirements& wanted, bool* rejected) {
+  std::shared_ptr<Prefetched> slot;
+  {
+    std::unique_lock<std::mutex> lock(t.prefetch_mutex);
+    auto it = t.prefetched.find(key);
+    if (it == t.prefetched.end()) return nullptr;
+    slot = it->second;
+    t.prefetch_done.wait(lock, [&] { return slot->done; });
+    if (auto again = t.prefetched.find(key); again != t.prefetched.end() && again->second == slot)
+      t.prefetched.erase(again);
+    if (slot->code) t.prefetched_bytes -= static_cast<int64_t>(slot->code->bytes());
+  }
+  if (slot->rejected) *rejected = true;
+  if (!slot->code) return nullptr;
+  if (slot->key_material != wanted.key_material) {
+    store.noteCorrupt(key, "its key material differs from the kernel's");
+    t.persistent_rejected.fetch_add(1);
+    *rejected = true;
+    return nullptr;
+  }
+  t.persistent_hits.fetch_add(1);
+  return slot->code;
+}
+
+void rememberFirstUse(Table& t, const std::string& store_key) {
+  std::lock_guard<std::mutex> lock(t.first_use_mutex);
+  if (t.first_use_seen.insert(store_key).second) t.first_use_keys.push_back(store_key);
 }
 
 CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
@@ -150,29 +235,41 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
   return result;
 }
 
-// A memory miss: the persistent store, else a compile (single-flight across processes).
+// A memory miss with a store: prefetched code, the stored entry, else a compile (single-flight
+// across processes).
+CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const std::string& mlir,
+                           const LoadRequirements& wanted, const std::string& store_key) {
+  bool rejected = false;
+  if (auto code = takePrefetched(t, store, store_key, wanted, &rejected)) return loaded(code);
+  if (!rejected) {
+    if (auto code = loadFromStore(t, store, store_key, wanted, &rejected)) return loaded(code);
+  }
+  if (!retryFailedCompiles()) {
+    if (std::optional<std::string> reason = store.failure(store_key)) {
+      CachedKernel result;
+      result.failure = "remembered from an earlier run: " + *reason;
+      return result;
+    }
+  }
+  auto lock = store.lockKey(store_key, std::chrono::seconds(120));
+  // Another process may have compiled it while this one waited (not worth a second look when
+  // the entry there was damaged: this process overwrites it).
+  if (!rejected) {
+    if (auto code = loadFromStore(t, store, store_key, wanted)) return loaded(code);
+  }
+  return compileAndLoad(t, key, mlir, wanted, &store, store_key);
+}
+
+// A memory miss: the persistent store, else a compile.
 CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& build_mlir) {
   const std::string mlir = build_mlir();
   const LoadRequirements wanted = requirementsFor(key, mlir);
   PersistentStore* store = PersistentStore::fromEnvironment();
   if (store == nullptr) return compileAndLoad(t, key, mlir, wanted, nullptr, "");
   const std::string store_key = storeKey(wanted);
-  CachedKernel result;
-  bool rejected = false;
-  if (auto code = loadFromStore(t, *store, store_key, wanted, &rejected)) return loaded(code);
-  if (!retryFailedCompiles()) {
-    if (std::optional<std::string> reason = store->failure(store_key)) {
-      result.failure = "remembered from an earlier run: " + *reason;
-      return result;
-    }
-  }
-  auto lock = store->lockKey(store_key, std::chrono::seconds(120));
-  // Another process may have compiled it while this one waited (not worth a second look when
-  // the entry there was damaged: this process overwrites it).
-  if (!rejected) {
-    if (auto code = loadFromStore(t, *store, store_key, wanted)) return loaded(code);
-  }
-  return compileAndLoad(t, key, mlir, wanted, store, store_key);
+  CachedKernel result = resolveStored(t, *store, key, mlir, wanted, store_key);
+  if (result.code) rememberFirstUse(t, store_key);
+  return result;
 }
 
 Table& table() {
@@ -263,6 +360,50 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
   return handle;
 }
 
+std::vector<std::string> storedKernelsInFirstUseOrder() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.first_use_mutex);
+  return t.first_use_keys;
+}
+
+bool prefetchStoredKernel(const std::string& store_key) {
+  PersistentStore* store = PersistentStore::fromEnvironment();
+  if (store == nullptr) return false;
+  Table& t = table();
+  const int64_t capacity = memoryTierCapacity();
+  {
+    std::lock_guard<std::mutex> lock(t.first_use_mutex);
+    if (t.first_use_seen.count(store_key)) return false;  // the program got there first
+  }
+  auto slot = std::make_shared<Prefetched>();
+  {
+    std::lock_guard<std::mutex> lock(t.prefetch_mutex);
+    if (t.prefetched_bytes >= capacity || !t.prefetched.try_emplace(store_key, slot).second)
+      return false;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<LoadedCode> code;
+  std::string key_material;
+  bool rejected = false;
+  if (std::optional<std::vector<char>> bytes = store->get(store_key)) {
+    code = verifyAndLink(t, *store, store_key, *bytes, nullptr, &key_material);
+    rejected = code == nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(t.prefetch_mutex);
+    slot->done = true;
+    slot->rejected = rejected;
+    slot->code = code;
+    slot->key_material = std::move(key_material);
+    if (code) t.prefetched_bytes += static_cast<int64_t>(code->bytes());
+  }
+  t.prefetch_done.notify_all();
+  if (!code) return false;
+  t.prefetch_count.fetch_add(1);
+  recordLoadTime(t, start);
+  return true;
+}
+
 std::string persistentKeyFor(Hash64 key, const std::string& mlir) {
   return storeKey(requirementsFor(key, mlir));
 }
@@ -289,6 +430,7 @@ KernelCacheStats kernelCacheStats() {
   }
   stats.persistent_hits = t.persistent_hits.load();
   stats.persistent_rejected = t.persistent_rejected.load();
+  stats.prefetched = t.prefetch_count.load();
   stats.memory_evictions = t.evictions.load();
   std::shared_lock<std::shared_mutex> read(t.mutex);
   stats.entries = static_cast<int64_t>(t.entries.size());
@@ -305,6 +447,7 @@ void resetKernelCacheCounters() {
   t.compile_us = 0;
   t.persistent_hits = 0;
   t.persistent_rejected = 0;
+  t.prefetch_count = 0;
   t.evictions = 0;
   std::lock_guard<std::mutex> lock(t.latencies_mutex);
   t.latencies_ms.clear();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/kernel_abi.h"
 #include "launcher/object_loader.h"
@@ -38,6 +39,7 @@ struct KernelCacheStats {
   int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache, no compile
   int64_t persistent_rejected = 0;  // on-disk entries that failed verification (then compiled)
   double persistent_load_ms_median = 0;  // store read + verification + ORC link
+  int64_t prefetched = 0;  // loaded ahead of need by prefetchStoredKernel(), used or not
 };
 
 // Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the persistent store
@@ -49,6 +51,17 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
 
 // The persistent store's key for the kernel `key` compiled from `mlir` (tests and tools).
 std::string persistentKeyFor(Hash64 key, const std::string& mlir);
+
+// Warm start (device/warm_start.h). The persistent-store keys of the kernels this process has
+// loaded or compiled, in first-use order (empty when there is no store).
+std::vector<std::string> storedKernelsInFirstUseOrder();
+// Reads, verifies and links the stored entry `store_key` ahead of need, for the first
+// kernelFor() whose store key it is: that call then compares the key material in full and
+// takes the code without touching the store (a persistent hit). Verified as any load is
+// (checksum, versions, target, CPU features, the entry filed under its own key) before its
+// code is mapped. False when there is no store, the entry is absent, damaged or foreign
+// (counted and warned like any load), or the prefetched code would exceed the memory tier's cap.
+bool prefetchStoredKernel(const std::string& store_key);
 
 KernelCacheStats kernelCacheStats();
 void resetKernelCacheCounters();  // hits, misses, compiles, failures and time; keeps entries

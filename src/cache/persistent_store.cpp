@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -22,6 +23,7 @@
 
 #include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
+#include "cache/warm_start_profile.h"
 
 namespace torchneuron {
 namespace {
@@ -30,12 +32,25 @@ namespace {
 const std::string kEntry = "e/", kUse = "u/", kFailure = "f/";
 constexpr int64_t kUseGranularityMs = 3600 * 1000;
 
+// A forked child that exits normally leaves here, before the static destructors: the
+// destructor of RocksDB's thread pool waits forever for the parent's pool threads, which do not
+// exist in the child. Python has finalized by now; stdio is flushed as exit() would.
+void exitForkedChild(int status, void*) {
+  std::fflush(nullptr);
+  _exit(status);
+}
+
 // RocksDB's background threads do not survive fork(), and its thread-pool state in a child
 // is not safe to use: a forked child (a DataLoader worker) runs without the persistent tier.
 std::atomic<bool> in_forked_child{false};
 void registerForkHandler() {
   static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { in_forked_child.store(true); }); });
+  std::call_once(once, [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      in_forked_child.store(true);
+      on_exit(exitForkedChild, nullptr);  // registered last, so it runs first
+    });
+  });
 }
 
 int64_t nowMs() {
@@ -387,6 +402,7 @@ int64_t PersistentStore::prune(int64_t max_bytes) {
 }
 
 bool PersistentStore::clear() {
+  removeProfiles(directory_);  // they name entries that are about to go
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->snapshot_taken = false;
   impl_->snapshot_entries.clear();

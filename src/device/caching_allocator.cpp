@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "device/device.h"
 
@@ -16,6 +18,8 @@ constexpr size_t kAlignment = 64;              // a cache line and an AVX-512 ve
 constexpr size_t kSmallGranule = 512;          // size class step below kLargeThreshold
 constexpr size_t kLargeThreshold = 1 << 20;    // 1 MiB
 constexpr size_t kLargeGranule = 64 << 10;     // size class step from kLargeThreshold up
+constexpr size_t kPageBytes = 4096;            // the smallest page: one write faults it in
+constexpr size_t kMaxRecordedBlocks = 1 << 16;  // of blocksInFirstUseOrder()
 
 void releaseDeviceBlock(void* context);
 
@@ -63,13 +67,49 @@ class CachingAllocator final : public c10::Allocator {
     freeCachedBlocksLocked();
   }
 
+  std::vector<size_t> firstUses() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return first_uses_;
+  }
+
+  void expectPrefaulted(const std::vector<size_t>& capacities) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t capacity : capacities) ++announced_[capacity];
+  }
+
+  bool prefault(size_t capacity) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = announced_.find(capacity);
+      if (it == announced_.end() || it->second == 0) return false;
+      --it->second;
+    }
+    void* data = std::aligned_alloc(kAlignment, capacity);
+    if (data == nullptr) return false;
+    auto* bytes = static_cast<volatile char*>(data);
+    for (size_t offset = 0; offset < capacity; offset += kPageBytes) bytes[offset] = 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.system_allocations;
+    ++stats_.prefaulted_blocks;
+    stats_.prefaulted_bytes += static_cast<int64_t>(capacity);
+    stats_.reserved_bytes += static_cast<int64_t>(capacity);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    free_blocks_.emplace(capacity, new DeviceBlock{data, capacity, nullptr});
+    return true;
+  }
+
  private:
   DeviceBlock* acquire(size_t nbytes) const {
     const size_t bytes = roundedBlockSize(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.allocations;
-    // Best fit among cached blocks, wasting at most 1/8 of the request.
+    // Best fit among cached blocks, wasting at most 1/8 of the request. A prefaulted block that
+    // no tensor has used yet serves only its own capacity: it was made for a request of that
+    // size, which would otherwise go to the OS (and the next run's profile would grow).
     auto it = free_blocks_.lower_bound(bytes);
+    while (it != free_blocks_.end() && it->first <= bytes + bytes / 8 && !it->second->used &&
+           it->first != bytes)
+      ++it;
     DeviceBlock* block = nullptr;
     if (it != free_blocks_.end() && it->first <= bytes + bytes / 8) {
       block = it->second;
@@ -80,10 +120,16 @@ class CachingAllocator final : public c10::Allocator {
     }
     stats_.allocated_bytes += static_cast<int64_t>(block->bytes);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    if (!block->used) {
+      block->used = true;
+      if (first_uses_.size() < kMaxRecordedBlocks) first_uses_.push_back(block->bytes);
+    }
     return block;
   }
 
   DeviceBlock* systemAllocateLocked(size_t bytes) const {
+    // Made here, so the warm-start thread need not make it too.
+    if (auto it = announced_.find(bytes); it != announced_.end() && it->second > 0) --it->second;
     void* data = std::aligned_alloc(kAlignment, bytes);
     if (data == nullptr) {
       // Cached blocks may be what stands between us and success.
@@ -112,6 +158,8 @@ class CachingAllocator final : public c10::Allocator {
   mutable std::mutex mutex_;
   mutable std::multimap<size_t, DeviceBlock*> free_blocks_;
   mutable AllocatorStats stats_;
+  mutable std::vector<size_t> first_uses_;
+  mutable std::unordered_map<size_t, int64_t> announced_;  // capacity -> blocks still to prefault
 };
 
 // Never destroyed: tensors may be freed during interpreter shutdown after static destructors.
@@ -136,6 +184,12 @@ size_t roundedBlockSize(size_t nbytes) {
 AllocatorStats allocatorStats() { return CachingAllocator::instance().stats(); }
 void resetPeakAllocatorStats() { CachingAllocator::instance().resetPeaks(); }
 void emptyAllocatorCache() { CachingAllocator::instance().emptyCache(); }
+
+std::vector<size_t> blocksInFirstUseOrder() { return CachingAllocator::instance().firstUses(); }
+void expectPrefaultedBlocks(const std::vector<size_t>& capacities) {
+  CachingAllocator::instance().expectPrefaulted(capacities);
+}
+bool prefaultBlock(size_t capacity) { return CachingAllocator::instance().prefault(capacity); }
 
 DeviceBlock* deviceBlockOf(const c10::Storage& storage) {
   const c10::DataPtr& ptr = storage.data_ptr();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace torchneuron {
 
@@ -26,6 +27,7 @@ struct DeviceBlock {
   void* data = nullptr;
   size_t bytes = 0;  // capacity: the request rounded up to its size class
   std::shared_ptr<PendingContents> pending;
+  bool used = false;  // a tensor has held it (a pre-faulted block has not, at first)
 };
 
 // Counters of the allocator. All byte counts are block capacities (see roundedBlockSize).
@@ -38,6 +40,8 @@ struct AllocatorStats {
   int64_t cache_hits = 0;          // of those, served from a cached block
   int64_t system_allocations = 0;  // blocks obtained from the OS
   int64_t system_frees = 0;        // blocks returned to the OS
+  int64_t prefaulted_blocks = 0;   // of system_allocations, made ahead of need (warm start)
+  int64_t prefaulted_bytes = 0;
 };
 
 // The allocator of every neuron device storage.
@@ -51,6 +55,17 @@ void resetPeakAllocatorStats();
 
 // Returns every cached (free) block to the OS; live tensors are untouched.
 void emptyAllocatorCache();
+
+// Warm start (device/warm_start.h). The capacities of the blocks this process has handed to
+// tensors, in the order each was first handed out (at most 65536 are recorded).
+std::vector<size_t> blocksInFirstUseOrder();
+// Announces blocks that a background thread will make with prefaultBlock(). A request that
+// finds no cached block takes its size off the announced ones, so that no more than the
+// announced blocks are ever made ahead of need.
+void expectPrefaultedBlocks(const std::vector<size_t>& capacities);
+// Makes one announced block of `capacity` bytes, touches every page of it (outside the lock)
+// and caches it as free. False when no block of that capacity is still announced.
+bool prefaultBlock(size_t capacity);
 
 // The block behind a device storage, or nullptr for an empty storage.
 DeviceBlock* deviceBlockOf(const c10::Storage& storage);

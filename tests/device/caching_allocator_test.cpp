@@ -66,5 +66,56 @@ TEST(CachingAllocatorTest, ZeroBytesAllocatesNothing) {
   EXPECT_EQ(allocatorStats().allocations, before.allocations);
 }
 
+// Warm start: only announced blocks are prefaulted, a request that finds none made yet makes
+// its own and takes its size off the announced ones, and a prefaulted block serves a request.
+TEST(CachingAllocatorTest, PrefaultsOnlyAnnouncedBlocksAndServesRequestsFromThem) {
+  emptyAllocatorCache();
+  const size_t a = roundedBlockSize(5u << 20), b = roundedBlockSize(7u << 20);
+  EXPECT_FALSE(prefaultBlock(a));  // nothing announced
+  expectPrefaultedBlocks({a, a, b});
+  const AllocatorStats start = allocatorStats();
+  EXPECT_TRUE(prefaultBlock(a));
+  // The program asks for b before the prefaulting thread got to it: made on demand, and b is
+  // no longer announced.
+  c10::DataPtr on_demand = neuronAllocator()->allocate(7u << 20);
+  EXPECT_FALSE(prefaultBlock(b));
+  EXPECT_TRUE(prefaultBlock(a));
+  EXPECT_FALSE(prefaultBlock(a));  // both announced a-blocks made
+  const AllocatorStats made = allocatorStats();
+  EXPECT_EQ(made.prefaulted_blocks - start.prefaulted_blocks, 2);
+  EXPECT_EQ(made.prefaulted_bytes - start.prefaulted_bytes, static_cast<int64_t>(2 * a));
+  EXPECT_EQ(made.system_allocations - start.system_allocations, 3);
+  c10::DataPtr warm = neuronAllocator()->allocate(5u << 20);
+  std::memset(warm.get(), 3, 5u << 20);  // the memory is the program's, writable
+  const AllocatorStats used = allocatorStats();
+  EXPECT_EQ(used.system_allocations, made.system_allocations);
+  EXPECT_EQ(used.cache_hits - made.cache_hits, 1);
+  on_demand.clear();
+  warm.clear();
+  emptyAllocatorCache();
+  EXPECT_EQ(allocatorStats().reserved_bytes, 0);
+}
+
+TEST(CachingAllocatorTest, RecordsEachBlockOnceInFirstUseOrder) {
+  emptyAllocatorCache();
+  const size_t before = blocksInFirstUseOrder().size();
+  {
+    c10::DataPtr x = neuronAllocator()->allocate(3u << 20);
+    c10::DataPtr y = neuronAllocator()->allocate(1000);
+  }
+  c10::DataPtr again = neuronAllocator()->allocate(3u << 20);  // the same block, reused
+  expectPrefaultedBlocks({roundedBlockSize(9u << 20)});
+  ASSERT_TRUE(prefaultBlock(roundedBlockSize(9u << 20)));  // made, not used: not recorded yet
+  const std::vector<size_t> recorded = blocksInFirstUseOrder();
+  ASSERT_EQ(recorded.size(), before + 2);
+  EXPECT_EQ(recorded[before], roundedBlockSize(3u << 20));
+  EXPECT_EQ(recorded[before + 1], roundedBlockSize(1000));
+  c10::DataPtr warm = neuronAllocator()->allocate(9u << 20);
+  EXPECT_EQ(blocksInFirstUseOrder().back(), roundedBlockSize(9u << 20));
+  again.clear();
+  warm.clear();
+  emptyAllocatorCache();
+}
+
 }  // namespace
 }  // namespace torchneuron

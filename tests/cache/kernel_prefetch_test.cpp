@@ -1,0 +1,130 @@
+// Prefetching stored kernels (the warm start's kernel half): a prefetched kernel is taken by the
+// kernelFor() it belongs to without another store read or a compile; a damaged or misfiled entry
+// is rejected once, never mapped, and the kernel compiles. Each test runs in its own process
+// (gtest_discover_tests), so each configures the process's store through the environment.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cache/kernel_cache.h"
+#include "cache/persistent_store.h"
+#include "fusion/kernel_builder.h"
+#include "fusion/op_registry.h"
+
+namespace torchneuron {
+namespace {
+
+std::vector<std::string>& warnings() {
+  static std::vector<std::string> seen;
+  return seen;
+}
+
+fusion::ElementwiseSignature signatureOf(const char* op) {
+  fusion::ElementwiseSignature s;
+  s.op = fusion::findElementwiseOp(op);
+  s.compute = s.output = c10::kFloat;
+  s.inputs = {c10::kFloat, c10::kFloat};
+  s.inner.assign(3, fusion::InnerStride::kContiguous);
+  return s;
+}
+
+KernelHandle kernelOf(const fusion::ElementwiseSignature& s) {
+  return kernelFor(s.key(), [&] { return fusion::buildElementwiseKernel(s); });
+}
+
+std::string storeKeyOf(const fusion::ElementwiseSignature& s) {
+  return persistentKeyFor(s.key(), fusion::buildElementwiseKernel(s));
+}
+
+class KernelPrefetchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/neuron-prefetch-test-XXXXXX";
+    directory_ = mkdtemp(pattern);
+    setenv("NEURON_CACHE_DIR", directory_.c_str(), 1);
+    unsetenv("NEURON_CACHE");
+    setCacheWarningHandler([](const std::string& text) { warnings().push_back(text); });
+  }
+
+  // Compiles `s` in a child process, which writes it to the store: this process's memory tier
+  // stays empty. Forked before this process starts any store or LLVM threads.
+  void compileInAnotherProcess(const fusion::ElementwiseSignature& s) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(kernelOf(s)->function != nullptr ? 0 : 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+
+  std::string directory_;
+};
+
+TEST_F(KernelPrefetchTest, PrefetchedKernelIsTakenWithoutAStoreReadOrACompile) {
+  const fusion::ElementwiseSignature s = signatureOf("hypot");
+  compileInAnotherProcess(s);
+  ASSERT_TRUE(prefetchStoredKernel(storeKeyOf(s)));
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));  // already prefetched
+  PersistentStore* store = PersistentStore::fromEnvironment();
+  const int64_t reads = store->stats().hits + store->stats().misses;
+  const KernelHandle kernel = kernelOf(s);
+  EXPECT_NE(kernel->function, nullptr);
+  const KernelCacheStats stats = kernelCacheStats();
+  EXPECT_EQ(stats.prefetched, 1);
+  EXPECT_EQ(stats.persistent_hits, 1);
+  EXPECT_EQ(stats.compiles, 0);
+  EXPECT_EQ(store->stats().hits + store->stats().misses, reads);
+  EXPECT_EQ(storedKernelsInFirstUseOrder(), std::vector<std::string>{storeKeyOf(s)});
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));  // in use: nothing to do
+  EXPECT_TRUE(warnings().empty());
+}
+
+TEST_F(KernelPrefetchTest, AbsentEntryIsNotPrefetchedAndNotWarnedAbout) {
+  const fusion::ElementwiseSignature s = signatureOf("hypot");
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));
+  EXPECT_NE(kernelOf(s)->function, nullptr);
+  EXPECT_EQ(kernelCacheStats().compiles, 1);
+  EXPECT_EQ(kernelCacheStats().persistent_rejected, 0);
+  EXPECT_TRUE(warnings().empty());
+}
+
+TEST_F(KernelPrefetchTest, EntryFiledUnderAnotherKernelsKeyIsRejectedOnceAndNeverMapped) {
+  const fusion::ElementwiseSignature stored = signatureOf("hypot");
+  const fusion::ElementwiseSignature wanted = signatureOf("atan2");
+  compileInAnotherProcess(stored);
+  PersistentStore* store = PersistentStore::fromEnvironment();
+  const std::optional<std::vector<char>> bytes = store->get(storeKeyOf(stored));
+  ASSERT_TRUE(bytes);
+  ASSERT_TRUE(store->put(storeKeyOf(wanted), *bytes));  // a valid container, filed wrongly
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(wanted)));
+  EXPECT_EQ(kernelCacheStats().persistent_rejected, 1);
+  ASSERT_EQ(warnings().size(), 1u);
+  EXPECT_NE(warnings()[0].find("filed under another key"), std::string::npos) << warnings()[0];
+  EXPECT_NE(kernelOf(wanted)->function, nullptr);  // compiled, not the misfiled code
+  const KernelCacheStats stats = kernelCacheStats();
+  EXPECT_EQ(stats.compiles, 1);
+  EXPECT_EQ(stats.persistent_rejected, 1);  // the prefetch's verdict stands: not read again
+  EXPECT_EQ(stats.persistent_hits, 0);
+}
+
+TEST_F(KernelPrefetchTest, DamagedEntryIsRejectedAndTheKernelCompiles) {
+  const fusion::ElementwiseSignature s = signatureOf("hypot");
+  compileInAnotherProcess(s);
+  PersistentStore* store = PersistentStore::fromEnvironment();
+  std::vector<char> bytes = *store->get(storeKeyOf(s));
+  bytes[bytes.size() / 2] ^= 0x04;
+  ASSERT_TRUE(store->put(storeKeyOf(s), bytes));
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));
+  EXPECT_NE(kernelOf(s)->function, nullptr);
+  const KernelCacheStats stats = kernelCacheStats();
+  EXPECT_EQ(stats.compiles, 1);
+  EXPECT_EQ(stats.persistent_rejected, 1);
+  EXPECT_EQ(warnings().size(), 1u);
+}
+
+}  // namespace
+}  // namespace torchneuron

@@ -1,0 +1,166 @@
+"""Warm start across processes (src/device/warm_start.h): a rerun of a program finds the
+kernels and memory blocks of its previous run ready; a damaged, foreign or missing profile is a
+cold start with at most one warning; NEURON_WARM_START=0 reads and writes nothing."""
+import glob
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from cache_program import result_of, run_program
+
+# Waits until the warm start is done before its first device op, so that what the background
+# thread made ready is counted deterministically; then runs a few kernels over 1 MiB tensors.
+PROGRAM = r"""
+import json, os, time, torch, torchneuron
+if os.environ.get("WAIT_FOR_WARM_START") == "1":
+    deadline = time.time() + 60
+    while not torchneuron.metrics()["warm_start"]["done"] and time.time() < deadline:
+        time.sleep(0.01)
+torch.manual_seed(0)
+x = torch.randn(256, 1024)
+d = x.to(torchneuron.device())
+def ops(t):
+    return [torch.tanh(t) * 2 + 1, torch.softmax(t, 1), t.sum(0), torch.nn.functional.gelu(t)]
+ok = all(torch.allclose(o.cpu(), e, atol=1e-5) for o, e in zip(ops(d), ops(x)))
+m = torchneuron.metrics()
+print(json.dumps({"ok": ok, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+                  "rejected": m["persistent_rejected"], "warm": m["warm_start"],
+                  "allocator": m["allocator"]}))
+"""
+
+OTHER_PROGRAM = PROGRAM.replace("torch.manual_seed(0)", "torch.manual_seed(1)")
+
+
+@pytest.fixture
+def cache_dir():
+    directory = tempfile.mkdtemp(prefix="neuron-warm-start-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def run(cache_dir, program=PROGRAM, **env):
+    done = run_program(dict({"NEURON_CACHE_DIR": cache_dir, "WAIT_FOR_WARM_START": "1",
+                             "PYTHONWARNINGS": "always"}, **env), program=program)
+    result = result_of(done)
+    result["warnings"] = [line for line in done.stderr.splitlines() if "[cache]" in line]
+    return result
+
+
+def profiles(cache_dir):
+    return glob.glob(os.path.join(cache_dir, "profiles", "*.profile"))
+
+
+def test_rerun_finds_its_kernels_linked_and_its_memory_faulted_in(cache_dir):
+    first = run(cache_dir)
+    assert first["ok"] and first["compiles"] > 0
+    assert not first["warm"]["profile_found"]
+    assert len(profiles(cache_dir)) == 1
+    second = run(cache_dir)
+    assert second["ok"] and second["warnings"] == []
+    warm = second["warm"]
+    assert warm["profile_found"] and warm["done"]
+    assert warm["kernels_listed"] == first["compiles"]
+    assert warm["kernels_prefetched"] == first["compiles"]
+    assert second["compiles"] == 0 and second["persistent_hits"] == first["compiles"]
+    # Every block the program used was made ahead of need: no allocation waited for the OS.
+    assert warm["bytes_prefaulted"] == warm["bytes_listed"] > 1 << 20
+    assert second["allocator"]["prefaulted_bytes"] == warm["bytes_prefaulted"]
+    assert second["allocator"]["system_allocations"] == second["allocator"]["prefaulted_blocks"]
+
+
+def test_turned_off_reads_and_writes_nothing(cache_dir):
+    run(cache_dir)  # leaves a profile
+    before = {p: os.path.getmtime(p) for p in profiles(cache_dir)}
+    off = run(cache_dir, NEURON_WARM_START="0")
+    assert off["ok"] and off["compiles"] == 0  # the compile cache itself still works
+    assert not off["warm"]["profile_found"] and off["warm"]["kernels_prefetched"] == 0
+    assert off["allocator"]["prefaulted_bytes"] == 0
+    assert {p: os.path.getmtime(p) for p in profiles(cache_dir)} == before
+    fresh = tempfile.mkdtemp(prefix="neuron-warm-start-off-")
+    run(fresh, NEURON_WARM_START="0")
+    assert profiles(fresh) == []
+    shutil.rmtree(fresh)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_damaged_profile_is_a_cold_start_with_one_warning_then_rewritten(cache_dir, damage):
+    kernels = run(cache_dir)["compiles"]
+    [path] = profiles(cache_dir)
+    with open(path, "rb") as f:
+        text = f.read()
+    if damage == "truncate":
+        text = text[: len(text) // 2]
+    elif damage == "flip":
+        middle = len(text) // 2
+        text = text[:middle] + bytes([text[middle] ^ 0x01]) + text[middle + 1:]
+    else:
+        text = os.urandom(300)
+    with open(path, "wb") as f:
+        f.write(text)
+    damaged = run(cache_dir)
+    assert damaged["ok"] and damaged["compiles"] == 0  # kernels still come from the store
+    assert not damaged["warm"]["profile_found"]
+    assert len(damaged["warnings"]) == 1 and "warm-start profile" in damaged["warnings"][0]
+    assert path in damaged["warnings"][0]
+    healed = run(cache_dir)  # the damaged run wrote a good profile back
+    assert healed["warm"]["profile_found"] and healed["warm"]["kernels_prefetched"] == kernels
+    assert healed["warnings"] == []
+
+
+def test_profile_naming_entries_the_store_lacks_is_harmless(cache_dir):
+    kernels = run(cache_dir)["compiles"]
+    empty_store = tempfile.mkdtemp(prefix="neuron-warm-start-empty-")
+    os.makedirs(os.path.join(empty_store, "profiles"))
+    [path] = profiles(cache_dir)
+    shutil.copy(path, os.path.join(empty_store, "profiles"))  # same program, same identity
+    moved = run(empty_store)
+    assert moved["ok"] and moved["warnings"] == []
+    assert moved["warm"]["profile_found"] and moved["warm"]["kernels_prefetched"] == 0
+    assert moved["compiles"] == kernels
+    shutil.rmtree(empty_store)
+
+
+def test_another_program_does_not_use_the_profile(cache_dir):
+    run(cache_dir)
+    other = run(cache_dir, program=OTHER_PROGRAM)
+    assert other["ok"] and not other["warm"]["profile_found"]
+    assert other["compiles"] == 0  # same kernels: the compile cache is shared, the profile is not
+    assert len(profiles(cache_dir)) == 2
+
+
+def test_memory_cap_bounds_what_is_made_ahead(cache_dir):
+    kernels = run(cache_dir)["compiles"]
+    capped = run(cache_dir, NEURON_WARM_START_MAX_BYTES="0")
+    assert capped["ok"] and capped["warm"]["bytes_prefaulted"] == 0
+    assert capped["allocator"]["prefaulted_bytes"] == 0
+    assert capped["warm"]["kernels_prefetched"] == kernels
+    bad = run(cache_dir, NEURON_WARM_START_MAX_BYTES="lots")
+    assert bad["ok"] and bad["warm"]["bytes_prefaulted"] > 0  # the default cap
+    assert len(bad["warnings"]) == 1 and "NEURON_WARM_START_MAX_BYTES=lots" in bad["warnings"][0]
+
+
+def test_a_forked_child_exits_without_joining_or_writing(cache_dir):
+    program = PROGRAM + r"""
+import sys
+pid = os.fork()
+if pid == 0:
+    ok = torch.equal((torch.ones(3).to(torchneuron.device()) + 1).cpu(), torch.full((3,), 2.0))
+    sys.exit(0 if ok else 3)  # a normal interpreter exit: atexit handlers run in the child
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+"""
+    run(cache_dir, program=program)
+    run(cache_dir, program=program)
+    assert len(profiles(cache_dir)) == 1
+    assert not any(".tmp." in name for name in os.listdir(os.path.join(cache_dir, "profiles")))
+
+
+def test_cli_clear_removes_profiles(cache_dir):
+    run(cache_dir)
+    assert profiles(cache_dir)
+    cleared = run_program({}, program=f"import sys; from torchneuron import cache; "
+                                       f"sys.exit(cache.main(['--dir', {cache_dir!r}, 'clear']))")
+    assert cleared.returncode == 0
+    assert profiles(cache_dir) == []
