@@ -1,5 +1,6 @@
 #include "device/warm_start.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -53,14 +54,18 @@ std::vector<size_t> blocksWithin(const std::vector<size_t>& listed, int64_t budg
 }
 
 // Locking: `mutex` guards `stats` and `text_read`; `stop` is polled by the thread between items.
+// The thread holds `item` while it works on one kernel or block, and fork() takes it first, so a
+// child is never forked with the store, the linker or the allocator locked by this thread.
 struct WarmStart {
   std::mutex mutex;
+  std::mutex item;
   WarmStartStats stats;
   std::string program;
   std::string directory;
   std::string text_read;  // the profile as read, so an unchanged one is not rewritten
   std::atomic<bool> stop{false};
   std::thread thread;
+  int64_t max_bytes = 0;  // NEURON_WARM_START_MAX_BYTES, read on the importing thread
   pid_t owner = 0;  // a forked child neither joins the parent's thread nor writes a profile
   bool started = false, finished = false;
 };
@@ -94,19 +99,18 @@ void warmUp(WarmStart& w) {
     // Kernels first: the first op needs one, while memory is needed a block at a time.
     for (const std::string& key : profile->kernel_keys) {
       if (w.stop.load()) break;
+      std::lock_guard<std::mutex> working(w.item);
       if (prefetchStoredKernel(key)) {
         std::lock_guard<std::mutex> lock(w.mutex);
         ++w.stats.kernels_prefetched;
       }
     }
-    const int64_t budget =
-        std::min(byteCountSetting("NEURON_WARM_START_MAX_BYTES", kDefaultMaxBytes,
-                                  "the default of 1 GiB stays"),
-                 quarterOfAvailableMemory());
+    const int64_t budget = std::min(w.max_bytes, quarterOfAvailableMemory());
     const std::vector<size_t> blocks = blocksWithin(profile->block_bytes, budget);
     expectPrefaultedBlocks(blocks);
     for (size_t bytes : blocks) {
       if (w.stop.load()) break;
+      std::lock_guard<std::mutex> working(w.item);
       if (prefaultBlock(bytes)) {
         std::lock_guard<std::mutex> lock(w.mutex);
         w.stats.bytes_prefaulted += static_cast<int64_t>(bytes);
@@ -137,7 +141,16 @@ void startWarmStart() {
   w.owner = getpid();
   w.program = currentProgramIdentity();
   w.directory = store->directory();
-  memoryTierCapacity();  // read (and warned about) here, not first on the thread
+  // Settings are read (and a bad one warned about) here, as a Python warning, not on the thread.
+  memoryTierCapacity();
+  w.max_bytes = byteCountSetting("NEURON_WARM_START_MAX_BYTES", kDefaultMaxBytes,
+                                 "the default of 1 GiB stays");
+  // fork() waits for the item in hand. Registered after the allocator's handler (the allocator
+  // exists once the device library is loaded), so it runs before it: the item may need the
+  // allocator's lock to finish.
+  neuronAllocator();
+  pthread_atfork([] { state().item.lock(); }, [] { state().item.unlock(); },
+                 [] { state().item.unlock(); });
   w.thread = std::thread([&w] { warmUp(w); });
   // A program that exits without finishWarmStart() (no interpreter atexit) still joins the
   // thread before the static destructors of everything constructed so far (the store, the

@@ -157,6 +157,25 @@ assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert not any(".tmp." in name for name in os.listdir(os.path.join(cache_dir, "profiles")))
 
 
+def test_forks_while_the_warm_start_works_leave_working_children(cache_dir):
+    # Children forked at once after import, while the background thread links and faults in:
+    # fork() waits for the item in hand, so no child starts with a lock the thread held.
+    program = r"""
+import os, sys, torch, torchneuron
+statuses = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        ok = torch.equal((torch.arange(4.0).to(torchneuron.device()) * 2).cpu(), torch.arange(4.0) * 2)
+        sys.exit(0 if ok else 3)
+    statuses.append(os.waitpid(pid, 0)[1])
+assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
+""" + PROGRAM
+    run(cache_dir, WAIT_FOR_WARM_START="0")  # leaves a profile for the runs below to warm from
+    for _ in range(2):
+        assert run(cache_dir, program=program, WAIT_FOR_WARM_START="0")["ok"]
+
+
 def test_cli_clear_removes_profiles(cache_dir):
     run(cache_dir)
     assert profiles(cache_dir)
