@@ -7,14 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "binary_kernel_cases.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
-#include "fusion/kernel_builder.h"
-#include "fusion/op_registry.h"
 
 namespace torchneuron {
 namespace {
@@ -24,18 +24,10 @@ std::vector<std::string>& warnings() {
   return seen;
 }
 
-fusion::ElementwiseSignature signatureOf(const char* op) {
-  fusion::ElementwiseSignature s;
-  s.op = fusion::findElementwiseOp(op);
-  s.compute = s.output = c10::kFloat;
-  s.inputs = {c10::kFloat, c10::kFloat};
-  s.inner.assign(3, fusion::InnerStride::kContiguous);
-  return s;
-}
-
-KernelHandle kernelOf(const fusion::ElementwiseSignature& s) {
-  return kernelFor(s.key(), [&] { return fusion::buildElementwiseKernel(s); });
-}
+using test::cases;
+using test::computesCorrectly;
+using test::kernelOf;
+using test::signatureOf;
 
 std::string storeKeyOf(const fusion::ElementwiseSignature& s) {
   return persistentKeyFor(s.key(), fusion::buildElementwiseKernel(s));
@@ -72,7 +64,10 @@ TEST_F(KernelPrefetchTest, PrefetchedKernelIsTakenWithoutAStoreReadOrACompile) {
   PersistentStore* store = PersistentStore::fromEnvironment();
   const int64_t reads = store->stats().hits + store->stats().misses;
   const KernelHandle kernel = kernelOf(s);
-  EXPECT_NE(kernel->function, nullptr);
+  ASSERT_NE(kernel->function, nullptr);
+  const test::BinaryCase& hypot = *std::find_if(
+      cases().begin(), cases().end(), [](const test::BinaryCase& c) { return std::string(c.op) == "hypot"; });
+  EXPECT_TRUE(computesCorrectly(kernel, hypot, s));
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_EQ(stats.prefetched, 1);
   EXPECT_EQ(stats.persistent_hits, 1);
