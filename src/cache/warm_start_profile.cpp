@@ -60,7 +60,9 @@ std::string sealedProfile(const std::string& body) {
   return body + "checksum " + checksumOf(body) + "\n";
 }
 
-std::optional<WarmStartProfile> parseProfile(const std::string& text, std::string* why) {
+std::optional<WarmStartProfile> parseProfile(const std::string& text, std::string* why,
+                                             bool* other_engine) {
+  if (other_engine) *other_engine = false;
   auto fail = [&](const std::string& problem) -> std::optional<WarmStartProfile> {
     *why = problem;
     return std::nullopt;
@@ -75,8 +77,10 @@ std::optional<WarmStartProfile> parseProfile(const std::string& text, std::strin
   std::string line;
   if (!std::getline(lines, line) || line != kHeader)
     return fail("not a warm-start profile (header '" + line.substr(0, 64) + "')");
-  if (!std::getline(lines, line) || line != std::string("engine ") + kEngineVersion)
+  if (!std::getline(lines, line) || line != std::string("engine ") + kEngineVersion) {
+    if (other_engine) *other_engine = line.compare(0, 7, "engine ") == 0;
     return fail("written by another engine version ('" + line.substr(0, 64) + "')");
+  }
   WarmStartProfile profile;
   size_t count = 0;
   if (!std::getline(lines, line) || !parseCountLine(line, "kernels", kMaxProfileKernels, &count))

@@ -37,8 +37,10 @@ std::string serializeProfile(const WarmStartProfile& profile);
 std::string sealedProfile(const std::string& body);
 // The profile in `text`, or nullopt with `why` naming the first problem (bad header, another
 // engine version, a malformed or out-of-bounds line, a count that does not match, a failed
-// checksum).
-std::optional<WarmStartProfile> parseProfile(const std::string& text, std::string* why);
+// checksum). `other_engine`, when given, tells an intact profile of another engine version (not
+// damage: its keys are simply not this engine's) from a damaged one.
+std::optional<WarmStartProfile> parseProfile(const std::string& text, std::string* why,
+                                             bool* other_engine = nullptr);
 
 // The identity of the running program: a hash of the working directory and the command line
 // (/proc/self/cmdline), so that reruns of a script share a profile and other programs do not.

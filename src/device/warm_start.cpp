@@ -82,20 +82,21 @@ void warmUp(WarmStart& w) {
   std::optional<WarmStartProfile> profile;
   if (text) {
     std::string why;
-    profile = parseProfile(*text, &why);
-    if (!profile && why.find("another engine version") == std::string::npos)
+    bool other_engine = false;
+    profile = parseProfile(*text, &why, &other_engine);
+    if (!profile && !other_engine)
       warnCacheOnce("profile", "the warm-start profile " + path + " is unusable (" + why +
                                    "); this run starts cold and rewrites it");
   }
   if (profile) {
-    std::lock_guard<std::mutex> lock(w.mutex);
-    w.text_read = *text;
-    w.stats.profile_found = true;
-    w.stats.kernels_listed = static_cast<int64_t>(profile->kernel_keys.size());
-    w.stats.blocks_listed = static_cast<int64_t>(profile->block_bytes.size());
-    for (size_t bytes : profile->block_bytes) w.stats.bytes_listed += static_cast<int64_t>(bytes);
-  }
-  if (profile) {
+    {
+      std::lock_guard<std::mutex> lock(w.mutex);
+      w.text_read = *text;
+      w.stats.profile_found = true;
+      w.stats.kernels_listed = static_cast<int64_t>(profile->kernel_keys.size());
+      w.stats.blocks_listed = static_cast<int64_t>(profile->block_bytes.size());
+      for (size_t bytes : profile->block_bytes) w.stats.bytes_listed += static_cast<int64_t>(bytes);
+    }
     // Kernels first: the first op needs one, while memory is needed a block at a time.
     for (const std::string& key : profile->kernel_keys) {
       if (w.stop.load()) break;

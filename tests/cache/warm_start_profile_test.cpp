@@ -77,6 +77,18 @@ TEST(WarmStartProfileTest, NamesTheProblemOfAMalformedBody) {
   }
 }
 
+TEST(WarmStartProfileTest, TellsAnotherEnginesProfileFromDamage) {
+  const std::string good = serializeProfile(sampleProfile());
+  std::string body = good.substr(0, good.rfind("checksum "));
+  body.replace(body.find("engine "), 7, "engine old-");
+  std::string why;
+  bool other_engine = false;
+  EXPECT_FALSE(parseProfile(sealedProfile(body), &why, &other_engine));
+  EXPECT_TRUE(other_engine) << why;
+  EXPECT_FALSE(parseProfile(good.substr(0, good.size() / 2), &why, &other_engine));
+  EXPECT_FALSE(other_engine) << why;
+}
+
 TEST(WarmStartProfileTest, SerializingCapsTheLists) {
   WarmStartProfile huge;
   huge.kernel_keys.assign(kMaxProfileKernels + 5, "0123456789abcdef0123456789abcdef");
