@@ -26,6 +26,7 @@ class PendingContents {
 struct DeviceBlock {
   void* data = nullptr;
   size_t bytes = 0;  // capacity: the request rounded up to its size class
+  void* allocation = nullptr;  // what the C library handed out; `data` lies at an offset in it
   std::shared_ptr<PendingContents> pending;
   bool used = false;  // a tensor has held it (a pre-faulted block has not, at first)
 };

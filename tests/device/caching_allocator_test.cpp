@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
+#include <vector>
 
 namespace torchneuron {
 namespace {
@@ -114,6 +116,25 @@ TEST(CachingAllocatorTest, RecordsEachBlockOnceInFirstUseOrder) {
   EXPECT_EQ(blocksInFirstUseOrder().back(), roundedBlockSize(9u << 20));
   again.clear();
   warm.clear();
+  emptyAllocatorCache();
+}
+
+// Large blocks from the OS start at staggered cache-line offsets within a page, so tensors
+// streamed together do not all map to the same cache sets; each block is still 64-byte aligned
+// and fully usable.
+TEST(CachingAllocatorTest, LargeBlocksStartAtStaggeredPageOffsets) {
+  emptyAllocatorCache();
+  std::vector<c10::DataPtr> live;
+  std::set<uintptr_t> offsets;
+  for (int i = 0; i < 8; ++i) {
+    live.push_back(neuronAllocator()->allocate(1u << 20));
+    const auto address = reinterpret_cast<uintptr_t>(live.back().get());
+    EXPECT_EQ(address % 64, 0u);
+    offsets.insert(address % 4096);
+    std::memset(live.back().get(), i, 1u << 20);
+  }
+  EXPECT_EQ(offsets.size(), 8u);
+  live.clear();
   emptyAllocatorCache();
 }
 
