@@ -112,6 +112,14 @@ def main():
           f"(median {metrics['compile_ms_median']:.1f} ms each, {metrics['compile_ms_total']:.0f} ms "
           f"in all), {metrics['persistent_hits']} loaded from the persistent cache of earlier runs "
           f"(NEURON_CACHE_DIR), {metrics['kernel_cache_hits']} launches served from the kernel cache")
+    warm = metrics["warm_start"]
+    if warm["profile_found"]:
+        print(f"warm start: this script's previous run left a profile; {warm['kernels_prefetched']} "
+              f"kernels were linked and {warm['bytes_prefaulted'] / 2**20:.0f} MiB faulted in by a "
+              f"background thread during start-up ({warm['background_ms']:.0f} ms)")
+    else:
+        print("warm start: no profile of an earlier run of this script yet; this run leaves one, so "
+              "the next starts with its kernels linked and its memory faulted in")
     print("\nElementwise ops, reductions, softmax, layer norm and copies run as compiled "
           "MLIR/LLVM kernels; matmul and convolution as library kernels (OpenBLAS/oneDNN on "
           "device memory); pooling, batch norm and the loss still fall back to the CPU. "
