@@ -28,15 +28,19 @@ bool isStoreKey(const std::string& line) {
   return true;
 }
 
+// A decimal number in [0, limit], digits only.
+bool parseNumber(const std::string& digits, size_t limit, size_t* value) {
+  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *value = std::stoull(digits);
+  return *value <= limit;
+}
+
 // "<name> <count>" with a count in [0, limit].
 bool parseCountLine(const std::string& line, const std::string& name, size_t limit, size_t* count) {
   const std::string prefix = name + " ";
-  if (line.compare(0, prefix.size(), prefix) != 0) return false;
-  const std::string digits = line.substr(prefix.size());
-  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  *count = std::stoull(digits);
-  return *count <= limit;
+  return line.compare(0, prefix.size(), prefix) == 0 &&
+         parseNumber(line.substr(prefix.size()), limit, count);
 }
 
 std::string checksumOf(const std::string& text) {
@@ -94,8 +98,7 @@ std::optional<WarmStartProfile> parseProfile(const std::string& text, std::strin
     return fail("bad block count line '" + line.substr(0, 64) + "'");
   for (size_t i = 0; i < count; ++i) {
     size_t bytes = 0;
-    if (!std::getline(lines, line) || !parseCountLine("b " + line, "b", kMaxProfileBlockBytes, &bytes) ||
-        bytes == 0)
+    if (!std::getline(lines, line) || !parseNumber(line, kMaxProfileBlockBytes, &bytes) || bytes == 0)
       return fail("bad block size '" + line.substr(0, 64) + "' at position " + std::to_string(i));
     profile.block_bytes.push_back(bytes);
   }

@@ -122,11 +122,9 @@ class CachingAllocator final : public c10::Allocator {
     auto* bytes = static_cast<volatile char*>(block->data);
     for (size_t offset = 0; offset < capacity; offset += kPageBytes) bytes[offset] = 0;
     std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.system_allocations;
+    countSystemBlockLocked(capacity);
     ++stats_.prefaulted_blocks;
     stats_.prefaulted_bytes += static_cast<int64_t>(capacity);
-    stats_.reserved_bytes += static_cast<int64_t>(capacity);
-    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     free_blocks_.emplace(capacity, block);
     return true;
   }
@@ -172,10 +170,15 @@ class CachingAllocator final : public c10::Allocator {
     TORCH_CHECK(block != nullptr, "[device] out of memory: tried to allocate ", bytes,
                 " bytes (allocated ", stats_.allocated_bytes, ", reserved ",
                 stats_.reserved_bytes, ")");
+    countSystemBlockLocked(bytes);
+    return block;
+  }
+
+  // A block of `bytes` now held from the OS.
+  void countSystemBlockLocked(size_t bytes) const {
     ++stats_.system_allocations;
     stats_.reserved_bytes += static_cast<int64_t>(bytes);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-    return block;
   }
 
   void freeCachedBlocksLocked() const {
