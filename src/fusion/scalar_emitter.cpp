@@ -63,14 +63,19 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
     return compare("ne", value, intConstant(0, from));
   }
   if (to.kind == NumberKind::kBool && !from_i1) return convert(convert(value, boolType()), to);
+  const ElementType f32{NumberKind::kFloat, 32, "f32"};
   if (from.isFloat() && to.isFloat()) {
     // bf16 <-> f16, and f64 -> 16-bit floats, go through f32: that is how c10::Half and
     // c10::BFloat16 convert (so results round as in ATen), and it needs no runtime routine.
-    const ElementType f32{NumberKind::kFloat, 32, "f32"};
     if (from.bits == to.bits || (from.bits == 64 && to.bits == 16))
       return convert(convert(value, f32), to);
     return emit((from.bits < to.bits ? "arith.extf " : "arith.truncf ") + value.name + types, to);
   }
+  // Integers and 16-bit floats meet through f32, as c10::Half and c10::BFloat16 convert (they
+  // construct from and convert to float only); LLVM would otherwise emit a compiler-runtime call
+  // (__floatsibf, __fixbfsi) that the process does not have on CPUs without native bf16.
+  if ((from.isFloat() && from.bits == 16) || (to.isFloat() && to.bits == 16))
+    return convert(convert(value, f32), to);
   if (from.isFloat()) {
     return emit((to.kind == NumberKind::kUnsigned ? "arith.fptoui " : "arith.fptosi ") +
                     value.name + types, to);

@@ -1,5 +1,7 @@
 #include "launcher/object_loader.h"
 
+#include "launcher/compiler_runtime.h"
+
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -43,6 +45,13 @@ struct Jit {
         lljit->getDataLayout().getGlobalPrefix());
     if (!generator) fail("cannot search the process for symbols", generator.takeError());
     lljit->getMainJITDylib().addGenerator(std::move(*generator));
+    llvm::orc::SymbolMap runtime;
+    for (const auto& [name, address] : compilerRuntimeSymbols()) {
+      runtime[lljit->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                                               llvm::JITSymbolFlags::Exported};
+    }
+    if (llvm::Error error = lljit->getMainJITDylib().define(llvm::orc::absoluteSymbols(runtime)))
+      fail("cannot define the compiler-runtime routines", std::move(error));
   }
 };
 
