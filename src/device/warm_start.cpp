@@ -184,7 +184,10 @@ void finishWarmStart() {
 WarmStartStats warmStartStats() {
   WarmStart& w = state();
   std::lock_guard<std::mutex> lock(w.mutex);
-  return w.stats;
+  WarmStartStats stats = w.stats;
+  // A warm start that never started (turned off, no store) has nothing more to do either.
+  if (!w.started) stats.done = true;
+  return stats;
 }
 
 }  // namespace torchneuron

@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "binary_kernel_cases.h"
+#include "common/binary_kernel_cases.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
+#include "common/test_directory.h"
 
 namespace torchneuron {
 namespace {
@@ -36,8 +37,7 @@ std::string storeKeyOf(const fusion::ElementwiseSignature& s) {
 class KernelPrefetchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/neuron-prefetch-test-XXXXXX";
-    directory_ = mkdtemp(pattern);
+    directory_ = testing::makeTestDirectory("neuron-prefetch-test-");
     setenv("NEURON_CACHE_DIR", directory_.c_str(), 1);
     unsetenv("NEURON_CACHE");
     setCacheWarningHandler([](const std::string& text) { warnings().push_back(text); });

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "binary_kernel_cases.h"
+#include "common/binary_kernel_cases.h"
 #include "cache/kernel_cache.h"
 
 namespace torchneuron {

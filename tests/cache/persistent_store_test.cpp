@@ -2,13 +2,14 @@
 // database, an unusable directory, remembered failures across engine versions, export/import,
 // and the kernel cache failing open over a corrupt entry.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
+#include "common/test_directory.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
 
@@ -24,23 +26,41 @@ namespace torchneuron {
 namespace {
 
 // Runs the writer helper as a separate process (fork alone would copy RocksDB's thread pool
-// state into the child).
-pid_t startWriter(const std::string& dir, const std::string& key, int rounds, size_t bytes, char fill) {
+// state into the child). With `progress`, the child's standard output (a line per write) is the
+// read end returned there; otherwise it is discarded.
+pid_t startWriter(const std::string& dir, const std::string& key, int rounds, size_t bytes,
+                  char fill, int* progress = nullptr) {
+  int pipe_ends[2] = {-1, -1};
+  if (progress != nullptr && pipe(pipe_ends) != 0) return -1;
   const pid_t pid = fork();
   if (pid == 0) {
+    const int out = progress != nullptr ? pipe_ends[1] : open("/dev/null", O_WRONLY);
+    dup2(out, STDOUT_FILENO);
     const std::string rounds_text = std::to_string(rounds), bytes_text = std::to_string(bytes);
     const std::string fill_text(1, fill);
     execl(NEURON_STORE_WRITER, NEURON_STORE_WRITER, dir.c_str(), key.c_str(), rounds_text.c_str(),
           bytes_text.c_str(), fill_text.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  if (progress != nullptr) {
+    close(pipe_ends[1]);
+    *progress = pipe_ends[0];
+  }
   return pid;
 }
 
-std::string freshDirectory() {
-  char pattern[] = "/tmp/neuron-store-test-XXXXXX";
-  return mkdtemp(pattern);
+// Reads `lines` lines from `fd`; false at end of file first.
+bool readLines(int fd, int lines) {
+  char c;
+  while (lines > 0) {
+    const ssize_t got = read(fd, &c, 1);
+    if (got == 1 && c == '\n') --lines;
+    if (got == 0 || (got < 0 && errno != EINTR)) return false;
+  }
+  return true;
 }
+
+std::string freshDirectory() { return testing::makeTestDirectory("neuron-store-test-"); }
 
 std::vector<char> containerBytes(char fill, size_t size = 2048) {
   ExecutableContainer c;
@@ -96,10 +116,15 @@ TEST_F(PersistentStoreTest, WriterKilledMidWriteLeavesOldValueOrNoneAndNoStaleLo
     PersistentStore store(dir, 0);
     ASSERT_TRUE(store.put("k", containerBytes('o')));
   }
-  const pid_t writer = startWriter(dir, "k", 0, 1 << 20, 'w');  // writes until killed
-  usleep(400 * 1000);
+  int progress = -1;
+  const pid_t writer = startWriter(dir, "k", 0, 1 << 20, 'w', &progress);  // writes until killed
+  ASSERT_GT(writer, 0);
+  // Killed after its third write, while it goes on writing, whatever the machine's speed.
+  const bool wrote = readLines(progress, 3);
   kill(writer, SIGKILL);
   waitpid(writer, nullptr, 0);
+  close(progress);
+  ASSERT_TRUE(wrote) << "the writer stopped before its third write";
   PersistentStore store(dir, 0);
   const auto value = store.get("k");
   ASSERT_TRUE(value);  // the old value or a newer complete one

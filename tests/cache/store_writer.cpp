@@ -1,8 +1,10 @@
 // A separate process that writes to a persistent store (tests/cache/persistent_store_test.cpp
 // starts several at once, or kills one mid-write):
 //   neuron_store_writer <dir> <key> <rounds, 0 = until killed> <value bytes> <fill char>
-// Exit status 0 when every write succeeded.
+// Exit status 0 when every write succeeded. After each write it prints "wrote" on its own line
+// (flushed), so a test can kill it while it writes without guessing at timing.
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
     c.key_material = std::string(1, fill);
     c.object.assign(static_cast<size_t>(std::atol(argv[4])), fill);
     ok &= store.put(argv[2], c.serialize());
+    std::printf("wrote\n");
+    std::fflush(stdout);
   }
   return ok ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 """Faults the operating system gives the persistent cache: a full disk and a read-only cache
 directory. Each run must finish with correct results, warn at most once per kind of fault, and
 leave the cache verifiable."""
+import ctypes
 import os
 import shutil
 import signal
@@ -12,7 +13,9 @@ import pytest
 
 from cache_program import ONE_KERNEL_PROGRAM, result_of, run_program
 
-NOBODY = 65534
+PR_CAPBSET_DROP = 24
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
 
 
 def cache_warnings(done):
@@ -35,6 +38,7 @@ def small_filesystem():
                     "limit test covers failing writes")
     yield mount_point
     subprocess.run(["umount", mount_point], check=True)
+    os.rmdir(mount_point)
 
 
 def fill(directory):
@@ -88,12 +92,23 @@ def test_failing_writes_run_correctly_and_warn_once():
     rerun = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
     assert rerun["ok"]
     assert verify(cache_dir).returncode == 0
+    shutil.rmtree(cache_dir)
+
+
+def drop_permission_override():
+    """preexec_fn: the child loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (from its bounding
+    set, so also across exec), so modes bind it even as root. It stays the same user: it can still
+    reach the checkout (wherever it lies) and still owns the cache directory."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
 def as_reader_without_write_access():
-    """Popen options under which the cache directory (mode 0555, owned by this user) is read-only:
-    root ignores modes, so as root the program runs as nobody."""
-    return {"user": NOBODY, "group": NOBODY} if os.geteuid() == 0 else {}
+    """Popen options under which the cache directory (mode 0555, owned by this user) is
+    read-only."""
+    return {"preexec_fn": drop_permission_override} if os.geteuid() == 0 else {}
 
 
 def test_read_only_directory_runs_correctly_and_warns_once():

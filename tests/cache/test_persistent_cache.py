@@ -3,6 +3,7 @@ cold directory compile each kernel once in total, faults fail open, and the torc
 CLI manages it."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,9 @@ from cache_program import distinct_kernels, result_of, run_program, PROGRAM
 
 @pytest.fixture
 def cache_dir():
-    return tempfile.mkdtemp(prefix="neuron-cache-")
+    directory = tempfile.mkdtemp(prefix="neuron-cache-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_second_run_compiles_nothing(cache_dir):

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "common/test_directory.h"
+
 namespace torchneuron {
 namespace {
 
@@ -17,12 +19,7 @@ WarmStartProfile sampleProfile() {
   return profile;
 }
 
-std::string temporaryDirectory() {
-  char pattern[] = "/tmp/neuron-profile-test-XXXXXX";
-  const char* made = mkdtemp(pattern);
-  EXPECT_NE(made, nullptr);
-  return made ? made : "";
-}
+std::string temporaryDirectory() { return testing::makeTestDirectory("neuron-profile-test-"); }
 
 TEST(WarmStartProfileTest, RoundTripsKernelsAndBlocksInOrder) {
   std::string why;

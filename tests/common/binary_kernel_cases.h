@@ -1,5 +1,5 @@
 #pragma once
-// Float binary elementwise kernels for the cache tests: a few ops with their scalar reference,
+// Float binary elementwise kernels for the cache and launcher tests: a few ops with their scalar reference,
 // their signature over contiguous float tensors, and a check that a loaded kernel computes them.
 
 #include <algorithm>
@@ -47,8 +47,8 @@ inline KernelHandle kernelOf(const fusion::ElementwiseSignature& s) {
 }
 
 // Runs `kernel` (case `c`) over 64 elements; true when every element matches the reference.
-inline bool computesCorrectly(const KernelHandle& kernel, const BinaryCase& c,
-                       const fusion::ElementwiseSignature& s) {
+inline bool computesCorrectly(KernelFunction kernel, const BinaryCase& c,
+                              const fusion::ElementwiseSignature& s) {
   const int64_t n = 64;
   std::vector<float> a(n), b(n), out(n, -1.0f);
   for (int64_t i = 0; i < n; ++i) a[i] = 0.25f * i - 3.0f, b[i] = 2.0f - 0.5f * i;
@@ -63,10 +63,15 @@ inline bool computesCorrectly(const KernelHandle& kernel, const BinaryCase& c,
     std::memcpy(&bits, &one, sizeof bits);
     slots.push_back(bits);
   }
-  kernel->function(slots.data(), 0, n);
+  kernel(slots.data(), 0, n);
   for (int64_t i = 0; i < n; ++i)
     if (std::fabs(out[i] - c.reference(a[i], b[i])) > 1e-5f * (1 + std::fabs(out[i]))) return false;
   return true;
+}
+
+inline bool computesCorrectly(const KernelHandle& kernel, const BinaryCase& c,
+                              const fusion::ElementwiseSignature& s) {
+  return computesCorrectly(kernel->function, c, s);
 }
 
 }  // namespace test

@@ -1,10 +1,14 @@
+import atexit
 import os
+import shutil
 import tempfile
 import warnings
 
 # Each test process starts with an empty persistent compile cache of its own, so counts of
-# compiles do not depend on earlier runs (read by the cache at the first compile).
+# compiles do not depend on earlier runs (read by the cache at the first compile). Registered
+# before torchneuron is imported, the removal runs after torchneuron's own exit handlers.
 os.environ["NEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+atexit.register(shutil.rmtree, os.environ["NEURON_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

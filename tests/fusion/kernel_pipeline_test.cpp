@@ -6,7 +6,6 @@
 #include <cmath>
 #include <vector>
 
-#include "cache/kernel_cache.h"
 #include "fusion/compiler.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
@@ -89,59 +88,6 @@ TEST(KernelPipeline, BadMlirIsAnErrorNamingTheProblem) {
     EXPECT_NE(std::string(error.what()).find("[fusion] kernel MLIR does not parse"),
               std::string::npos) << error.what();
   }
-}
-
-// Runs a rank-1 float add kernel over four elements; true when it computed 1 + 2 everywhere.
-bool addsCorrectly(KernelFunction kernel) {
-  std::vector<float> a(4, 1.0f), b(4, 2.0f), out(4, 0.0f);
-  std::vector<int64_t> slots;
-  for (float* data : {out.data(), a.data(), b.data()}) pushVector(slots, data, 4);
-  const double alpha = 1.0;
-  int64_t alpha_bits;
-  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
-  slots.push_back(alpha_bits);
-  kernel(slots.data(), 0, 4);
-  return out == std::vector<float>(4, 3.0f);
-}
-
-TEST(ObjectLoader, OneEntryLinksTwiceAndUnlinksWithItsLastReference) {
-  ElementwiseSignature s = rankOneSignature("add", c10::kFloat, 2);
-  const ObjectCode object = compileKernel(buildElementwiseKernel(s), "twice_linked_add");
-  std::shared_ptr<LoadedCode> first = loadKernelObject(object.bytes, object.entry);
-  // A second copy of the same symbol (an evicted kernel still running while it is reloaded).
-  std::shared_ptr<LoadedCode> second = loadKernelObject(object.bytes, object.entry);
-  EXPECT_NE(first->function(), second->function());
-  EXPECT_EQ(first->bytes(), object.bytes.size());
-  EXPECT_TRUE(addsCorrectly(first->function()));
-  first.reset();  // unlinks the first copy; the second keeps working
-  EXPECT_TRUE(addsCorrectly(second->function()));
-  second.reset();
-  EXPECT_TRUE(addsCorrectly(loadKernelObject(object.bytes, object.entry)->function()));
-}
-
-TEST(KernelCache, OneCompilePerKeyAndFailuresAreRemembered) {
-  resetKernelCacheCounters();
-  ElementwiseSignature s = rankOneSignature("mul", c10::kDouble, 2);
-  int builds = 0;
-  auto build = [&] { ++builds; return buildElementwiseKernel(s); };
-  const KernelHandle first = kernelFor(s.key(), build);
-  const KernelHandle second = kernelFor(s.key(), build);
-  EXPECT_NE(first->function, nullptr);
-  EXPECT_EQ(first->function, second->function);
-  EXPECT_EQ(builds, 1);
-
-  int broken_builds = 0;
-  auto broken = [&] { ++broken_builds; return std::string("not mlir"); };
-  const KernelHandle failed = kernelFor(12345, broken);
-  EXPECT_EQ(failed->function, nullptr);
-  EXPECT_NE(failed->failure.find("[fusion]"), std::string::npos);
-  kernelFor(12345, broken);
-  EXPECT_EQ(broken_builds, 1);
-  const KernelCacheStats stats = kernelCacheStats();
-  EXPECT_EQ(stats.compiles, 1);
-  EXPECT_EQ(stats.compile_failures, 1);
-  EXPECT_EQ(stats.misses, 2);
-  EXPECT_EQ(stats.hits, 2);
 }
 
 }  // namespace

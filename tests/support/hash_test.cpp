@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "support/hash.h"
@@ -21,6 +22,23 @@ TEST(Hash, StreamingMatchesOneShot) {
   Hasher h;
   h.bytes(text.data(), 4).bytes(text.data() + 4, text.size() - 4);
   EXPECT_EQ(h.digest(), hashBytes(text.data(), text.size()));
+}
+
+// A key longer than the inline buffer (256 bytes), fed in pieces that cross its end, still
+// hashes as the whole input does.
+TEST(Hash, StreamingPastTheInlineBufferMatchesOneShot) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text.push_back(static_cast<char>('a' + i * 7 % 26));
+  for (size_t first : {size_t{100}, size_t{255}, size_t{256}, size_t{257}, size_t{600}}) {
+    Hasher h;
+    h.bytes(text.data(), first);
+    for (size_t at = first; at < text.size(); at += 90)
+      h.bytes(text.data() + at, std::min<size_t>(90, text.size() - at));
+    EXPECT_EQ(h.digest(), hashBytes(text.data(), text.size())) << "first piece " << first;
+  }
+  Hasher whole;
+  whole.bytes(text.data(), text.size());
+  EXPECT_EQ(whole.digest(), hashBytes(text.data(), text.size()));
 }
 
 TEST(Hash, StringsAreLengthPrefixed) {

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs one test command with a private temporary directory of its own (TMPDIR) and an empty
+# persistent compile cache inside it (NEURON_CACHE_DIR), and removes both afterwards, however
+# the command ends: a test run leaves nothing in /tmp and never reuses kernels of an older build.
+#   tests/run_isolated.sh <command> [args...]
+set -uo pipefail
+private_tmp=$(mktemp -d "${TMPDIR:-/tmp}/torchneuron-test-XXXXXX") || exit 1
+cleanup() {
+  chmod -R u+rwX "$private_tmp" 2>/dev/null
+  rm -rf "$private_tmp"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+export TMPDIR="$private_tmp"
+export NEURON_CACHE_DIR="$private_tmp/cache"
+"$@"
