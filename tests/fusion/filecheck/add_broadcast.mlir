@@ -1,6 +1,6 @@
 // add with alpha, the second input broadcast along the innermost dimension: its memref drops
 // that dimension and its indexing map ignores the inner loop; alpha converts once, outside.
-// RUN-ARGS: mlir elementwise add Float Float 2 c c b -- Float Float
+// RUN: %neuron_kernel_mlir mlir elementwise add Float Float 2 c c b -- Float Float | FileCheck %s
 
 // CHECK: func.func @kernel(%a0: memref<?x?xf32, strided<[?, 1], offset: ?>>, %a1: memref<?x?xf32, strided<[?, 1], offset: ?>>, %a2: memref<?xf32, strided<[?], offset: ?>>, %p0: f64, %begin: index, %end: index)
 // CHECK: %s0 = memref.subview %a0[%begin, 0] [%n, %d1] [1, 1]

@@ -1,6 +1,6 @@
 // A contiguous float32 add is vectorized to the host's vector width in the optimized LLVM IR
 // behind the slot-ABI entry point.
-// RUN-ARGS: llvm elementwise add Float Float 1 c c c -- Float Float
+// RUN: %neuron_kernel_mlir llvm elementwise add Float Float 1 c c c -- Float Float | FileCheck %s
 
 // CHECK: define void @neuron_kernel(ptr {{.*}}, i64 {{.*}}, i64 {{.*}})
 // CHECK: load <{{[0-9]+}} x float>

@@ -1,6 +1,6 @@
 // bfloat16 math runs in f32 and rounds back with integer operations (arith-expand), so kernels
 // need no compiler-runtime routine for the truncation.
-// RUN-ARGS: lowered elementwise mul BFloat16 BFloat16 1 c c c -- BFloat16 BFloat16
+// RUN: %neuron_kernel_mlir lowered elementwise mul BFloat16 BFloat16 1 c c c -- BFloat16 BFloat16 | FileCheck %s
 
 // CHECK: llvm.func @kernel(
 // CHECK: llvm.load {{.*}} -> bf16

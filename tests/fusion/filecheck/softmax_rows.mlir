@@ -1,5 +1,5 @@
 // softmax: a max pass, an exp-sum pass, then a nest that writes every element of the row.
-// RUN-ARGS: mlir reduction softmax Float 1 1 Float -- Float
+// RUN: %neuron_kernel_mlir mlir reduction softmax Float 1 1 Float -- Float | FileCheck %s
 
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
 // CHECK: iter_args({{.*}}) -> (f32) {

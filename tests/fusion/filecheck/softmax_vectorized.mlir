@@ -2,7 +2,7 @@
 // vector fmaximum reduction (NaN-propagating, emitted as llvm.intr.maximum because arith-expand
 // would turn arith.maximumf into a compare-and-select chain LLVM leaves scalar), the exp-sum
 // pass calls libmvec's vector expf, and the write pass multiplies by the hoisted reciprocal.
-// RUN-ARGS: llvm reduction softmax Float 1 1 Float -- Float
+// RUN: %neuron_kernel_mlir llvm reduction softmax Float 1 1 Float -- Float | FileCheck %s
 
 // CHECK: define void @neuron_kernel(ptr {{.*}}, i64 {{.*}}, i64 {{.*}})
 // CHECK-DAG: call <{{[0-9]+}} x float> @llvm.maximum.v{{[0-9]+}}f32

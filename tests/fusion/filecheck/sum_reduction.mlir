@@ -1,7 +1,7 @@
 // A float32 sum over the inner dimension: scf loops over the kept rows in [begin, end), an
 // iter_args loop accumulating in f64 (reassociable, so LLVM may vectorize it), one rounding to
 // f32 at the store.
-// RUN-ARGS: mlir reduction sum Float 1 1 Float -- Float
+// RUN: %neuron_kernel_mlir mlir reduction sum Float 1 1 Float -- Float | FileCheck %s
 
 // CHECK: func.func @kernel(%o0: memref<?xf32, strided<[1], offset: ?>>, %x0: memref<?x?xf32, strided<[?, 1], offset: ?>>, %count: i64, %begin: index, %end: index)
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
