@@ -16,6 +16,7 @@
 #include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
 #include "cache/persistent_store.h"
+#include "fusion/codegen_fingerprint.h"
 #include "fusion/compiler.h"
 #include "fusion/kernel_signature.h"
 #include "launcher/object_loader.h"
@@ -72,7 +73,9 @@ struct Table {
 LoadRequirements hostRequirements() {
   const fusion::TargetDescription& target = fusion::hostTarget();
   return {kEngineVersion, target.llvm_version, target.triple, target.features,
-          std::string(fusion::kLoweringPipeline) + "; O3; libmvec", ""};
+          std::string(fusion::kLoweringPipeline) + "; O3; libmvec; codegen " +
+              fusion::codegenFingerprint(),
+          ""};
 }
 
 // What the entry of kernel `key` must match. The key material names the entry symbol too: two
