@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "cache/directory_trust.h"
@@ -134,6 +136,12 @@ void defineCacheCommands(py::module_& m) {
     return py::make_tuple(r.imported, r.resigned, r.damaged, r.untrusted, r.problem);
   }, py::arg("directory"), py::arg("file"), py::arg("trust"));
   m.def("cache_keygen", &torchneuron::writeNewKeyFile, py::arg("file"));
+  // The CLI's own warnings: one line each on stderr.
+  m.def("cache_warnings_to_stderr", [] {
+    torchneuron::setCacheWarningHandler([](const std::string& text) {
+      std::fprintf(stderr, "torchneuron-cache: warning: %s\n", text.c_str());
+    });
+  });
 }
 
 }  // namespace

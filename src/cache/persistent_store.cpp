@@ -122,17 +122,20 @@ struct PersistentStore::Impl {
   std::atomic<int64_t> foreign{0}, forged{0};
   std::mutex mutex;  // one store operation at a time per process (flock is per open file)
 
-  // Opens the database read-only under a shared lock; nullptr when it does not exist or fails.
-  std::unique_ptr<rocksdb::DB> openReader() {
+  // Opens the database read-only under a shared lock; nullptr when it does not exist or fails
+  // (`open_problem` says why; warned unless the caller reports it itself).
+  std::unique_ptr<rocksdb::DB> openReader(bool warn) {
     struct stat info;
+    open_problem.clear();
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr;  // nothing stored yet
     rocksdb::Options options = baseOptions();
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
-    open_problem = status.ok() ? "" : status.ToString();
     if (!status.ok()) {
-      warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
-                           "); it is bypassed, kernels compile as usual");
+      open_problem = status.ToString();
+      if (warn)
+        warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" +
+                                  status.ToString() + "); it is bypassed, kernels compile as usual");
       return nullptr;
     }
     return std::unique_ptr<rocksdb::DB>(db);
@@ -179,9 +182,9 @@ struct PersistentStore::Impl {
   }
 
   template <typename Fn>
-  auto read(Fn&& fn) -> decltype(fn(std::declval<rocksdb::DB*>())) {
+  auto read(Fn&& fn, bool warn = true) -> decltype(fn(std::declval<rocksdb::DB*>())) {
     FileLock lock(lock_path, LOCK_SH);
-    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader() : nullptr;
+    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader(warn) : nullptr;
     return fn(db.get());
   }
 
@@ -216,9 +219,6 @@ PersistentStore::PersistentStore(std::string directory, int64_t max_bytes)
     : directory_(std::move(directory)), max_bytes_(max_bytes), impl_(std::make_unique<Impl>()) {
   registerForkHandler();
   impl_->problem = openTrusted();
-  if (!impl_->problem.empty())
-    warnCacheOnce("trust", "the persistent compile cache is off: " + impl_->problem +
-                               "; kernels compile as usual");
   impl_->db_path = directory_ + "/db";
   impl_->lock_path = directory_ + "/store.lock";
   impl_->locks_dir = directory_ + "/locks";
@@ -265,7 +265,10 @@ PersistentStore* PersistentStore::fromEnvironment() {
     const int64_t max_bytes =
         byteCountSetting("NEURON_CACHE_MAX_BYTES", 0, "the cache is not capped");
     auto candidate = std::make_unique<PersistentStore>(directory, max_bytes);
-    return candidate->problem().empty() ? candidate.release() : nullptr;
+    if (candidate->problem().empty()) return candidate.release();
+    warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
+                               "; kernels compile as usual");
+    return nullptr;
   }();
   return store;
 }
@@ -457,7 +460,7 @@ std::vector<StoredEntryInfo> PersistentStore::list(std::string* database_problem
       entries.push_back(std::move(info));
     }
     return it->status().ok() ? "" : it->status().ToString();
-  });
+  }, /*warn=*/false);
   if (database_problem) *database_problem = problem;
   return entries;
 }
@@ -565,7 +568,7 @@ ExportReport PersistentStore::exportTo(const std::string& file) {
       ++report.exported;
     }
     return it->status().ok() ? "" : it->status().ToString();
-  });
+  }, /*warn=*/false);
   if (!problem.empty()) report.problem = "cannot read the cache (" + problem + ")";
   else if (!out.finish()) report.problem = out.problem();
   return report;

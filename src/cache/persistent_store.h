@@ -82,7 +82,8 @@ struct ClearReport {
 class PersistentStore {
  public:
   // The store for `directory` (created with mode 0700 when missing). `max_bytes` <= 0: no cap.
-  // A directory or key that fails the trust checks turns the store off with one warning.
+  // A directory or key that fails the trust checks turns the store off (problem() says why;
+  // fromEnvironment() warns once).
   PersistentStore(std::string directory, int64_t max_bytes);
   ~PersistentStore();
 
