@@ -39,7 +39,7 @@ bool readAll(int fd, void* data, size_t size) {
   return true;
 }
 
-}  // namespace
+} // namespace
 
 bool isStoreKey(const std::string& key) {
   if (key.size() != 32) return false;
@@ -98,8 +98,12 @@ std::string readArchive(const std::string& path, ArchiveEntries* entries) {
       break;
     }
     left -= sizeof key_size;
-    if (key_size != 32 || key_size > left) {
+    if (key_size != 32) {
       problem = where + "a key of " + std::to_string(key_size) + " bytes (a store key has 32)";
+      break;
+    }
+    if (key_size > left) {
+      problem = where + "truncated";
       break;
     }
     std::string key(key_size, '\0');
@@ -114,10 +118,10 @@ std::string readArchive(const std::string& path, ArchiveEntries* entries) {
     }
     left -= sizeof value_size;
     if (value_size > left || value_size > kMaxArchiveEntryBytes) {
-      problem = where + "claims " + std::to_string(value_size) + " bytes, but " +
-                (value_size > left ? std::to_string(left) + " remain in the file"
-                                   : "an entry holds at most " +
-                                         std::to_string(kMaxArchiveEntryBytes));
+      problem =
+          where + "claims " + std::to_string(value_size) + " bytes, but " +
+          (value_size > left ? std::to_string(left) + " remain in the file"
+                             : "an entry holds at most " + std::to_string(kMaxArchiveEntryBytes));
       break;
     }
     std::vector<char> value(value_size);
@@ -132,4 +136,4 @@ std::string readArchive(const std::string& path, ArchiveEntries* entries) {
   return problem;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

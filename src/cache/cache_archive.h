@@ -22,16 +22,16 @@ bool isStoreKey(const std::string& key);
 // Writes to a temporary file next to `path` (O_EXCL|O_NOFOLLOW, mode 0600), renamed over `path`
 // by finish(): an interrupted export leaves `path` as it was.
 class ArchiveWriter {
- public:
+public:
   explicit ArchiveWriter(const std::string& path);
-  ~ArchiveWriter();  // removes the temporary file unless finish() succeeded
+  ~ArchiveWriter(); // removes the temporary file unless finish() succeeded
   ArchiveWriter(const ArchiveWriter&) = delete;
   ArchiveWriter& operator=(const ArchiveWriter&) = delete;
-  const std::string& problem() const { return problem_; }  // "" while all is well
+  const std::string& problem() const { return problem_; } // "" while all is well
   void add(const std::string& key, const char* value, size_t size);
   bool finish();
 
- private:
+private:
   std::string path_, temporary_, problem_;
   int fd_ = -1;
 };
@@ -41,4 +41,4 @@ using ArchiveEntries = std::vector<std::pair<std::string, std::vector<char>>>;
 // Reads every record of `path` into `entries`: "" or the problem (naming the record).
 std::string readArchive(const std::string& path, ArchiveEntries* entries);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -37,7 +37,7 @@ std::string resolve(const std::string& path) {
   return realpath(path.c_str(), buffer) != nullptr ? std::string(buffer) : std::string();
 }
 
-}  // namespace
+} // namespace
 
 std::string octalMode(unsigned mode) {
   char text[8];
@@ -77,9 +77,8 @@ std::string directoryChainProblem(const std::string& resolved, bool final_is_use
     // this user's directory in it; the directory itself must be private.
     const bool shared_sticky = !final && info.st_uid == 0 && (info.st_mode & S_ISVTX) != 0;
     if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !shared_sticky)
-      return at + " is writable by " +
-             ((info.st_mode & S_IWOTH) != 0 ? "others" : "its group") + " (mode " +
-             octalMode(info.st_mode) + ")";
+      return at + " is writable by " + ((info.st_mode & S_IWOTH) != 0 ? "others" : "its group") +
+             " (mode " + octalMode(info.st_mode) + ")";
     if (at == "/") return "";
   }
 }
@@ -122,9 +121,8 @@ int createTemporaryFile(const std::string& prefix, std::string* path) {
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
     *path = prefix + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-    const int fd =
-        open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0 || errno != EEXIST) return fd;  // EEXIST: a leftover of a dead process
+    const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd; // EEXIST: a leftover of a dead process
   }
   return -1;
 }
@@ -150,4 +148,4 @@ bool resolvesInside(const std::string& path, const std::string& resolved_directo
          full.compare(0, resolved_directory.size() + 1, resolved_directory + "/") == 0;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

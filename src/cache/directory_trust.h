@@ -38,4 +38,4 @@ bool resolvesInside(const std::string& path, const std::string& resolved_directo
 // "0644": a mode's permission bits as ls and chmod write them.
 std::string octalMode(unsigned mode);
 
-}  // namespace torchneuron
+} // namespace torchneuron

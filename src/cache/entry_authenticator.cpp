@@ -25,7 +25,7 @@ constexpr size_t kKeyFileTextBytes = 2 * EntryAuthenticator::kKeyBytes;
 void initializeSodium() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (sodium_init() < 0) std::abort();  // no usable randomness source: nothing can be signed
+    if (sodium_init() < 0) std::abort(); // no usable randomness source: nothing can be signed
   });
 }
 
@@ -50,14 +50,16 @@ std::string readKey(int fd, const std::string& path, EntryAuthenticator::Key* ke
     return path + " has mode " + octalMode(info.st_mode) + " (a key must be mode 0600 or stricter)";
   char text[kKeyFileTextBytes + 2];
   ssize_t got = 0, n = 0;
-  while ((n = read(fd, text + got, sizeof text - got)) > 0) got += n;
+  while ((n = read(fd, text + got, sizeof text - got)) > 0)
+    got += n;
   std::string problem;
   if (n < 0) return path + ": " + std::strerror(errno);
   const bool framed = (got == static_cast<ssize_t>(kKeyFileTextBytes)) ||
                       (got == static_cast<ssize_t>(kKeyFileTextBytes) + 1 && text[got - 1] == '\n');
   if (!framed || sodium_hex2bin(key->data(), key->size(), text, kKeyFileTextBytes, nullptr, nullptr,
                                 nullptr) != 0)
-    problem = path + " does not hold a key (64 hex digits; `torchneuron-cache keygen FILE` makes one)";
+    problem =
+        path + " does not hold a key (64 hex digits; `torchneuron-cache keygen FILE` makes one)";
   sodium_memzero(text, sizeof text);
   return problem;
 }
@@ -85,14 +87,15 @@ std::string loadOrCreateUserKey(const std::string& directory, EntryAuthenticator
       close(fd);
       return problem;
     }
-    if (errno != ENOENT) return loadKeyFile(path, key);  // names the problem
+    if (errno != ENOENT) return loadKeyFile(path, key); // names the problem
     std::string temporary;
     const int out = createTemporaryFile(path, &temporary);
     if (out < 0) return "cannot create the cache key " + path + " (" + std::strerror(errno) + ")";
     randombytes_buf(key->data(), key->size());
     std::string text = hexOf(key->data(), key->size()) + "\n";
-    const bool written = write(out, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                         fsync(out) == 0;
+    const bool written =
+        write(out, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+        fsync(out) == 0;
     sodium_memzero(text.data(), text.size());
     close(out);
     const bool linked = written && link(temporary.c_str(), path.c_str()) == 0;
@@ -105,7 +108,7 @@ std::string loadOrCreateUserKey(const std::string& directory, EntryAuthenticator
   return "cannot create the cache key " + path + " (it keeps changing)";
 }
 
-}  // namespace
+} // namespace
 
 EntryAuthenticator::EntryAuthenticator(const Key& key) : key_(key) {
   initializeSodium();
@@ -140,8 +143,8 @@ std::unique_ptr<EntryAuthenticator> EntryAuthenticator::fromKeyFile(const std::s
   return authenticator;
 }
 
-std::unique_ptr<EntryAuthenticator> EntryAuthenticator::forCacheDirectory(
-    const std::string& cache_directory, std::string* why) {
+std::unique_ptr<EntryAuthenticator>
+EntryAuthenticator::forCacheDirectory(const std::string& cache_directory, std::string* why) {
   initializeSodium();
   if (const char* file = std::getenv("NEURON_CACHE_KEY_FILE"); file != nullptr && *file) {
     std::unique_ptr<EntryAuthenticator> authenticator = fromKeyFile(file, why);
@@ -188,4 +191,4 @@ std::string writeNewKeyFile(const std::string& path) {
   return "cannot write " + path + " (" + std::strerror(saved) + ")";
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -15,7 +15,7 @@ namespace torchneuron {
 constexpr const char* kUserKeyFileName = "mac.key";
 
 class EntryAuthenticator {
- public:
+public:
   static constexpr size_t kKeyBytes = 32;
   static constexpr size_t kMacBytes = 32;
   static constexpr size_t kKeyIdBytes = 8;
@@ -24,7 +24,7 @@ class EntryAuthenticator {
   using KeyId = std::array<unsigned char, kKeyIdBytes>;
 
   explicit EntryAuthenticator(const Key& key);
-  ~EntryAuthenticator();  // wipes the key
+  ~EntryAuthenticator(); // wipes the key
   EntryAuthenticator(const EntryAuthenticator&) = delete;
   EntryAuthenticator& operator=(const EntryAuthenticator&) = delete;
 
@@ -39,9 +39,9 @@ class EntryAuthenticator {
 
   const KeyId& keyId() const { return key_id_; }
   Mac mac(const void* data, size_t size) const;
-  bool verify(const void* data, size_t size, const unsigned char* mac) const;  // constant time
+  bool verify(const void* data, size_t size, const unsigned char* mac) const; // constant time
 
- private:
+private:
   Key key_;
   KeyId key_id_;
 };
@@ -52,4 +52,4 @@ std::string keyIdHex(const EntryAuthenticator::KeyId& id);
 // follows a link). "" on success, else the problem, naming the path.
 std::string writeNewKeyFile(const std::string& path);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   int forged = 0;
   for (const StoredEntryInfo& info : store.list()) {
     const std::optional<std::vector<char>> bytes = store.get(info.key);
-    std::optional<ExecutableContainer> entry = bytes ? parseContainer(*bytes, nullptr) : std::nullopt;
+    std::optional<ExecutableContainer> entry =
+        bytes ? parseContainer(*bytes, nullptr) : std::nullopt;
     if (!entry) continue;
     // The key material is "<entry symbol>\n<MLIR module>".
     std::string mlir = entry->key_material.substr(entry->key_material.find('\n') + 1);
@@ -40,12 +41,16 @@ int main(int argc, char** argv) {
     if (add == std::string::npos) continue;
     mlir.replace(add, 10, "arith.subf");
     entry->object = fusion::compileKernel(mlir, entry->kernels.front().symbol).bytes;
-    std::vector<char> forgery = entry->serialize();  // a fresh checksum, the old key id and MAC
+    std::vector<char> forgery = entry->serialize(); // a fresh checksum, the old key id and MAC
     bool ok = true;
-    if (mode == "plant") ok = store.putVerbatim(info.key, forgery);
-    else if (mode == "plant-signed") ok = store.put(info.key, forgery);
-    else if (archive) archive->add(info.key, forgery.data(), forgery.size());
-    else return 2;
+    if (mode == "plant")
+      ok = store.putVerbatim(info.key, forgery);
+    else if (mode == "plant-signed")
+      ok = store.put(info.key, forgery);
+    else if (archive)
+      archive->add(info.key, forgery.data(), forgery.size());
+    else
+      return 2;
     if (!ok) return 1;
     ++forged;
   }

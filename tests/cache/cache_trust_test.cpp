@@ -35,7 +35,7 @@ std::vector<std::string>& warnings() {
 }
 
 class CacheTrustTest : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     char pattern[] = "/tmp/neuron-trust-test-XXXXXX";
     root_ = mkdtemp(pattern);
@@ -56,7 +56,7 @@ class CacheTrustTest : public ::testing::Test {
 
 TEST_F(CacheTrustTest, PrivateDirectoriesUnderTmpAreAcceptedAndCreatedPrivate) {
   std::string resolved;
-  EXPECT_EQ(preparePrivateDirectory(root_, &resolved), "");  // mkdtemp: 0700 under sticky /tmp
+  EXPECT_EQ(preparePrivateDirectory(root_, &resolved), ""); // mkdtemp: 0700 under sticky /tmp
   EXPECT_EQ(preparePrivateDirectory(root_ + "/new/cache", &resolved), "");
   struct stat info;
   ASSERT_EQ(stat((root_ + "/new/cache").c_str(), &info), 0);
@@ -66,8 +66,9 @@ TEST_F(CacheTrustTest, PrivateDirectoriesUnderTmpAreAcceptedAndCreatedPrivate) {
 TEST_F(CacheTrustTest, ForeignOwnedGroupOrWorldWritableDirectoriesAreRefused) {
   std::string resolved;
   const std::string world = directory("world", 0777);
-  EXPECT_NE(preparePrivateDirectory(world, &resolved).find(world + " is writable by others (mode 0777)"),
-            std::string::npos);
+  EXPECT_NE(
+      preparePrivateDirectory(world, &resolved).find(world + " is writable by others (mode 0777)"),
+      std::string::npos);
   const std::string group = directory("group", 0775);
   EXPECT_NE(preparePrivateDirectory(group, &resolved).find("writable by its group (mode 0775)"),
             std::string::npos);
@@ -133,7 +134,7 @@ TEST_F(CacheTrustTest, KeyFilesMustBePrivateRegularFilesOfThisUser) {
   std::string why;
   auto loaded = EntryAuthenticator::fromKeyFile(key, &why);
   ASSERT_TRUE(loaded) << why;
-  EXPECT_TRUE(EntryAuthenticator::fromKeyFile(key, &why));  // same key, same id
+  EXPECT_TRUE(EntryAuthenticator::fromKeyFile(key, &why)); // same key, same id
   EXPECT_EQ(EntryAuthenticator::fromKeyFile(key, &why)->keyId(), loaded->keyId());
   chmod(key.c_str(), 0400);
   EXPECT_TRUE(EntryAuthenticator::fromKeyFile(key, &why)) << why;
@@ -196,7 +197,8 @@ TEST_F(CacheTrustTest, ThePerUserKeyIsCreatedOnceWhenProcessesRace) {
     close(pipes[i][0]);
     ids.push_back(buffer);
   }
-  for (const std::string& id : ids) EXPECT_EQ(id, ids[0]);
+  for (const std::string& id : ids)
+    EXPECT_EQ(id, ids[0]);
   struct stat info;
   ASSERT_EQ(lstat((cache + "/" + kUserKeyFileName).c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 07777, 0600u);
@@ -268,7 +270,7 @@ TEST_F(CacheTrustTest, SealsTellAuthenticForeignOldAndForgedEntriesApart) {
   const EntryAuthenticator mine(keyOf(1)), theirs(keyOf(2));
   EXPECT_NE(mine.keyId(), theirs.keyId());
   std::vector<char> bytes = sampleContainer().serialize();
-  EXPECT_EQ(checkSeal(bytes, mine), SealStatus::kOtherKey);  // unsigned
+  EXPECT_EQ(checkSeal(bytes, mine), SealStatus::kOtherKey); // unsigned
   ASSERT_TRUE(sealContainer(bytes, mine));
   EXPECT_EQ(checkSeal(bytes, mine), SealStatus::kAuthentic);
   EXPECT_EQ(checkSeal(bytes, theirs), SealStatus::kOtherKey);
@@ -332,9 +334,10 @@ TEST_F(CacheTrustTest, StoreMissesForeignEntriesQuietlyAndRejectsForgedOnesLoudl
     seals[e.key] = e.seal;
     EXPECT_EQ(e.problem.empty(), e.key != forged) << e.key << ": " << e.problem;
   }
-  EXPECT_EQ(seals, (std::map<std::string, std::string>{
-                       {good, "authentic"}, {old, "other format"}, {foreign, "other key"},
-                       {forged, "FORGED"}}));
+  EXPECT_EQ(
+      seals,
+      (std::map<std::string, std::string>{
+          {good, "authentic"}, {old, "other format"}, {foreign, "other key"}, {forged, "FORGED"}}));
   EXPECT_EQ(problem, "");
 }
 
@@ -342,7 +345,7 @@ TEST_F(CacheTrustTest, StoreMissesForeignEntriesQuietlyAndRejectsForgedOnesLoudl
 // code that subtracts (compiled under add's own symbol), the checksum recomputed. `sign`: sealed
 // with the store's key too, as only a holder of the key can.
 class ForgedKernelTest : public CacheTrustTest {
- protected:
+protected:
   void plantForgedAdd(bool sign) {
     setenv("NEURON_CACHE_DIR", directory("cache").c_str(), 1);
     unsetenv("NEURON_CACHE");
@@ -399,5 +402,5 @@ TEST_F(ForgedKernelTest, TheSameForgerySignedWithTheKeyWouldRun) {
   EXPECT_TRUE(test::computesCorrectly(kernel, caseOf("sub"), add));
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron
