@@ -242,11 +242,13 @@ def test_damaged_database_is_reported_and_repaired(root, damage):
 
 def test_clear_removes_only_what_the_cache_wrote_and_keeps_the_key(root):
     cache = os.path.join(root, "cache")
-    add(cache)
+    add(cache, NEURON_WARM_START="1")  # leaves a warm-start profile
     mine = os.path.join(cache, "profiles", "my-notes.txt")
     with open(mine, "w") as f:
         f.write("keep me")
     done = cli("--dir", cache, "clear")
     assert done.returncode == 0 and "kept the cache's key" in done.stdout
+    assert "1 warm-start profiles" in done.stdout
+    assert os.listdir(os.path.join(cache, "profiles")) == ["my-notes.txt"]
     assert os.path.exists(mine) and os.path.exists(os.path.join(cache, "mac.key"))
     assert not os.path.exists(os.path.join(cache, "db", "CURRENT"))
