@@ -223,8 +223,13 @@ def print_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None):
-    warnings.showwarning = print_warning
     _C.cache_warnings_to_stderr()
+    with warnings.catch_warnings():
+        warnings.showwarning = print_warning
+        return run(argv)
+
+
+def run(argv):
     try:
         args = parser().parse_args(argv)
         if args.command != "keygen":
