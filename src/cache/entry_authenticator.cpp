@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "cache/directory_trust.h"
 
@@ -22,12 +21,14 @@ static_assert(EntryAuthenticator::kMacBytes == crypto_auth_BYTES, "crypto_auth t
 // A key file holds the key as 64 hex digits and an optional newline.
 constexpr size_t kKeyFileTextBytes = 2 * EntryAuthenticator::kKeyBytes;
 
-void initializeSodium() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (sodium_init() < 0) std::abort(); // no usable randomness source: nothing can be signed
-  });
+// False when libsodium cannot start (no randomness source): then no key can be made, and the
+// persistent tier stays off rather than the process stopping.
+bool initializeSodium() {
+  static const bool ready = sodium_init() >= 0; // thread-safe, once
+  return ready;
 }
+
+const char* const kNoSodium = "libsodium cannot initialize (no randomness source)";
 
 std::string hexOf(const unsigned char* bytes, size_t size) {
   static const char digits[] = "0123456789abcdef";
@@ -111,7 +112,7 @@ std::string loadOrCreateUserKey(const std::string& directory, EntryAuthenticator
 } // namespace
 
 EntryAuthenticator::EntryAuthenticator(const Key& key) : key_(key) {
-  initializeSodium();
+  initializeSodium(); // the hash and the MAC work either way
   static const unsigned char kIdContext[] = "torchneuron cache key id";
   unsigned char digest[crypto_generichash_BYTES];
   crypto_generichash(digest, sizeof digest, key_.data(), key_.size(), kIdContext,
@@ -123,7 +124,6 @@ EntryAuthenticator::~EntryAuthenticator() { sodium_memzero(key_.data(), key_.siz
 
 std::unique_ptr<EntryAuthenticator> EntryAuthenticator::fromKeyFile(const std::string& path,
                                                                     std::string* why) {
-  initializeSodium();
   char resolved[PATH_MAX];
   if (realpath(path.c_str(), resolved) == nullptr) {
     *why = "cannot read the cache key " + path + " (" + std::strerror(errno) + ")";
@@ -145,14 +145,13 @@ std::unique_ptr<EntryAuthenticator> EntryAuthenticator::fromKeyFile(const std::s
 
 std::unique_ptr<EntryAuthenticator>
 EntryAuthenticator::forCacheDirectory(const std::string& cache_directory, std::string* why) {
-  initializeSodium();
   if (const char* file = std::getenv("NEURON_CACHE_KEY_FILE"); file != nullptr && *file) {
     std::unique_ptr<EntryAuthenticator> authenticator = fromKeyFile(file, why);
     if (!authenticator) *why = "NEURON_CACHE_KEY_FILE: " + *why;
     return authenticator;
   }
   Key key{};
-  *why = loadOrCreateUserKey(cache_directory, &key);
+  *why = initializeSodium() ? loadOrCreateUserKey(cache_directory, &key) : kNoSodium;
   if (!why->empty()) return nullptr;
   auto authenticator = std::make_unique<EntryAuthenticator>(key);
   sodium_memzero(key.data(), key.size());
@@ -172,7 +171,7 @@ bool EntryAuthenticator::verify(const void* data, size_t size, const unsigned ch
 std::string keyIdHex(const EntryAuthenticator::KeyId& id) { return hexOf(id.data(), id.size()); }
 
 std::string writeNewKeyFile(const std::string& path) {
-  initializeSodium();
+  if (!initializeSodium()) return kNoSodium;
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
     return errno == EEXIST ? path + " exists already (a key is never overwritten)"
