@@ -6,8 +6,12 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "cache/directory_trust.h"
+#include "cache/entry_authenticator.h"
 #include "cache/persistent_store.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
@@ -71,35 +75,73 @@ py::dict metricsDict() {
   return result;
 }
 
-// The store a cache command works on: `directory`, or the environment's (NEURON_CACHE_DIR).
+// The persistent cache, for the torchneuron-cache CLI (python/torchneuron/cache.py). A directory
+// or key the store refuses is a RuntimeError naming the problem.
 std::unique_ptr<torchneuron::PersistentStore> storeAt(const std::string& directory) {
-  return std::make_unique<torchneuron::PersistentStore>(directory, 0);
+  auto store = std::make_unique<torchneuron::PersistentStore>(directory, 0);
+  TORCH_CHECK(store->problem().empty(), "[cache] ", store->problem());
+  return store;
 }
 
 py::dict cacheStats(const std::string& directory) {
-  const torchneuron::PersistentStoreStats s = storeAt(directory)->stats();
+  auto store = storeAt(directory);
+  const torchneuron::PersistentStoreStats s = store->stats();
   py::dict result;
-  result["entries"] = s.entries;
-  result["bytes"] = s.bytes;
-  result["hits"] = s.hits;
-  result["misses"] = s.misses;
-  result["corrupt"] = s.corrupt;
-  result["evicted"] = s.evicted;
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"entries", s.entries}, {"bytes", s.bytes},
+                             {"hits", s.hits}, {"misses", s.misses}, {"corrupt", s.corrupt},
+                             {"evicted", s.evicted}, {"foreign", s.foreign}, {"forged", s.forged}})
+    result[name] = value;
+  result["database_problem"] = s.database_problem;
+  result["key_id"] = store->keyId();
+  result["key_source"] = store->keySource();
   return result;
 }
 
-py::list cacheList(const std::string& directory) {
+py::tuple cacheList(const std::string& directory) {
+  std::string database_problem;
   py::list rows;
-  for (const torchneuron::StoredEntryInfo& e : storeAt(directory)->list()) {
+  for (const torchneuron::StoredEntryInfo& e : storeAt(directory)->list(&database_problem)) {
     py::dict row;
     row["key"] = e.key;
     row["bytes"] = e.bytes;
     row["kernels"] = e.kernels;
     row["last_use_unix_ms"] = e.last_use_unix_ms;
     row["problem"] = e.problem;
+    row["format_version"] = e.format_version;
+    row["key_id"] = e.key_id;
+    row["seal"] = e.seal;
+    row["program"] = e.program;
     rows.append(row);
   }
-  return rows;
+  return py::make_tuple(rows, database_problem);
+}
+
+void defineCacheCommands(py::module_& m) {
+  m.def("cache_default_directory", &torchneuron::defaultCacheDirectory);
+  m.def("cache_stats", &cacheStats, py::arg("directory"));
+  m.def("cache_list", &cacheList, py::arg("directory"));
+  m.def("cache_prune", [](const std::string& d, int64_t max_bytes) { return storeAt(d)->prune(max_bytes); },
+        py::arg("directory"), py::arg("max_bytes"));
+  m.def("cache_clear", [](const std::string& d) {
+    const torchneuron::ClearReport r = storeAt(d)->clear();
+    return py::make_tuple(r.cleared, r.profiles, r.lock_files, r.kept_key, r.problem);
+  }, py::arg("directory"));
+  m.def("cache_repair", [](const std::string& d) { return storeAt(d)->repair(); }, py::arg("directory"));
+  m.def("cache_export", [](const std::string& d, const std::string& file) {
+    const torchneuron::ExportReport r = storeAt(d)->exportTo(file);
+    return py::make_tuple(r.exported, r.skipped, r.problem);
+  }, py::arg("directory"), py::arg("file"));
+  m.def("cache_import", [](const std::string& d, const std::string& file, bool trust) {
+    const torchneuron::ImportReport r = storeAt(d)->importFrom(file, trust);
+    return py::make_tuple(r.imported, r.resigned, r.damaged, r.untrusted, r.problem);
+  }, py::arg("directory"), py::arg("file"), py::arg("trust"));
+  m.def("cache_keygen", &torchneuron::writeNewKeyFile, py::arg("file"));
+  // The CLI's own warnings: one line each on stderr.
+  m.def("cache_warnings_to_stderr", [] {
+    torchneuron::setCacheWarningHandler([](const std::string& text) {
+      std::fprintf(stderr, "torchneuron-cache: warning: %s\n", text.c_str());
+    });
+  });
 }
 
 }  // namespace
@@ -128,21 +170,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("start_warm_start", &torchneuron::startWarmStart);
   m.def("finish_warm_start", &torchneuron::finishWarmStart,
         py::call_guard<py::gil_scoped_release>());
-  // The persistent compile cache, for the torchneuron-cache CLI (python/torchneuron/cache.py).
-  m.def("cache_default_directory", [] {
-    torchneuron::PersistentStore* store = torchneuron::PersistentStore::fromEnvironment();
-    return store ? store->directory() : std::string();
-  });
-  m.def("cache_stats", &cacheStats, py::arg("directory"));
-  m.def("cache_list", &cacheList, py::arg("directory"));
-  m.def("cache_prune", [](const std::string& d, int64_t max_bytes) { return storeAt(d)->prune(max_bytes); },
-        py::arg("directory"), py::arg("max_bytes"));
-  m.def("cache_clear", [](const std::string& d) { return storeAt(d)->clear(); }, py::arg("directory"));
-  m.def("cache_export", [](const std::string& d, const std::string& file) { return storeAt(d)->exportTo(file); },
-        py::arg("directory"), py::arg("file"));
-  m.def("cache_import", [](const std::string& d, const std::string& file) {
-    int64_t rejected = 0;
-    const int64_t imported = storeAt(d)->importFrom(file, &rejected);
-    return py::make_tuple(imported, rejected);
-  }, py::arg("directory"), py::arg("file"));
+  defineCacheCommands(m);
 }

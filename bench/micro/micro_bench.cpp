@@ -132,7 +132,8 @@ void BM_CacheLoad(benchmark::State& state) {
         "bench_load_" + std::to_string(generation) + "_" + std::to_string(i);
     const fusion::ObjectCode object = fusion::compileKernel(mlir, symbol);
     ExecutableContainer c{kEngineVersion, target.llvm_version, target.triple, target.cpu,
-                          target.features, "bench", mlir, {{symbol, "slots-v1"}}, object.bytes};
+                          target.features, "bench", mlir, {{symbol, "slots-v1"}}, object.bytes,
+                          Program{}, {}, {}};
     containers.push_back(c.serialize());
   }
   const LoadRequirements wanted{kEngineVersion, target.llvm_version, target.triple,

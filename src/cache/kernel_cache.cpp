@@ -148,7 +148,12 @@ std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
                                           const std::string& key, const LoadRequirements& wanted,
                                           bool* rejected = nullptr) {
   const auto start = std::chrono::steady_clock::now();
-  std::optional<std::vector<char>> bytes = store.get(key);
+  StoreRead read = StoreRead::kAbsent;
+  std::optional<std::vector<char>> bytes = store.get(key, &read);
+  if (read == StoreRead::kRejected) {  // failed its checksum or MAC: counted, never mapped
+    t.persistent_rejected.fetch_add(1);
+    if (rejected) *rejected = true;
+  }
   if (!bytes) return nullptr;
   std::shared_ptr<LoadedCode> code = verifyAndLink(t, store, key, *bytes, &wanted);
   if (!code) {
@@ -387,10 +392,14 @@ bool prefetchStoredKernel(const std::string& store_key) {
   const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<LoadedCode> code;
   std::string key_material;
+  StoreRead read = StoreRead::kAbsent;
   bool rejected = false;
-  if (std::optional<std::vector<char>> bytes = store->get(store_key)) {
+  if (std::optional<std::vector<char>> bytes = store->get(store_key, &read)) {
     code = verifyAndLink(t, *store, store_key, *bytes, nullptr, &key_material);
     rejected = code == nullptr;
+  } else if (read == StoreRead::kRejected) {
+    t.persistent_rejected.fetch_add(1);
+    rejected = true;
   }
   {
     std::lock_guard<std::mutex> lock(t.prefetch_mutex);

@@ -1,5 +1,6 @@
 #include "cache/persistent_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <rocksdb/db.h>
@@ -21,7 +22,10 @@
 #include <unordered_map>
 #include <thread>
 
+#include "cache/cache_archive.h"
 #include "cache/cache_warnings.h"
+#include "cache/directory_trust.h"
+#include "cache/entry_authenticator.h"
 #include "cache/executable_container.h"
 #include "cache/warm_start_profile.h"
 
@@ -65,23 +69,13 @@ int64_t decodeTime(const std::string& s) {
   return ms;
 }
 
-bool makeDirectory(const std::string& path) {
-  if (mkdir(path.c_str(), 0700) == 0 || errno == EEXIST) return true;
-  return false;
-}
-
-bool makeDirectories(const std::string& path) {
-  for (size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1))
-    makeDirectory(path.substr(0, at));
-  return makeDirectory(path);
-}
-
 // An flock() held until destruction.
 class FileLock {
  public:
   FileLock(const std::string& path, int operation) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);  // a read-only directory
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd_ < 0 && errno != ELOOP)
+      fd_ = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);  // a read-only directory
     if (fd_ >= 0 && flock(fd_, operation) != 0) {
       close(fd_);
       fd_ = -1;
@@ -116,23 +110,32 @@ rocksdb::Options baseOptions() {
 
 struct PersistentStore::Impl {
   std::string db_path, lock_path, locks_dir;
+  std::string problem;  // why the store is off; set once, in the constructor
+  std::unique_ptr<EntryAuthenticator> authenticator;
+  std::string key_source;
+  std::string open_problem;  // the latest failure to open the database for reading
   // Entries and last-use times read in one pass at the first lookup, so a warm process opens
   // the database once rather than once per kernel. Keys missing from it are read afresh.
   bool snapshot_taken = false;
   std::unordered_map<std::string, std::string> snapshot_entries, snapshot_uses;
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
+  std::atomic<int64_t> foreign{0}, forged{0};
   std::mutex mutex;  // one store operation at a time per process (flock is per open file)
 
-  // Opens the database read-only under a shared lock; nullptr when it does not exist or fails.
-  std::unique_ptr<rocksdb::DB> openReader() {
+  // Opens the database read-only under a shared lock; nullptr when it does not exist or fails
+  // (`open_problem` says why; warned unless the caller reports it itself).
+  std::unique_ptr<rocksdb::DB> openReader(bool warn) {
     struct stat info;
+    open_problem.clear();
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr;  // nothing stored yet
     rocksdb::Options options = baseOptions();
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
-      warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" + status.ToString() +
-                           "); it is bypassed, kernels compile as usual");
+      open_problem = status.ToString();
+      if (warn)
+        warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" +
+                                  status.ToString() + "); it is bypassed, kernels compile as usual");
       return nullptr;
     }
     return std::unique_ptr<rocksdb::DB>(db);
@@ -179,9 +182,9 @@ struct PersistentStore::Impl {
   }
 
   template <typename Fn>
-  auto read(Fn&& fn) -> decltype(fn(std::declval<rocksdb::DB*>())) {
+  auto read(Fn&& fn, bool warn = true) -> decltype(fn(std::declval<rocksdb::DB*>())) {
     FileLock lock(lock_path, LOCK_SH);
-    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader() : nullptr;
+    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader(warn) : nullptr;
     return fn(db.get());
   }
 
@@ -214,14 +217,38 @@ struct PersistentStore::Impl {
 
 PersistentStore::PersistentStore(std::string directory, int64_t max_bytes)
     : directory_(std::move(directory)), max_bytes_(max_bytes), impl_(std::make_unique<Impl>()) {
+  registerForkHandler();
+  impl_->problem = openTrusted();
   impl_->db_path = directory_ + "/db";
   impl_->lock_path = directory_ + "/store.lock";
   impl_->locks_dir = directory_ + "/locks";
-  registerForkHandler();
-  if (!makeDirectories(directory_) || !makeDirectory(impl_->locks_dir))
-    warnCacheOnce("directory", "cannot create the cache directory " + directory_ + " (" +
-                              std::strerror(errno) + "); kernels compile as usual");
 }
+
+std::string PersistentStore::openTrusted() {
+  std::string resolved;
+  std::string problem = preparePrivateDirectory(directory_, &resolved);
+  if (!problem.empty()) return problem;
+  directory_ = resolved;  // from here on, no link in the path is followed again
+  for (const char* sub : {"/locks", "/db"})
+    if (problem = preparePrivateSubdirectory(directory_ + sub); !problem.empty()) return problem;
+  impl_->authenticator = EntryAuthenticator::forCacheDirectory(directory_, &problem);
+  if (!impl_->authenticator) return problem;
+  const char* key_file = std::getenv("NEURON_CACHE_KEY_FILE");
+  impl_->key_source = key_file != nullptr && *key_file
+                          ? std::string("NEURON_CACHE_KEY_FILE ") + key_file
+                          : directory_ + "/" + kUserKeyFileName;
+  return "";
+}
+
+const std::string& PersistentStore::problem() const { return impl_->problem; }
+
+std::string PersistentStore::keyId() const {
+  return impl_->authenticator ? keyIdHex(impl_->authenticator->keyId()) : "";
+}
+
+std::string PersistentStore::keySource() const { return impl_->key_source; }
+
+bool PersistentStore::off() const { return !impl_->problem.empty() || in_forked_child.load(); }
 
 PersistentStore::~PersistentStore() = default;
 
@@ -229,22 +256,26 @@ PersistentStore* PersistentStore::fromEnvironment() {
   static PersistentStore* store = [] () -> PersistentStore* {
     const char* enabled = std::getenv("NEURON_CACHE");
     if (enabled != nullptr && std::string(enabled) == "0") return nullptr;
-    std::string directory;
-    if (const char* dir = std::getenv("NEURON_CACHE_DIR"); dir != nullptr && *dir) {
-      directory = dir;
-    } else {
-      const char* home = std::getenv("HOME");
-      directory = std::string(home && *home ? home : "/tmp") + "/.cache/torchneuron";
+    const std::string directory = defaultCacheDirectory();
+    if (directory.empty()) {
+      warnCacheOnce("trust", "the persistent compile cache is off: HOME is unset and this user has "
+                             "no home directory (set NEURON_CACHE_DIR); kernels compile as usual");
+      return nullptr;
     }
     const int64_t max_bytes =
         byteCountSetting("NEURON_CACHE_MAX_BYTES", 0, "the cache is not capped");
-    return new PersistentStore(directory, max_bytes);
+    auto candidate = std::make_unique<PersistentStore>(directory, max_bytes);
+    if (candidate->problem().empty()) return candidate.release();
+    warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
+                               "; kernels compile as usual");
+    return nullptr;
   }();
   return store;
 }
 
-std::optional<std::vector<char>> PersistentStore::get(const std::string& key) {
-  if (in_forked_child.load()) return std::nullopt;
+std::optional<std::vector<char>> PersistentStore::get(const std::string& key, StoreRead* read) {
+  if (read) *read = StoreRead::kAbsent;
+  if (off()) return std::nullopt;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   constexpr size_t kSnapshotLimit = 64 << 20;
   if (!impl_->snapshot_taken) {
@@ -279,6 +310,11 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key) {
       return std::vector<char>(value.begin(), value.end());
     });
   }
+  if (found) {
+    const StoreRead verdict = authenticate(key, *found);
+    if (read) *read = verdict;
+    if (verdict != StoreRead::kFound) found.reset();
+  }
   // Last use is kept to the hour (what LRU eviction needs), so a warm run writes nothing.
   if (found && stale_use) {
     impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
@@ -289,8 +325,41 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key) {
   return found;
 }
 
+StoreRead PersistentStore::authenticate(const std::string& key, const std::vector<char>& bytes) {
+  std::string why;
+  switch (checkSeal(bytes, *impl_->authenticator, &why)) {
+    case SealStatus::kAuthentic:
+      return StoreRead::kFound;
+    case SealStatus::kOtherFormat:
+    case SealStatus::kOtherKey:
+      impl_->foreign.fetch_add(1);
+      return StoreRead::kForeign;
+    case SealStatus::kDamaged:
+      noteCorrupt(key, why);
+      return StoreRead::kRejected;
+    case SealStatus::kForged:
+      impl_->forged.fetch_add(1);
+      warnCacheOnce("forged", "a cached kernel failed authentication (" + why +
+                                  "): it was forged or damaged after it was written; it was not "
+                                  "loaded and will be recompiled");
+      return StoreRead::kRejected;
+  }
+  return StoreRead::kRejected;
+}
+
 bool PersistentStore::put(const std::string& key, const std::vector<char>& value) {
-  if (in_forked_child.load()) return false;
+  if (off()) return false;
+  std::vector<char> sealed = value;
+  if (!sealContainer(sealed, *impl_->authenticator)) {
+    impl_->write_failures.fetch_add(1);
+    warnCacheOnce("seal", "refused to store an entry that is not an intact container");
+    return false;
+  }
+  return putVerbatim(key, sealed);
+}
+
+bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char>& value) {
+  if (off()) return false;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
     if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
@@ -309,7 +378,7 @@ void PersistentStore::noteCorrupt(const std::string& key, const std::string& why
 std::optional<std::string> PersistentStore::failure(const std::string& key,
                                                     const std::string& engine_version) {
   const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
-  if (in_forked_child.load()) return std::nullopt;
+  if (off()) return std::nullopt;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
     std::string value;
@@ -323,7 +392,7 @@ std::optional<std::string> PersistentStore::failure(const std::string& key,
 void PersistentStore::recordFailure(const std::string& key, const std::string& reason,
                                     const std::string& engine_version) {
   const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
-  if (in_forked_child.load()) return;
+  if (off()) return;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
     batch.Put(kFailure + key, version + "\n" + reason);
@@ -336,9 +405,9 @@ PersistentStore::KeyLock::~KeyLock() {
 
 std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::string& key,
                                                                    std::chrono::milliseconds deadline) {
-  if (in_forked_child.load()) return nullptr;
+  if (off()) return nullptr;
   const std::string path = impl_->locks_dir + "/" + key;
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return nullptr;
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -353,32 +422,52 @@ std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::st
   return std::make_unique<KeyLock>(fd);
 }
 
-std::vector<StoredEntryInfo> PersistentStore::list() {
+std::vector<StoredEntryInfo> PersistentStore::list(std::string* database_problem) {
+  std::vector<StoredEntryInfo> entries;
+  if (off()) {
+    if (database_problem) *database_problem = impl_->problem;
+    return entries;
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->read([&](rocksdb::DB* db) {
-    std::vector<StoredEntryInfo> entries;
-    if (db == nullptr) return entries;
+  const std::string problem = impl_->read([&](rocksdb::DB* db) -> std::string {
+    if (db == nullptr) return impl_->open_problem;
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
       StoredEntryInfo info;
       info.key = it->key().ToString().substr(kEntry.size());
       const std::vector<char> bytes(it->value().data(), it->value().data() + it->value().size());
       info.bytes = static_cast<int64_t>(bytes.size());
+      info.format_version = containerFormatVersion(bytes).value_or(0);
+      if (auto id = sealKeyId(bytes)) info.key_id = keyIdHex(*id);
       std::string why;
+      const SealStatus seal = checkSeal(bytes, *impl_->authenticator, &why);
       std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
-      info.problem = container ? "" : why;
-      info.kernels = container ? static_cast<int64_t>(container->kernels.size()) : 0;
+      switch (seal) {
+        case SealStatus::kAuthentic: info.seal = "authentic"; break;
+        case SealStatus::kOtherKey: info.seal = "other key"; break;
+        case SealStatus::kOtherFormat: info.seal = "other format"; break;
+        case SealStatus::kDamaged: info.seal = "damaged"; break;
+        case SealStatus::kForged: info.seal = "FORGED"; break;
+      }
+      if (seal == SealStatus::kForged) info.problem = "its MAC does not verify (forged?)";
+      else if (seal != SealStatus::kOtherFormat && !container) info.problem = why;
+      if (container) {
+        info.kernels = static_cast<int64_t>(container->kernels.size());
+        info.program = describeProgram(container->program);
+      }
       std::string use;
       if (db->Get(rocksdb::ReadOptions(), kUse + info.key, &use).ok()) info.last_use_unix_ms = decodeTime(use);
       entries.push_back(std::move(info));
     }
-    return entries;
-  });
+    return it->status().ok() ? "" : it->status().ToString();
+  }, /*warn=*/false);
+  if (database_problem) *database_problem = problem;
+  return entries;
 }
 
 PersistentStoreStats PersistentStore::stats() {
   PersistentStoreStats s;
-  for (const StoredEntryInfo& e : list()) {
+  for (const StoredEntryInfo& e : list(&s.database_problem)) {
     ++s.entries;
     s.bytes += e.bytes;
   }
@@ -387,10 +476,13 @@ PersistentStoreStats PersistentStore::stats() {
   s.corrupt = impl_->corrupt.load();
   s.evicted = impl_->evicted.load();
   s.write_failures = impl_->write_failures.load();
+  s.foreign = impl_->foreign.load();
+  s.forged = impl_->forged.load();
   return s;
 }
 
 int64_t PersistentStore::prune(int64_t max_bytes) {
+  if (off()) return 0;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->snapshot_taken = false;
   impl_->snapshot_entries.clear();
@@ -401,69 +493,127 @@ int64_t PersistentStore::prune(int64_t max_bytes) {
   return removed;
 }
 
-bool PersistentStore::clear() {
-  removeProfiles(directory_);  // they name entries that are about to go
+ClearReport PersistentStore::clear() {
+  ClearReport report;
+  if (off()) {
+    report.problem = impl_->problem;
+    return report;
+  }
+  report.profiles = removeProfiles(directory_);  // they name entries that are about to go
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->snapshot_taken = false;
   impl_->snapshot_entries.clear();
-  return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
-    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) batch.Delete(it->key());
-  });
+  FileLock store_lock(impl_->lock_path, LOCK_EX);
+  if (!store_lock.held()) {
+    report.problem = "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
+    return report;
+  }
+  // DestroyDB removes RocksDB's own files only (and the directory once it is empty).
+  const rocksdb::Status status = rocksdb::DestroyDB(impl_->db_path, baseOptions());
+  if (!status.ok()) {
+    report.problem = "cannot remove the database " + impl_->db_path + " (" + status.ToString() + ")";
+    return report;
+  }
+  // A compile lock nobody holds is stale; one held by a compiling process stays.
+  if (DIR* dir = opendir(impl_->locks_dir.c_str())) {
+    while (dirent* item = readdir(dir)) {
+      const std::string name = item->d_name, path = impl_->locks_dir + "/" + name;
+      if (!isStoreKey(name)) continue;
+      const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(path.c_str()) == 0) ++report.lock_files;
+      close(fd);
+    }
+    closedir(dir);
+  }
+  if (impl_->key_source == directory_ + "/" + kUserKeyFileName) report.kept_key = impl_->key_source;
+  report.cleared = true;
+  return report;
 }
 
-int64_t PersistentStore::exportTo(const std::string& file) {
+std::string PersistentStore::repair() {
+  if (off()) return impl_->problem;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) return -1;
-  int64_t count = impl_->read([&](rocksdb::DB* db) -> int64_t {
-    int64_t n = 0;
-    if (db == nullptr) return 0;
+  impl_->snapshot_taken = false;
+  impl_->snapshot_entries.clear();
+  FileLock store_lock(impl_->lock_path, LOCK_EX);
+  if (!store_lock.held()) return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
+  const rocksdb::Status status = rocksdb::RepairDB(impl_->db_path, baseOptions());
+  return status.ok() ? "" : status.ToString();
+}
+
+ExportReport PersistentStore::exportTo(const std::string& file) {
+  ExportReport report;
+  if (off()) {
+    report.problem = impl_->problem;
+    return report;
+  }
+  if (resolvesInside(file, directory_)) {
+    report.problem = file + " lies inside the cache directory " + directory_ +
+                     " (an export is written elsewhere)";
+    return report;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  ArchiveWriter out(file);
+  const std::string problem = impl_->read([&](rocksdb::DB* db) -> std::string {
+    if (db == nullptr) return impl_->open_problem;
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
-      const std::string key = it->key().ToString().substr(kEntry.size());
-      const uint64_t key_size = key.size(), value_size = it->value().size();
-      out.write(reinterpret_cast<const char*>(&key_size), sizeof key_size).write(key.data(), key_size);
-      out.write(reinterpret_cast<const char*>(&value_size), sizeof value_size)
-          .write(it->value().data(), value_size);
-      ++n;
+      const std::vector<char> bytes(it->value().data(), it->value().data() + it->value().size());
+      if (checkSeal(bytes, *impl_->authenticator) != SealStatus::kAuthentic) {
+        ++report.skipped;
+        continue;
+      }
+      out.add(it->key().ToString().substr(kEntry.size()), bytes.data(), bytes.size());
+      ++report.exported;
     }
-    return n;
-  });
-  out.close();
-  return out ? count : -1;
+    return it->status().ok() ? "" : it->status().ToString();
+  }, /*warn=*/false);
+  if (!problem.empty()) report.problem = "cannot read the cache (" + problem + ")";
+  else if (!out.finish()) report.problem = out.problem();
+  return report;
 }
 
-int64_t PersistentStore::importFrom(const std::string& file, int64_t* rejected) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return -1;
-  std::vector<std::pair<std::string, std::vector<char>>> entries;
-  int64_t bad = 0;
-  while (true) {
-    uint64_t key_size = 0, value_size = 0;
-    if (!in.read(reinterpret_cast<char*>(&key_size), sizeof key_size)) break;
-    if (key_size > 4096) { ++bad; break; }
-    std::string key(key_size, '\0');
-    if (!in.read(key.data(), key_size) ||
-        !in.read(reinterpret_cast<char*>(&value_size), sizeof value_size) || value_size > (1ull << 31)) {
-      ++bad;
-      break;
-    }
-    std::vector<char> value(value_size);
-    if (!in.read(value.data(), value_size)) { ++bad; break; }
-    std::string why;
-    if (!parseContainer(value, &why)) { ++bad; continue; }
-    entries.emplace_back(std::move(key), std::move(value));
+ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
+  ImportReport report;
+  if (off()) {
+    report.problem = impl_->problem;
+    return report;
   }
-  if (rejected) *rejected = bad;
+  ArchiveEntries entries;
+  report.problem = readArchive(file, &entries);
+  if (!report.problem.empty()) return report;
+  ArchiveEntries accepted;
+  for (auto& [key, value] : entries) {
+    switch (checkSeal(value, *impl_->authenticator)) {
+      case SealStatus::kAuthentic:
+        break;
+      case SealStatus::kOtherFormat:
+      case SealStatus::kDamaged:
+        ++report.damaged;
+        continue;
+      case SealStatus::kOtherKey:
+      case SealStatus::kForged:
+        if (!trust) {
+          ++report.untrusted;
+          continue;
+        }
+        sealContainer(value, *impl_->authenticator);  // intact: checkSeal said so
+        ++report.resigned;
+        break;
+    }
+    accepted.emplace_back(std::move(key), std::move(value));
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const bool ok = impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
-    for (const auto& [key, value] : entries) {
+  const bool ok = accepted.empty() || impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
+    for (const auto& [key, value] : accepted) {
       batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
       batch.Put(kUse + key, encodeTime(nowMs()));
     }
   });
-  return ok ? static_cast<int64_t>(entries.size()) : -1;
+  if (!ok) report.problem = "cannot write the cache at " + directory_ + " (see the warning)";
+  else report.imported = static_cast<int64_t>(accepted.size());
+  return report;
 }
 
 }  // namespace torchneuron

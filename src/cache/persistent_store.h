@@ -11,6 +11,10 @@
 //
 // Fail open: any fault (no directory, read-only directory, full disk, damaged database, corrupt
 // entry) is a miss, a counter and at most one warning per kind of fault; nothing throws.
+//
+// Trust (docs/persistent-cache.md): the directory must pass directory_trust.h's checks and the
+// MAC key (entry_authenticator.h) must load, else the store is off (problem() says why). Every
+// entry written is sealed with the key; get() returns only entries whose MAC verifies.
 
 #include <chrono>
 #include <cstdint>
@@ -32,6 +36,9 @@ struct PersistentStoreStats {
   int64_t corrupt = 0;   // entries that failed parsing or verification
   int64_t evicted = 0;
   int64_t write_failures = 0;
+  int64_t foreign = 0;  // entries of another format version or key id: misses, no warning
+  int64_t forged = 0;   // entries whose MAC failed: never returned
+  std::string database_problem;  // "" unless the database cannot be read (damaged)
 };
 
 struct StoredEntryInfo {
@@ -39,25 +46,68 @@ struct StoredEntryInfo {
   int64_t bytes = 0;
   int64_t kernels = 0;
   int64_t last_use_unix_ms = 0;
-  std::string problem;  // "" when the entry parses and its checksum holds
+  std::string problem;  // "" when the entry parses, its checksum holds and its MAC verifies
+  uint32_t format_version = 0;
+  std::string key_id;   // the signing key's id (hex), "" when unreadable
+  std::string seal;     // "authentic", "other key", "other format", "damaged", "FORGED"
+  std::string program;  // describeProgram() of a parsed entry
+};
+
+// What get() found: an authentic entry; nothing; an entry of another format version or key id
+// (a miss, counted in `foreign`, no warning); one whose checksum or MAC failed (counted, warned).
+enum class StoreRead { kFound, kAbsent, kForeign, kRejected };
+
+struct ExportReport {
+  int64_t exported = 0;
+  int64_t skipped = 0;  // entries that are not authentic under this store's key
+  std::string problem;  // "" on success
+};
+
+struct ImportReport {
+  int64_t imported = 0;
+  int64_t resigned = 0;   // foreign entries signed with this store's key (trusted import)
+  int64_t damaged = 0;    // failed their checksum or are of another format version
+  int64_t untrusted = 0;  // not authentic under this store's key, and not trusted
+  std::string problem;    // "" unless nothing could be imported
+};
+
+struct ClearReport {
+  bool cleared = false;
+  int64_t profiles = 0;
+  int64_t lock_files = 0;
+  std::string kept_key;  // the per-user key file, which clear() never removes
+  std::string problem;
 };
 
 class PersistentStore {
  public:
   // The store for `directory` (created with mode 0700 when missing). `max_bytes` <= 0: no cap.
+  // A directory or key that fails the trust checks turns the store off (problem() says why;
+  // fromEnvironment() warns once).
   PersistentStore(std::string directory, int64_t max_bytes);
   ~PersistentStore();
 
   // The process's store, configured from NEURON_CACHE, NEURON_CACHE_DIR (default
-  // ~/.cache/torchneuron) and NEURON_CACHE_MAX_BYTES; nullptr when NEURON_CACHE=0.
+  // ~/.cache/torchneuron) and NEURON_CACHE_MAX_BYTES; nullptr when NEURON_CACHE=0 or when the
+  // directory or the key is refused (warned once).
   static PersistentStore* fromEnvironment();
 
+  // The resolved directory (symbolic links followed once, when it was checked).
   const std::string& directory() const { return directory_; }
+  // Why the store is off ("" when it is on).
+  const std::string& problem() const;
+  // The MAC key's id (hex) and where the key comes from ("" when off).
+  std::string keyId() const;
+  std::string keySource() const;
 
-  // The stored bytes of `key`, or nullopt (a miss; also on any fault).
-  std::optional<std::vector<char>> get(const std::string& key);
-  // Stores `value` and its last-use time, then evicts least recently used entries over the cap.
+  // The stored bytes of `key` when its MAC verifies under this store's key, else nullopt (a miss;
+  // also on any fault); `read` tells why.
+  std::optional<std::vector<char>> get(const std::string& key, StoreRead* read = nullptr);
+  // Seals `value` (a serialized container) with this store's key and stores it and its last-use
+  // time, then evicts least recently used entries over the cap.
   bool put(const std::string& key, const std::vector<char>& value);
+  // Stores `value` exactly as given (already sealed: imports; tests planting entries).
+  bool putVerbatim(const std::string& key, const std::vector<char>& value);
   void noteCorrupt(const std::string& key, const std::string& why);
 
   // A remembered compile failure of `key` for `engine_version` (this engine's by default), or
@@ -80,18 +130,27 @@ class PersistentStore {
   // compiles without it: correct, at worst one duplicate compile).
   std::unique_ptr<KeyLock> lockKey(const std::string& key, std::chrono::milliseconds deadline);
 
-  // Administration (the torchneuron-cache CLI).
+  // Administration (the torchneuron-cache CLI). A database that cannot be read is reported in
+  // `database_problem`, not as an empty cache.
   PersistentStoreStats stats();
-  std::vector<StoredEntryInfo> list();
+  std::vector<StoredEntryInfo> list(std::string* database_problem = nullptr);
   int64_t prune(int64_t max_bytes);  // returns the number of entries evicted
-  bool clear();
-  // Writes every entry to `file` (length-prefixed key/value records); returns the count or -1.
-  int64_t exportTo(const std::string& file);
-  // Reads such a file, verifying each entry's container checksum; returns the number imported,
-  // or -1 when the file is unreadable. Damaged entries are skipped and counted in `rejected`.
-  int64_t importFrom(const std::string& file, int64_t* rejected);
+  // Removes the database, the warm-start profiles and unheld lock files; keeps the key and any
+  // file the cache did not write.
+  ClearReport clear();
+  // RocksDB's RepairDB over the database: "" or the problem.
+  std::string repair();
+  // Writes every authentic entry, as sealed, to `file` (cache_archive.h), which must lie outside
+  // the cache directory.
+  ExportReport exportTo(const std::string& file);
+  // Reads such a file (every record validated first) and stores the entries authentic under
+  // this store's key; with `trust`, also re-signs intact foreign ones.
+  ImportReport importFrom(const std::string& file, bool trust);
 
  private:
+  std::string openTrusted();  // the trust checks and the key: "" or why the store is off
+  bool off() const;
+  StoreRead authenticate(const std::string& key, const std::vector<char>& bytes);
   struct Impl;
   std::string directory_;
   int64_t max_bytes_;

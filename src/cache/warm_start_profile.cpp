@@ -1,6 +1,7 @@
 #include "cache/warm_start_profile.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <limits.h>
 #include <sstream>
 
+#include "cache/directory_trust.h"
 #include "cache/executable_container.h"
 #include "support/hash.h"
 
@@ -20,6 +22,18 @@ namespace {
 const char* const kHeader = "torchneuron warm-start profile 1";
 const char* const kProfileDirectory = "/profiles";
 const char* const kProfileSuffix = ".profile";
+// Far above what the bounds below allow a profile to hold (about 3 MB).
+constexpr off_t kMaxProfileFileBytes = 16 << 20;
+
+// A file this module writes: "<32 hex>.profile", or its temporary "<32 hex>.profile.tmp.<...>".
+bool isProfileFileName(const std::string& name) {
+  const std::string suffix = kProfileSuffix;
+  if (name.size() < 32 + suffix.size() || name.compare(32, suffix.size(), suffix) != 0) return false;
+  for (size_t i = 0; i < 32; ++i)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
+  const std::string rest = name.substr(32 + suffix.size());
+  return rest.empty() || rest.compare(0, 5, ".tmp.") == 0;
+}
 
 bool isStoreKey(const std::string& line) {
   if (line.size() != 32) return false;
@@ -121,25 +135,34 @@ std::string profilePath(const std::string& cache_dir, const std::string& program
 }
 
 std::optional<std::string> readProfileFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) return std::nullopt;
+  // Never through a link, never a device or a pipe, never more than a profile can hold.
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat info;
+  std::optional<std::string> text;
+  if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size <= kMaxProfileFileBytes) {
+    text.emplace(static_cast<size_t>(info.st_size), '\0');
+    size_t got = 0;
+    ssize_t n = 0;
+    while (got < text->size() && (n = read(fd, text->data() + got, text->size() - got)) > 0) got += n;
+    if (got != text->size()) text.reset();
+  }
+  close(fd);
   return text;
 }
 
 bool writeProfileFile(const std::string& path, const std::string& text) {
-  const std::string directory = path.substr(0, path.rfind('/'));
-  if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  const std::string temporary = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file << text;
-    file.flush();
-    if (!file) {
-      std::remove(temporary.c_str());
-      return false;
-    }
+  if (!preparePrivateSubdirectory(path.substr(0, path.rfind('/'))).empty()) return false;
+  std::string temporary;
+  const int fd = createTemporaryFile(path, &temporary);
+  if (fd < 0) return false;
+  size_t written = 0;
+  ssize_t n = 0;
+  while (written < text.size() && (n = write(fd, text.data() + written, text.size() - written)) > 0)
+    written += n;
+  if (close(fd) != 0 || written != text.size()) {
+    std::remove(temporary.c_str());
+    return false;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());
@@ -155,9 +178,9 @@ int64_t removeProfiles(const std::string& cache_dir) {
   int64_t removed = 0;
   while (dirent* item = readdir(dir)) {
     const std::string name = item->d_name;
-    if (name == "." || name == "..") continue;
+    if (!isProfileFileName(name)) continue;  // not written here: left alone
     if (std::remove((directory + "/" + name).c_str()) == 0 &&
-        name.find(kProfileSuffix) != std::string::npos)
+        name.find(".tmp.") == std::string::npos)
       ++removed;
   }
   closedir(dir);

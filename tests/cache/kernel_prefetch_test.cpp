@@ -112,7 +112,7 @@ TEST_F(KernelPrefetchTest, DamagedEntryIsRejectedAndTheKernelCompiles) {
   PersistentStore* store = PersistentStore::fromEnvironment();
   std::vector<char> bytes = *store->get(storeKeyOf(s));
   bytes[bytes.size() / 2] ^= 0x04;
-  ASSERT_TRUE(store->put(storeKeyOf(s), bytes));
+  ASSERT_TRUE(store->putVerbatim(storeKeyOf(s), bytes));
   EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));
   EXPECT_NE(kernelOf(s)->function, nullptr);
   const KernelCacheStats stats = kernelCacheStats();

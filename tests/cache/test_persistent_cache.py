@@ -92,26 +92,32 @@ def test_bad_size_cap_names_the_value(cache_dir):
     assert "NEURON_CACHE_MAX_BYTES=lots is not a byte count" in done.stderr
 
 
-def cli(*args, check=True):
+def cli(*args, check=True, env=None):
     done = subprocess.run([sys.executable, "-m", "torchneuron.cache", *args], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env=dict(os.environ, **(env or {})))
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
 
 
 def test_cli_stats_list_verify_prune_export_import_clear(cache_dir):
-    kernels = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))["compiles"]
-    assert f"entries   {kernels}" in cli("--dir", cache_dir, "stats").stdout
-    listing = cli("--dir", cache_dir, "list").stdout
+    # Two caches of one cluster: one key file (the per-user keys of two directories differ).
+    elsewhere = tempfile.mkdtemp(prefix="neuron-cache-files-")
+    shared = {"NEURON_CACHE_KEY_FILE": os.path.join(elsewhere, "cluster.key")}
+    cli("keygen", shared["NEURON_CACHE_KEY_FILE"])
+    kernels = result_of(run_program({"NEURON_CACHE_DIR": cache_dir, **shared}))["compiles"]
+    assert f"entries   {kernels}" in cli("--dir", cache_dir, "stats", env=shared).stdout
+    listing = cli("--dir", cache_dir, "list", env=shared).stdout
     assert f"{kernels} entries" in listing and "DAMAGED" not in listing
-    assert "0 damaged" in cli("--dir", cache_dir, "verify").stdout
+    assert listing.count("1 step: kernel 0") == kernels and listing.count("authentic") == kernels
+    assert "0 damaged" in cli("--dir", cache_dir, "verify", env=shared).stdout
 
-    exported = os.path.join(cache_dir, "warm.cache")
-    assert f"exported {kernels} entries" in cli("--dir", cache_dir, "export", exported).stdout
+    exported = os.path.join(elsewhere, "warm.cache")
+    assert f"exported {kernels} entries" in cli("--dir", cache_dir, "export", exported, env=shared).stdout
     other = tempfile.mkdtemp(prefix="neuron-cache-import-")
-    assert f"imported {kernels} entries, rejected 0" in cli("--dir", other, "import", exported).stdout
-    assert result_of(run_program({"NEURON_CACHE_DIR": other}))["compiles"] == 0  # warm from import
+    assert f"imported {kernels} entries, rejected 0" in cli("--dir", other, "import", exported,
+                                                            env=shared).stdout
+    assert result_of(run_program({"NEURON_CACHE_DIR": other, **shared}))["compiles"] == 0
 
     with open(exported, "r+b") as f:  # damage one entry's payload
         f.seek(200)
@@ -119,14 +125,16 @@ def test_cli_stats_list_verify_prune_export_import_clear(cache_dir):
         f.seek(200)
         f.write(bytes([byte[0] ^ 0xFF]))
     third = tempfile.mkdtemp(prefix="neuron-cache-damaged-")
-    damaged = cli("--dir", third, "import", exported, check=False)
+    damaged = cli("--dir", third, "import", exported, check=False, env=shared)
     assert damaged.returncode == 1 and "rejected 1 damaged" in damaged.stdout
+    shutil.rmtree(elsewhere)
+    shutil.rmtree(third)
 
     assert f"evicted {kernels} " in cli("--dir", cache_dir, "prune", "--max-bytes", "0").stdout
     assert "entries   0" in cli("--dir", cache_dir, "stats").stdout
     cli("--dir", other, "clear")
     assert "entries   0" in cli("--dir", other, "stats").stdout
     bad = cli("--dir", cache_dir, "prune", "--max-bytes", "-5", check=False)
-    assert bad.returncode == 2 and "got -5" in bad.stderr
+    assert bad.returncode == 2 and "'-5'" in bad.stderr
     missing = cli("--dir", cache_dir, "import", "/nonexistent/file", check=False)
     assert missing.returncode == 2 and "/nonexistent/file" in missing.stderr

@@ -1,0 +1,269 @@
+"""The compile cache's trust boundary, end to end: a forged entry (the real header and key
+material of `x + y`'s kernel, object code that subtracts, a valid checksum) is never mapped,
+whether planted in the store, imported, or sitting in a directory the cache refuses; keys and
+directories are checked; every CLI error is one line. "Never mapped" is shown by the result: the
+planted code would subtract, and the control test shows it does once it is signed with the key."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from cache_program import run_program
+from torchneuron import cache as cache_cli
+
+NOBODY = 65534
+FORGER = os.path.join(os.environ.get("NEURON_BUILD_DIR", "build"), "tests", "neuron_cache_forger")
+
+ADD = r"""
+import json, torch, torchneuron
+x = torch.arange(16.0)
+y = torch.full((16,), 100.0)
+got = (x.to(torchneuron.device()) + y.to(torchneuron.device())).cpu()
+m = torchneuron.metrics()
+print(json.dumps({"correct": torch.equal(got, x + y), "subtracted": torch.equal(got, x - y),
+                  "compiles": m["compiles"], "rejected": m["persistent_rejected"],
+                  "hits": m["persistent_hits"]}))
+"""
+
+
+@pytest.fixture
+def root():
+    path = tempfile.mkdtemp(prefix="neuron-trust-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def add(cache_dir, **env):
+    """Runs x + y on the device with the cache in `cache_dir`: (result dict, [cache] warnings)."""
+    done = run_program(dict({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always",
+                             "NEURON_WARM_START": "0"}, **env), program=ADD)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result, [line for line in done.stderr.splitlines() if "[cache]" in line]
+
+
+def forge(cache_dir, *args, env=None):
+    done = subprocess.run([FORGER, cache_dir, *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **(env or {})))
+    assert done.returncode == 0 and int(done.stdout) >= 1, done.stdout + done.stderr
+    return int(done.stdout)
+
+
+@pytest.fixture
+def cli(capfd, monkeypatch):
+    """Runs torchneuron-cache in this process (a fresh interpreter per call costs seconds):
+    returns its exit status and what it wrote to stdout and stderr (file descriptors 1 and 2)."""
+    def run(*args, env=None):
+        capfd.readouterr()
+        with monkeypatch.context() as patch:
+            for name, value in (env or {}).items():
+                patch.setenv(name, value)
+            status = cache_cli.main(list(args))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, status, out, err)
+    return run
+
+
+def key_file(cli, root, name="cluster.key"):
+    path = os.path.join(root, name)
+    done = cli("keygen", path)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_forged_entry_planted_in_the_store_is_never_mapped(root, cli):
+    cache = os.path.join(root, "cache")
+    first, _ = add(cache)
+    assert first["correct"] and first["compiles"] == 1
+    forge(cache, "plant")
+    assert "FORGED" in cli("--dir", cache, "list").stdout
+    assert cli("--dir", cache, "verify").returncode == 1
+    attacked, warned = add(cache)
+    assert attacked["correct"] and not attacked["subtracted"]
+    assert attacked["rejected"] == 1 and attacked["hits"] == 0 and attacked["compiles"] == 1
+    assert len(warned) == 1 and "failed authentication" in warned[0], warned
+    healed, warned = add(cache)  # the forged entry was overwritten by the compile
+    assert healed["correct"] and healed["compiles"] == 0 and warned == []
+
+
+def test_control_the_same_forgery_signed_with_the_key_would_run(root):
+    """What keeps the planted code out above is the MAC: signed, the same bytes are mapped."""
+    cache = os.path.join(root, "cache")
+    add(cache)
+    forge(cache, "plant-signed")
+    attacked, _ = add(cache)
+    assert attacked["subtracted"] and attacked["hits"] == 1
+
+
+def test_forged_export_is_not_imported(root, cli):
+    key = key_file(cli, root)  # both caches share a cluster key: the forgery carries its key id
+    source, target = os.path.join(root, "source"), os.path.join(root, "target")
+    add(source, NEURON_CACHE_KEY_FILE=key)
+    archive = os.path.join(root, "forged.export")
+    forge(source, "export", archive, env={"NEURON_CACHE_KEY_FILE": key})
+    done = cli("--dir", target, "import", archive, env={"NEURON_CACHE_KEY_FILE": key})
+    assert done.returncode == 1 and "imported 0 entries, rejected 0 damaged, 1 untrusted" in done.stdout
+    result, warned = add(target, NEURON_CACHE_KEY_FILE=key)
+    assert result["correct"] and result["compiles"] == 1 and warned == []
+
+
+def test_genuine_export_imports_under_a_shared_key_and_foreign_ones_need_trust(root, cli):
+    key = key_file(cli, root)
+    source = os.path.join(root, "source")
+    add(source, NEURON_CACHE_KEY_FILE=key)
+    archive = os.path.join(root, "genuine.export")
+    assert "exported 1 entries" in cli("--dir", source, "export", archive,
+                                       env={"NEURON_CACHE_KEY_FILE": key}).stdout
+    shared = os.path.join(root, "shared")
+    done = cli("--dir", shared, "import", archive, env={"NEURON_CACHE_KEY_FILE": key})
+    assert done.returncode == 0 and "imported 1 entries" in done.stdout, done.stdout + done.stderr
+    assert add(shared, NEURON_CACHE_KEY_FILE=key)[0]["compiles"] == 0
+    # Another cache, with its own per-user key: refused, unless trusted, with a warning.
+    own = os.path.join(root, "own")
+    refused = cli("--dir", own, "import", archive)
+    assert refused.returncode == 1 and "1 untrusted" in refused.stdout
+    trusted = cli("--dir", own, "import", "--trust", archive)
+    assert trusted.returncode == 0 and "(1 re-signed)" in trusted.stdout
+    assert "can run code in this account" in trusted.stderr
+    assert add(own)[0]["compiles"] == 0
+
+
+@pytest.mark.parametrize("unsafe", ["world-writable", "group-writable", "foreign-owned"])
+def test_cache_directory_linked_to_an_unsafe_place_is_refused(root, unsafe, cli):
+    target = os.path.join(root, "target")
+    add(target)
+    forge(target, "plant")  # what an attacker left there
+    if unsafe == "foreign-owned":
+        os.chown(target, NOBODY, NOBODY)
+    else:
+        os.chmod(target, 0o777 if unsafe == "world-writable" else 0o775)
+    link = os.path.join(root, "link")
+    os.symlink(target, link)
+    before = sorted(os.listdir(target))
+    result, warned = add(link)
+    assert result["correct"] and result["compiles"] == 1 and result["rejected"] == 0
+    assert len(warned) == 1 and "persistent compile cache is off" in warned[0], warned
+    assert f"resolves to {target}" in warned[0]
+    expected = {"world-writable": "writable by others (mode 0777)",
+                "group-writable": "writable by its group (mode 0775)",
+                "foreign-owned": "owned by uid 65534"}[unsafe]
+    assert expected in warned[0], warned
+    assert sorted(os.listdir(target)) == before  # the tier is off: nothing read or written
+    assert cli("--dir", link, "list").returncode == 2
+
+
+def test_key_file_readable_by_others_is_refused(root, cli):
+    key = key_file(cli, root)
+    os.chmod(key, 0o644)
+    cache = os.path.join(root, "cache")
+    result, warned = add(cache, NEURON_CACHE_KEY_FILE=key)
+    assert result["correct"] and result["compiles"] == 1
+    assert len(warned) == 1 and f"{key} has mode 0644" in warned[0], warned
+    assert not os.path.exists(os.path.join(cache, "db", "CURRENT"))  # nothing stored
+    done = cli("--dir", cache, "stats", env={"NEURON_CACHE_KEY_FILE": key})
+    assert done.returncode == 2 and "has mode 0644" in done.stderr
+
+
+def test_changed_key_is_a_miss_not_a_forgery(root, cli):
+    cache = os.path.join(root, "cache")
+    first, second = key_file(cli, root, "first.key"), key_file(cli, root, "second.key")
+    assert add(cache, NEURON_CACHE_KEY_FILE=first)[0]["compiles"] == 1
+    result, warned = add(cache, NEURON_CACHE_KEY_FILE=second)
+    assert result["correct"] and result["compiles"] == 1 and result["rejected"] == 0
+    assert warned == []
+    assert add(cache, NEURON_CACHE_KEY_FILE=second)[0]["compiles"] == 0
+
+
+def test_cli_errors_are_one_line_with_exit_status_2(root, cli):
+    cache = os.path.join(root, "cache")
+    add(cache)
+    stray = os.path.join(root, "stray")
+    os.mkdir(stray)
+    open(os.path.join(stray, "notes.txt"), "w").close()
+    a_file = os.path.join(root, "a-file")
+    open(a_file, "w").close()
+    existing_key = key_file(cli, root)
+    cases = {
+        ("--dir", cache, "prune", "--max-bytes", "1e23"): "not a byte count: '1e23'",
+        ("--dir", cache, "prune", "--max-bytes", "-5"): "not a byte count: '-5'",
+        ("--dir", cache, "prune", "--max-bytes", str(2**63)): "not a byte count",
+        ("--dir", cache, "import", os.path.join(root, "missing")): "no such file",
+        ("--dir", "", "stats"): "--dir is empty",
+        ("--dir", a_file, "stats"): "is not a directory",
+        ("--dir", stray, "clear"): "neither a torchneuron cache nor empty",
+        ("--dir", cache, "export", os.path.join(cache, "db", "CURRENT")): "inside the cache directory",
+        ("--dir", cache, "export", cache): "inside the cache directory",
+        ("keygen", existing_key): "exists already",
+        ("--dir", cache, "frobnicate"): "invalid choice",
+    }
+    for args, message in cases.items():
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert len(done.stderr.splitlines()) == 1 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert os.listdir(stray) == ["notes.txt"]
+    assert cli("--dir", cache, "verify").returncode == 0  # the export attempts left it intact
+    # The same from the command line: the exit status, one line, no traceback.
+    for args in (("--dir", cache, "prune", "--max-bytes", "1e23"), ("--dir", "", "stats")):
+        done = subprocess.run([sys.executable, "-m", "torchneuron.cache", *args], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("torchneuron-cache: error: ")
+
+
+def test_import_of_a_crafted_file_is_a_clean_error(root, cli):
+    cache = os.path.join(root, "cache")
+    crafted = os.path.join(root, "crafted.export")
+    with open(crafted, "wb") as f:
+        f.write(b"NEFF-ARCHIVE 2\n" + (32).to_bytes(8, "little") + b"0" * 32
+                + (2**31).to_bytes(8, "little") + b"x" * 16)
+    done = cli("--dir", cache, "import", crafted)
+    assert done.returncode == 1 and "claims 2147483648 bytes, but 16 remain" in done.stderr
+    with open(crafted, "wb") as f:
+        f.write(b"NEFF-ARCHIVE 2\n" + (32).to_bytes(8, "little")
+                + b"\x1b[2J/../../etc/passwd".ljust(32, b".") + (8).to_bytes(8, "little") + b"v" * 8)
+    done = cli("--dir", cache, "import", crafted)
+    assert done.returncode == 1 and "not 32 lowercase hex digits" in done.stderr
+    with open(crafted, "wb") as f:
+        f.write(b"garbage")
+    done = cli("--dir", cache, "import", crafted)
+    assert done.returncode == 1 and "not a torchneuron-cache export" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["CURRENT", "table file"])
+def test_damaged_database_is_reported_and_repaired(root, damage, cli):
+    cache = os.path.join(root, "cache")
+    add(cache)
+    db = os.path.join(cache, "db")
+    if damage == "CURRENT":
+        with open(os.path.join(db, "CURRENT"), "w") as f:
+            f.write("garbage\n")
+    else:
+        [table] = [name for name in os.listdir(db) if name.endswith(".sst")]
+        with open(os.path.join(db, table), "r+b") as f:
+            f.seek(64)
+            f.write(b"\xff" * 64)
+    for command in ("verify", "list", "stats"):
+        done = cli("--dir", cache, command)
+        assert done.returncode == 1 and "damaged" in done.stderr, (command, done.stdout, done.stderr)
+    repaired = cli("--dir", cache, "repair")
+    assert repaired.returncode == 0 and "repaired:" in repaired.stdout, repaired.stdout + repaired.stderr
+    assert cli("--dir", cache, "verify").returncode == 0
+
+
+def test_clear_removes_only_what_the_cache_wrote_and_keeps_the_key(root, cli):
+    cache = os.path.join(root, "cache")
+    add(cache, NEURON_WARM_START="1")  # leaves a warm-start profile
+    mine = os.path.join(cache, "profiles", "my-notes.txt")
+    with open(mine, "w") as f:
+        f.write("keep me")
+    done = cli("--dir", cache, "clear")
+    assert done.returncode == 0 and "kept the cache's key" in done.stdout
+    assert "1 warm-start profiles" in done.stdout
+    assert os.listdir(os.path.join(cache, "profiles")) == ["my-notes.txt"]
+    assert os.path.exists(mine) and os.path.exists(os.path.join(cache, "mac.key"))
+    assert not os.path.exists(os.path.join(cache, "db", "CURRENT"))
