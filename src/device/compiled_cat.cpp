@@ -7,10 +7,8 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
-#include <torch/library.h>
 
 #include "device/compiled_ops.h"
-#include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/kernel_operand.h"
 #include "fusion/element_type.h"
@@ -61,7 +59,9 @@ c10::optional<at::Tensor> catCompiled(const std::vector<at::Tensor>& tensors, in
   return result;
 }
 
-void runCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+}  // namespace
+
+bool runCompiledCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const size_t count = handle.schema().arguments().size();
   auto args = torch::jit::last(*stack, count);
   const std::vector<at::Tensor> tensors = args[0].toTensorVector();
@@ -69,19 +69,10 @@ void runCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   c10::optional<at::Tensor> out;
   if (count == 3) out = args[2].toTensor();
   c10::optional<at::Tensor> result = catCompiled(tensors, dim, out);
-  if (!result) {
-    runCpuFallback(handle, stack);
-    return;
-  }
+  if (!result) return false;
   torch::jit::drop(*stack, count);
   torch::jit::push(*stack, std::move(*result));
-}
-
-}  // namespace
-
-void registerCompiledCat(torch::Library& library) {
-  library.impl("cat", torch::CppFunction::makeFromBoxedFunction<&runCat>());
-  library.impl("cat.out", torch::CppFunction::makeFromBoxedFunction<&runCat>());
+  return true;
 }
 
 }  // namespace torchneuron

@@ -8,7 +8,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
-#include <torch/library.h>
 
 #include <cstring>
 #include <mutex>
@@ -18,7 +17,6 @@
 #include "cache/kernel_cache.h"
 #include "device/compile_warnings.h"
 #include "device/compiled_ops.h"
-#include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/iteration_plan.h"
 #include "device/kernel_operand.h"
@@ -283,7 +281,9 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   return output;
 }
 
-void runElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+}  // namespace
+
+bool runCompiledElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const NativeOpBinding& binding = bindings().at(&handle.schema());
   const size_t count = binding.arguments.size();
   BoundCall call;
@@ -292,11 +292,13 @@ void runElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
     if (result) {
       torch::jit::drop(*stack, count);
       torch::jit::push(*stack, std::move(*result));
-      return;
+      return true;
     }
   }
-  runCpuFallback(handle, stack);
+  return false;
 }
+
+namespace {
 
 NativeOpBinding copyBinding(const char* name) {
   NativeOpBinding binding;
@@ -330,7 +332,8 @@ bool hasCompiledKernel(const c10::OperatorName& name) {
   return handle && bindings().count(&handle->schema()) > 0;
 }
 
-void registerCompiledElementwiseOps(torch::Library& library) {
+std::vector<std::string> bindCompiledElementwiseOverloads() {
+  std::vector<std::string> overloads;
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const fusion::ElementwiseOp* op = registryOpFor(name.name);
     if (op == nullptr) continue;
@@ -343,10 +346,10 @@ void registerCompiledElementwiseOps(torch::Library& library) {
     if (!binding) continue;
     binding->launches = launchCounter(LaunchKind::kCompiled, binding->name);
     bindings().emplace(&handle->schema(), std::move(*binding));
-    const std::string schema_name =
-        name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-    library.impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&runElementwise>());
+    overloads.push_back(name.name.substr(6) +
+                        (name.overload_name.empty() ? "" : "." + name.overload_name));
   }
+  return overloads;
 }
 
 }  // namespace torchneuron

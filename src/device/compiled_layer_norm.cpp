@@ -5,10 +5,8 @@
 // empty inputs and shapes ATen rejects run on the CPU fallback.
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include "device/compiled_ops.h"
-#include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/reduction_launch.h"
 
@@ -71,7 +69,9 @@ c10::optional<TensorList> run(const char* op, TensorList inputs, int64_t dim,
   return launchReduction(call, launches);
 }
 
-void runLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+}  // namespace
+
+bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm");
   auto args = torch::jit::last(*stack, 5);
   const at::Tensor input = args[0].toTensor();
@@ -80,28 +80,29 @@ void runLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const auto bias = args[3].toOptional<at::Tensor>();
   const double eps = args[4].toDouble();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
-  if (!rows || !supported(input, weight, bias)) return runCpuFallback(handle, stack);
+  if (!rows || !supported(input, weight, bias)) return false;
   if (rows->m == 0) {  // no rows: empty results, nothing to launch
     torch::jit::drop(*stack, 5);
     torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
                      at::empty(rows->stat_shape, input.options()));
-    return;
+    return true;
   }
   const at::Tensor x = input.contiguous().view({rows->m, rows->n});
   auto stats = run("layer_norm_stats", {x}, 1, {eps}, launches);
-  if (!stats) return runCpuFallback(handle, stack);
+  if (!stats) return false;
   const at::Tensor &mean = (*stats)[0], &rstd = (*stats)[1];
   auto out = run("layer_norm_apply",
                  {x, perRow(mean, *rows), perRow(rstd, *rows), columns(weight, 1, *rows, x),
                   columns(bias, 0, *rows, x)},
                  1, {}, launches);
-  if (!out) return runCpuFallback(handle, stack);
+  if (!out) return false;
   torch::jit::drop(*stack, 5);
   torch::jit::push(*stack, (*out)[0].view(input.sizes()), mean.view(rows->stat_shape),
                    rstd.view(rows->stat_shape));
+  return true;
 }
 
-void runLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   static LaunchCounter* launches =
       launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm_backward");
   auto args = torch::jit::last(*stack, 8);
@@ -115,13 +116,13 @@ void runLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const bool has_weight = weight && weight->defined(), has_bias = bias && bias->defined();
   if (!rows || !supported(input, weight, bias) || grad_out.sizes() != input.sizes() ||
       (mask[1] && !has_weight) || (mask[2] && !has_bias) || mean.scalar_type() != input.scalar_type())
-    return runCpuFallback(handle, stack);
+    return false;
   if (rows->m == 0) {  // no rows: an empty input gradient and zero parameter gradients
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, mask[0] ? at::empty_like(input) : at::Tensor(),
                      mask[1] ? at::zeros_like(*weight) : at::Tensor(),
                      mask[2] ? at::zeros_like(*bias) : at::Tensor());
-    return;
+    return true;
   }
   const at::Tensor x = input.contiguous().view({rows->m, rows->n});
   const at::Tensor dy = grad_out.contiguous().view({rows->m, rows->n});
@@ -131,25 +132,18 @@ void runLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* 
   if (mask[0]) {
     auto result = run("layer_norm_backward_input",
                       {dy, x, mean_rows, rstd_rows, columns(weight, 1, *rows, x)}, 1, {}, launches);
-    if (!result) return runCpuFallback(handle, stack);
+    if (!result) return false;
     grad_input = (*result)[0].view(input.sizes());
   }
   if (mask[1] || mask[2]) {
     auto result = run("layer_norm_backward_params", {dy, x, mean_rows, rstd_rows}, 0, {}, launches);
-    if (!result) return runCpuFallback(handle, stack);
+    if (!result) return false;
     if (mask[1]) grad_weight = (*result)[0].view(weight->sizes());
     if (mask[2]) grad_bias = (*result)[1].view(bias->sizes());
   }
   torch::jit::drop(*stack, 8);
   torch::jit::push(*stack, grad_input, grad_weight, grad_bias);
-}
-
-}  // namespace
-
-void registerCompiledLayerNorm(torch::Library& library) {
-  library.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&runLayerNorm>());
-  library.impl("native_layer_norm_backward",
-               torch::CppFunction::makeFromBoxedFunction<&runLayerNormBackward>());
+  return true;
 }
 
 }  // namespace torchneuron

@@ -1,18 +1,35 @@
 #pragma once
-// Registration of the ops the device runs as compiled kernels (the op registry's ops).
+// The ops the device runs as compiled kernels (the op registry's ops). op_routing.cpp registers
+// them; each kernel below is a compiled route kernel (op_routing.h): it runs the call and returns
+// true, or returns false with the stack untouched when the kernels cannot run that call (the
+// router then runs it on the CPU fallback).
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/operator_name.h>
-#include <torch/library.h>
+#include <ATen/core/stack.h>
+
+#include <string>
+#include <vector>
 
 namespace torchneuron {
 
-// Registers a PrivateUse1 kernel for every ATen overload the registry binds. Called once,
-// before the fallback routing, which leaves these overloads alone.
-void registerCompiledElementwiseOps(torch::Library& library);
+// Binds every ATen overload the registry lowers as an elementwise op and returns their schema
+// names ("add.Tensor"), composite ops left out (they keep their autograd formula). Called once,
+// by op_routing.cpp, which registers runCompiledElementwise for each.
+std::vector<std::string> bindCompiledElementwiseOverloads();
+bool runCompiledElementwise(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Registers the reductions and row-wise ops (sum, amax, softmax, ...) the registry lowers.
-void registerCompiledReductionOps(torch::Library& library);
+// The reductions and row-wise ops (sum, amax, softmax, ...) the registry lowers, bound as above.
+std::vector<std::string> bindCompiledReductionOverloads();
+bool runCompiledReduction(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// cat and cat.out as compiled copies into slices of the output.
+bool runCompiledCat(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// native_layer_norm and native_layer_norm_backward as compiled reductions.
+bool runCompiledLayerNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Copies `src` into `dst` (both on the device, src broadcastable to dst, any kernel dtypes) with
 // a compiled kernel, counted under `op_name`; false when the kernels do not cover it (the caller
@@ -20,13 +37,7 @@ void registerCompiledReductionOps(torch::Library& library);
 bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst,
                             const char* op_name = "aten::copy_");
 
-// Registers native_layer_norm and its backward as compiled reductions.
-void registerCompiledLayerNorm(torch::Library& library);
-
-// Registers cat as compiled copies into slices of its output.
-void registerCompiledCat(torch::Library& library);
-
 // Whether `name` runs through a compiled kernel (after registration).
 bool hasCompiledKernel(const c10::OperatorName& name);
 
-}  // namespace torchneuron
+} // namespace torchneuron

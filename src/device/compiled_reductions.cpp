@@ -8,7 +8,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
-#include <torch/library.h>
 
 #include <cstring>
 #include <mutex>
@@ -18,7 +17,6 @@
 #include "cache/kernel_cache.h"
 #include "device/compile_warnings.h"
 #include "device/compiled_ops.h"
-#include "device/cpu_fallback.h"
 #include "device/device.h"
 #include "device/kernel_operand.h"
 #include "device/metrics.h"
@@ -336,9 +334,7 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   return outputs;
 }
 
-namespace {
-
-void runReductionOp(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+bool runCompiledReduction(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const ReductionBinding& binding = reductionBindings().at(&handle.schema());
   const c10::FunctionSchema& schema = handle.schema();
   const size_t count = schema.arguments().size();
@@ -356,15 +352,15 @@ void runReductionOp(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   call.dims = reducedDims(call.inputs[0], args.find("dim"), binding.all_dims_when_no_dim);
   c10::optional<TensorList> result;
   for (const at::Tensor& t : call.inputs)
-    if (!isKernelInput(t)) return runCpuFallback(handle, stack);
+    if (!isKernelInput(t)) return false;
   if (decideTypes(binding, args, call)) result = launchReduction(call, binding.launches);
-  if (!result) {
-    runCpuFallback(handle, stack);
-    return;
-  }
+  if (!result) return false;
   torch::jit::drop(*stack, count);
   for (at::Tensor& t : *result) torch::jit::push(*stack, std::move(t));
+  return true;
 }
+
+namespace {
 
 // ATen overload -> registry reduction. Overloads are listed explicitly: their argument
 // conventions differ (dim as int, int[] or int?; correction; ord or p).
@@ -397,7 +393,8 @@ constexpr OverloadSpec kReductionOverloads[] = {
 
 }  // namespace
 
-void registerCompiledReductionOps(torch::Library& library) {
+std::vector<std::string> bindCompiledReductionOverloads() {
+  std::vector<std::string> overloads;
   for (const OverloadSpec& spec : kReductionOverloads) {
     const std::string full(spec.overload);
     const size_t dot = full.find('.');
@@ -410,8 +407,9 @@ void registerCompiledReductionOps(torch::Library& library) {
     TORCH_INTERNAL_ASSERT(op != nullptr, "[device] no registry reduction ", spec.reduction);
     reductionBindings().emplace(&handle->schema(), ReductionBinding{op, "aten::" + full, true,
                                                  launchCounter(LaunchKind::kCompiled, "aten::" + full)});
-    library.impl(spec.overload, torch::CppFunction::makeFromBoxedFunction<&runReductionOp>());
+    overloads.push_back(full);
   }
+  return overloads;
 }
 
 }  // namespace torchneuron

@@ -5,11 +5,11 @@
 // (page faults for a fresh multi-megabyte block) and an extra copy of every result.
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include "device/device.h"
 #include "device/host_execution.h"
 #include "device/host_view.h"
+#include "device/library_ops.h"
 #include "device/metrics.h"
 
 namespace torchneuron {
@@ -92,30 +92,23 @@ void runMatmul(const c10::OperatorHandle& op, torch::jit::Stack* stack, Fast fas
   torch::jit::push(*stack, std::move(result));
 }
 
-void runMm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void runLibraryMm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return mmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
 }
-void runAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
     return addmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
   });
 }
-void runBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return bmmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
 }
-void runBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
     return baddbmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
   });
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mm", torch::CppFunction::makeFromBoxedFunction<&runMm>());
-  m.impl("addmm", torch::CppFunction::makeFromBoxedFunction<&runAddmm>());
-  m.impl("bmm", torch::CppFunction::makeFromBoxedFunction<&runBmm>());
-  m.impl("baddbmm", torch::CppFunction::makeFromBoxedFunction<&runBaddbmm>());
 }
 
 }  // namespace torchneuron

@@ -1,20 +1,16 @@
 // Ops every device implements itself and that must never fall back: allocation, copies,
-// resizing, storage swaps, views and scalar reads. Thin wrappers; the work is in the
-// allocator, the host views and ATen's device-generic implementations.
+// resizing, storage swaps and scalar reads (op_routing.cpp registers them, with ATen's
+// device-generic views). Thin wrappers; the work is in the allocator, the host views and ATen's
+// device-generic implementations.
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
-#include <ATen/ops/_reshape_alias_native.h>
-#include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
-#include <ATen/ops/unfold_native.h>
-#include <ATen/ops/view_as_complex_native.h>
-#include <ATen/ops/view_as_real_native.h>
-#include <ATen/ops/view_native.h>
-#include <torch/library.h>
+
+#include "device/runtime_ops.h"
 
 #include "device/compiled_ops.h"
 #include "device/caching_allocator.h"
@@ -32,6 +28,8 @@ void checkFactoryOptions(c10::optional<at::Layout> layout, c10::optional<bool> p
   TORCH_CHECK(!pin_memory.value_or(false),
               "[device] pin_memory applies to CPU tensors only, not to neuron tensors");
 }
+
+}  // namespace
 
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
                              c10::optional<at::Layout> layout, c10::optional<at::Device> device,
@@ -65,6 +63,8 @@ at::Tensor efficientZeroTensor(at::IntArrayRef size, c10::optional<at::ScalarTyp
                                    c10::nullopt);
 }
 
+namespace {
+
 // A host-addressable CPU tensor for either side of a copy.
 at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
   if (tensor.device().type() == kNeuronDeviceType) return hostView(tensor);
@@ -72,6 +72,8 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
               tensor.device().str(), " (", role, "); go through the CPU");
   return tensor;
 }
+
+}  // namespace
 
 // Copies between CPU and device, or within the device: both sides are host memory, so ATen's
 // CPU copy does it (dtype conversion, strides, broadcasting, overlap) with no staging buffer.
@@ -95,10 +97,14 @@ const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
   return at::native::resize_(self, size, memory_format);
 }
 
+namespace {
+
 void checkStorageOnDevice(const at::Storage& source) {
   TORCH_CHECK(source.device().type() == kNeuronDeviceType,
               "[device] set_ expects a neuron storage, got a storage on ", source.device().str());
 }
+
+}  // namespace
 
 at::Tensor& setStorage(at::Tensor& self, at::Storage source, int64_t storage_offset,
                        at::IntArrayRef size, at::IntArrayRef stride) {
@@ -119,28 +125,6 @@ at::Tensor& setEmpty(at::Tensor& self) {
 
 at::Scalar localScalarDense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(hostView(self));
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", &emptyMemoryFormat);
-  m.impl("empty_strided", &emptyStrided);
-  m.impl("_efficientzerotensor", &efficientZeroTensor);
-  m.impl("_copy_from", &copyFrom);
-  m.impl("_copy_from_and_resize", &copyFromAndResize);
-  m.impl("resize_", &resize);
-  m.impl("set_.source_Storage_storage_offset", &setStorage);
-  m.impl("set_.source_Storage", &setWholeStorage);
-  m.impl("set_", &setEmpty);
-  m.impl("set_.source_Tensor", &at::native::set_tensor_);
-  m.impl("view", &at::native::view);
-  m.impl("as_strided", &at::native::as_strided_tensorimpl);
-  m.impl("_reshape_alias", &at::native::_reshape_alias);
-  m.impl("unfold", &at::native::unfold);
-  m.impl("view_as_real", &at::native::view_as_real);
-  m.impl("view_as_complex", &at::native::view_as_complex);
-  m.impl("_local_scalar_dense", &localScalarDense);
 }
 
 }  // namespace torchneuron

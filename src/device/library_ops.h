@@ -1,0 +1,20 @@
+#pragma once
+// Library kernels: ops the device runs by calling ATen's optimized CPU implementations (OpenBLAS,
+// oneDNN, ATen's random engines) directly on device memory, counted as "library" in metrics().
+// op_routing.cpp registers them; each runs every call it gets (ATen's errors included).
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include "device/host_execution.h" // runLibraryKernelOnHost: the generic library kernel
+
+namespace torchneuron {
+
+// mm, addmm, bmm and baddbmm: the result allocated on the device and written by ATen's out=
+// kernel through a host view (library_matmul.cpp); other calls take runLibraryKernelOnHost.
+void runLibraryMm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+} // namespace torchneuron

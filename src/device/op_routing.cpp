@@ -1,0 +1,238 @@
+// The one routing point: the only file that registers device kernels with the dispatcher. Every
+// registration happens in registerDeviceKernels, in the order written there, from one static
+// initializer; the kernels live in their own files as plain functions. docs/architecture.md
+// ("Routing") describes the routes and the autograd policy.
+
+#include "device/op_routing.h"
+
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/cache_warnings.h"
+#include "device/compiled_ops.h"
+#include "device/library_ops.h"
+#include "device/runtime_ops.h"
+
+namespace torchneuron {
+namespace {
+
+using c10::DispatchKey;
+
+c10::OperatorName atenOpName(const std::string& schema_name) {
+  const size_t dot = schema_name.find('.');
+  return c10::OperatorName("aten::" + schema_name.substr(0, dot),
+                           dot == std::string::npos ? "" : schema_name.substr(dot + 1));
+}
+
+std::string schemaName(const c10::OperatorName& name) {
+  return name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+}
+
+bool hasAutogradKernel(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(DispatchKey::Autograd) ||
+         op.hasKernelForDispatchKey(DispatchKey::AutogradPrivateUse1);
+}
+
+// Registers the PrivateUse1 kernel of the ATen op `schema_name` ("add.Tensor"), keeping the two
+// rules every device kernel obeys: an op gets one device kernel (a second registration would
+// silently replace the first, so the order below would decide), and only an op with an autograd
+// kernel of its own gets one (the autograd policy, at the end of this file's steps).
+void registerDeviceKernel(torch::Library& aten, const std::string& schema_name,
+                          torch::CppFunction kernel) {
+  auto op = c10::Dispatcher::singleton().findOp(atenOpName(schema_name));
+  TORCH_INTERNAL_ASSERT(op && op->hasSchema(), "[routing] no ATen op ", schema_name);
+  TORCH_INTERNAL_ASSERT(!op->hasKernelForDispatchKey(DispatchKey::PrivateUse1), "[routing] ",
+                        schema_name, " would get a second device kernel");
+  TORCH_INTERNAL_ASSERT(hasAutogradKernel(*op), "[routing] ", schema_name,
+                        " has no autograd kernel: a device kernel would skip its composite's "
+                        "autograd; it must stay composite");
+  aten.impl(schema_name.c_str(), std::move(kernel));
+}
+
+template <Route route, auto kernel = nullptr> torch::CppFunction routed() {
+  return torch::CppFunction::makeFromBoxedFunction<&routeOp<route, kernel>>();
+}
+
+// 1. Runtime ops: allocation, copies, resizing, storage swaps, views and scalar reads. Every
+//    device implements these itself; they never fall back. Registered unboxed (no route).
+void registerRuntimeOps(torch::Library& aten) {
+  registerDeviceKernel(aten, "empty.memory_format", torch::CppFunction(&emptyMemoryFormat));
+  registerDeviceKernel(aten, "empty_strided", torch::CppFunction(&emptyStrided));
+  registerDeviceKernel(aten, "_efficientzerotensor", torch::CppFunction(&efficientZeroTensor));
+  registerDeviceKernel(aten, "_copy_from", torch::CppFunction(&copyFrom));
+  registerDeviceKernel(aten, "_copy_from_and_resize", torch::CppFunction(&copyFromAndResize));
+  registerDeviceKernel(aten, "resize_", torch::CppFunction(&resize));
+  registerDeviceKernel(aten, "set_.source_Storage_storage_offset", torch::CppFunction(&setStorage));
+  registerDeviceKernel(aten, "set_.source_Storage", torch::CppFunction(&setWholeStorage));
+  registerDeviceKernel(aten, "set_", torch::CppFunction(&setEmpty));
+  registerDeviceKernel(aten, "set_.source_Tensor", torch::CppFunction(&at::native::set_tensor_));
+  registerDeviceKernel(aten, "view", torch::CppFunction(&at::native::view));
+  registerDeviceKernel(aten, "as_strided", torch::CppFunction(&at::native::as_strided_tensorimpl));
+  registerDeviceKernel(aten, "_reshape_alias", torch::CppFunction(&at::native::_reshape_alias));
+  registerDeviceKernel(aten, "unfold", torch::CppFunction(&at::native::unfold));
+  registerDeviceKernel(aten, "view_as_real", torch::CppFunction(&at::native::view_as_real));
+  registerDeviceKernel(aten, "view_as_complex", torch::CppFunction(&at::native::view_as_complex));
+  registerDeviceKernel(aten, "_local_scalar_dense", torch::CppFunction(&localScalarDense));
+}
+
+// 2. Library ops: ATen's optimized CPU kernels run on device memory.
+
+// Random ops draw from PyTorch's default CPU generator, so torch.manual_seed makes device runs
+// reproducible and equal to the same code on the CPU.
+constexpr const char* kRandomOps[] = {"uniform_",
+                                      "normal_",
+                                      "random_",
+                                      "random_.from",
+                                      "random_.to",
+                                      "bernoulli_.float",
+                                      "bernoulli_.Tensor",
+                                      "bernoulli",
+                                      "exponential_",
+                                      "geometric_",
+                                      "log_normal_",
+                                      "cauchy_",
+                                      "multinomial",
+                                      "normal.Tensor_float",
+                                      "normal.float_Tensor",
+                                      "normal.Tensor_Tensor",
+                                      "randperm.generator_out",
+                                      "_standard_gamma",
+                                      "poisson",
+                                      "binomial",
+                                      "_sample_dirichlet"};
+
+// mm, addmm, bmm and baddbmm have kernels of their own that write into device memory directly.
+constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_", "convolution",
+                                                  "convolution_backward"};
+
+constexpr const char* kIndexingOps[] = {"embedding_dense_backward",
+                                        "index_select",
+                                        "gather",
+                                        "scatter.src",
+                                        "scatter.value",
+                                        "scatter.reduce",
+                                        "scatter.value_reduce",
+                                        "scatter_.src",
+                                        "scatter_.value",
+                                        "scatter_add",
+                                        "scatter_add_",
+                                        "index.Tensor",
+                                        "_index_put_impl_"};
+
+void registerLibraryOps(torch::Library& aten) {
+  for (const auto& names :
+       {c10::ArrayRef<const char*>(kRandomOps), c10::ArrayRef<const char*>(kDenseLinearAlgebraOps),
+        c10::ArrayRef<const char*>(kIndexingOps)})
+    for (const char* name : names)
+      registerDeviceKernel(aten, name, routed<Route::kLibrary, &runLibraryKernelOnHost>());
+  registerDeviceKernel(aten, "mm", routed<Route::kLibrary, &runLibraryMm>());
+  registerDeviceKernel(aten, "addmm", routed<Route::kLibrary, &runLibraryAddmm>());
+  registerDeviceKernel(aten, "bmm", routed<Route::kLibrary, &runLibraryBmm>());
+  registerDeviceKernel(aten, "baddbmm", routed<Route::kLibrary, &runLibraryBaddbmm>());
+}
+
+// 3. Compiled ops: every overload the op registry lowers (composite ops excluded by the
+//    binders: they keep decomposing), then the row-wise ops built from compiled kernels.
+void registerCompiledOps(torch::Library& aten) {
+  for (const std::string& name : bindCompiledElementwiseOverloads())
+    registerDeviceKernel(aten, name, routed<Route::kCompiled, &runCompiledElementwise>());
+  for (const std::string& name : bindCompiledReductionOverloads())
+    registerDeviceKernel(aten, name, routed<Route::kCompiled, &runCompiledReduction>());
+  registerDeviceKernel(aten, "cat", routed<Route::kCompiled, &runCompiledCat>());
+  registerDeviceKernel(aten, "cat.out", routed<Route::kCompiled, &runCompiledCat>());
+  registerDeviceKernel(aten, "native_layer_norm",
+                       routed<Route::kCompiled, &runCompiledLayerNorm>());
+  registerDeviceKernel(aten, "native_layer_norm_backward",
+                       routed<Route::kCompiled, &runCompiledLayerNormBackward>());
+}
+
+// 4. Composite ops with a CPU kernel (native_layer_norm's siblings native_group_norm, addr,
+//    _stack, ...) would run their composite decomposition on the device, which may differ from
+//    the CPU's kernel (math_group_norm). The device mirrors the CPU, so they take the fallback,
+//    which runs the CPU kernel. The list is read from the dispatcher, after steps 1-3: an op that
+//    already has a device kernel keeps it.
+void routeCompositeOpsWithCpuKernelsToFallback(torch::Library& aten) {
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(DispatchKey::CPU)) continue;
+    if (op->hasKernelForDispatchKey(DispatchKey::PrivateUse1)) continue;
+    // hasKernelForAnyDispatchKey ignores alias keys, so ask for each composite alias.
+    if (!op->hasKernelForDispatchKey(DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(DispatchKey::CompositeImplicitAutograd))
+      continue;
+    registerDeviceKernel(aten, schemaName(name), routed<Route::kFallback>());
+  }
+}
+
+// 5. Structured losses whose CPU .out kernel resizes the output its own meta function shaped
+//    (PyTorch 1.13), so reaching them through the generic functional wrapper (empty output, then
+//    .out) warns where the CPU does not. Their functional CPU kernel runs instead.
+constexpr const char* kOpsRunAsFunctionalCpuKernels[] = {"mse_loss", "smooth_l1_loss"};
+
+void routeFunctionalCpuKernelsToFallback(torch::Library& aten) {
+  for (const char* name : kOpsRunAsFunctionalCpuKernels)
+    registerDeviceKernel(aten, name, routed<Route::kFallback>());
+}
+
+// A library of registrations for one dispatch key, alive for the process.
+torch::Library& keyLibrary(const char* ns, DispatchKey key, uint32_t line) {
+  return *new torch::Library(torch::Library::IMPL, ns, key, __FILE__, line);
+}
+
+void registerDeviceKernels(torch::Library& aten) {
+  // Cache faults (at most one warning per kind) reach Python as UserWarnings, like fallback
+  // warnings; set before any kernel can compile.
+  setCacheWarningHandler([](const std::string& text) { TORCH_WARN(text); });
+
+  // Steps 1-5 give ops PrivateUse1 kernels; 4 must follow 1-3 (it routes only ops left without
+  // one), and registerDeviceKernel refuses a second kernel for an op, so no step can silently
+  // override another.
+  registerRuntimeOps(aten);
+  registerLibraryOps(aten);
+  registerCompiledOps(aten);
+  routeCompositeOpsWithCpuKernelsToFallback(aten);
+  routeFunctionalCpuKernelsToFallback(aten);
+
+  // 6. Copies of conjugated or negated views must reach the device's _copy_from, which copies
+  //    the math bits through ATen's CPU copy; the math-bit fallbacks would otherwise materialize
+  //    the source with clone(), which copies, which recurses.
+  for (DispatchKey math_bit : {DispatchKey::Conjugate, DispatchKey::Negative}) {
+    torch::Library& library = keyLibrary("aten", math_bit, __LINE__);
+    library.impl("_copy_from", torch::CppFunction::makeFallthrough());
+    library.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
+
+  // 7. The autograd policy. PyTorch 1.13 falls through AutogradCPU, AutogradCUDA, ... for ops
+  //    without an autograd kernel, but has no fallback for AutogradPrivateUse1, so such an op
+  //    fails on device tensors ("Could not run ... AutogradPrivateUse1"): c10d's collectives
+  //    under DDP, custom ops. The device falls through as the CPU does. This is safe because a
+  //    fallthrough can only skip a derivative that does not exist: every ATen op with a device
+  //    kernel has an autograd kernel of its own (registerDeviceKernel checks it), and composite
+  //    ops without one (gru_cell, linear, ...) get no device kernel, so the dispatcher keeps
+  //    using their decomposition, whose parts record autograd.
+  keyLibrary("_", DispatchKey::AutogradPrivateUse1, __LINE__)
+      .fallback(torch::CppFunction::makeFallthrough());
+
+  // 8. Everything else runs on the CPU fallback: dense ops without a device kernel, and every
+  //    sparse COO op (on host views of the indices and values).
+  keyLibrary("_", DispatchKey::PrivateUse1, __LINE__).fallback(routed<Route::kFallback>());
+  keyLibrary("_", DispatchKey::SparsePrivateUse1, __LINE__).fallback(routed<Route::kFallback>());
+}
+
+} // namespace
+
+// The device's one static initializer: it runs when libneuron_device.so loads.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { registerDeviceKernels(m); }
+
+} // namespace torchneuron

@@ -1,0 +1,53 @@
+#pragma once
+// The one routing point. op_routing.cpp is the only file that registers device kernels with the
+// dispatcher, and every boxed device kernel it registers is routeOp<route, kernel>: the one entry
+// that decides, per call, how an op on device tensors runs. docs/architecture.md ("Routing")
+// gives the registration order and the autograd policy.
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "device/cpu_fallback.h"
+
+namespace torchneuron {
+
+// How a boxed device op call runs. Runtime ops (allocation, views, resizing, transfers) are
+// registered unboxed and take no route: they change metadata, or reach memory through host
+// views, which materialize pending storages themselves.
+enum class Route : uint8_t {
+  kCompiled, // compiled kernels; a call they decline takes the fallback
+  kLibrary,  // ATen's CPU library kernel on device memory; runs every call
+  kFallback, // ATen's CPU kernel on host views, under NEURON_FALLBACK
+};
+
+// A compiled route's kernel: runs the call and returns true, or returns false with the stack
+// untouched (a dtype, layout or device mix the kernels do not cover, or a compile failure).
+using CompiledKernel = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// A library route's kernel: runs every call it gets, raising ATen's errors as the CPU does.
+using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The per-call decision for every boxed device op. The route and its kernel are fixed when the
+// op is registered, so a call costs one direct call: no lookup, no allocation. The adaptive
+// tracer adds its branch here: a compiled call is recorded into the op window instead of run,
+// and the other routes are sync points (their host views materialize pending storages).
+template <Route route, auto kernel = nullptr>
+void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if constexpr (route == Route::kCompiled) {
+    static_assert(std::is_same_v<decltype(kernel), CompiledKernel>);
+    if (kernel(op, stack)) return;
+    runCpuFallback(op, stack);
+  } else if constexpr (route == Route::kLibrary) {
+    static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
+    kernel(op, stack);
+  } else {
+    static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t>);
+    runCpuFallback(op, stack);
+  }
+}
+
+} // namespace torchneuron

@@ -1,0 +1,34 @@
+#pragma once
+// Runtime ops: what every device implements itself and never sends to the fallback (allocation,
+// copies, resizing, storage swaps, scalar reads). op_routing.cpp registers them by schema name.
+
+#include <ATen/core/Tensor.h>
+
+namespace torchneuron {
+
+// empty.memory_format, empty_strided and _efficientzerotensor on the device.
+at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                             c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                             c10::optional<bool> pin_memory,
+                             c10::optional<at::MemoryFormat> memory_format);
+at::Tensor emptyStrided(at::IntArrayRef size, at::IntArrayRef stride,
+                        c10::optional<at::ScalarType> dtype, c10::optional<at::Layout> layout,
+                        c10::optional<at::Device> device, c10::optional<bool> pin_memory);
+at::Tensor efficientZeroTensor(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                               c10::optional<at::Layout> layout, c10::optional<at::Device> device,
+                               c10::optional<bool> pin_memory);
+
+// _copy_from and _copy_from_and_resize: CPU <-> device and device <-> device.
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst);
+
+// resize_, the three set_ overloads that take a storage or nothing, and _local_scalar_dense.
+const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
+                         c10::optional<at::MemoryFormat> memory_format);
+at::Tensor& setStorage(at::Tensor& self, at::Storage source, int64_t storage_offset,
+                       at::IntArrayRef size, at::IntArrayRef stride);
+at::Tensor& setWholeStorage(at::Tensor& self, at::Storage source);
+at::Tensor& setEmpty(at::Tensor& self);
+at::Scalar localScalarDense(const at::Tensor& self);
+
+} // namespace torchneuron
