@@ -4,12 +4,14 @@
 // dtypes, integer division, ...) goes to the CPU fallback, which also raises ATen's own errors.
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -43,6 +45,7 @@ std::unordered_map<const c10::FunctionSchema*, NativeOpBinding>& bindings() {
 struct BoundCall {
   c10::SmallVector<at::Tensor, 4> operands;  // present operands, in the op's order
   c10::SmallVector<const fusion::OperandSpec*, 4> specs;
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalars;  // per operand: the Scalar given
   std::vector<bool> present;                 // per optional operand
   c10::SmallVector<c10::Scalar, 4> params;
   std::vector<int64_t> constants;
@@ -69,6 +72,7 @@ at::Tensor wrappedScalar(const c10::Scalar& scalar) {
 bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, BoundCall& call) {
   const ElementwiseOp& op = *binding.op;
   c10::SmallVector<at::Tensor, 4> by_operand(op.operands.size());
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalar_of(op.operands.size());
   c10::SmallVector<bool, 4> given(op.operands.size(), false);
   call.params.assign(op.params.size(), c10::Scalar());
   c10::SmallVector<bool, 4> param_given(op.params.size(), false);
@@ -88,8 +92,13 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
       case ArgumentRole::kOperand:
         if (value.isNone()) break;
         if (value.isScalar()) {
-          if (value.toScalar().isComplex()) return false;
-          by_operand[role.index] = wrappedScalar(value.toScalar());
+          const c10::Scalar scalar = value.toScalar();
+          if (scalar.isComplex()) return false;
+          // ATen's scalar kernels each treat a NaN number their own way (clamp(min=nan)
+          // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
+          if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
+          by_operand[role.index] = wrappedScalar(scalar);
+          scalar_of[role.index] = scalar;
         } else {
           by_operand[role.index] = value.toTensor();
         }
@@ -119,6 +128,7 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
     if (!given[i]) continue;
     call.operands.push_back(by_operand[i]);
     call.specs.push_back(&op.operands[i]);
+    call.scalars.push_back(scalar_of[i]);
   }
   return any_optional_given;  // clamp() with neither bound is ATen's error to raise
 }
@@ -145,6 +155,14 @@ int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::Sc
     return found == op.special_values.end() ? -1 : found - op.special_values.begin();
   }
   return -1;
+}
+
+// Raises ATen's error ("value cannot be converted to type int8_t without overflow") when the
+// number does not fit `dtype`, as Scalar::to<T>() does in ATen's kernels.
+void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range", [&] {
+    (void)value.to<scalar_t>();
+  });
 }
 
 uint8_t computeClassOf(at::ScalarType dtype) {
@@ -190,7 +208,10 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
                                         : call.output.defined() ? call.output.scalar_type()
                                                                 : at::ScalarType::Undefined;
   if (common == at::ScalarType::Undefined) return c10::nullopt;
-  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true))
+  const bool stays_integral = op.integral_with_constant >= 0 &&
+                              call.constants[op.integral_with_constant] >= 0;
+  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true) &&
+      !stays_integral)
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
     return c10::nullopt;
@@ -224,6 +245,11 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   } else {
     output = allocateLike(shape, result_dtype, call.operands, *device);
   }
+  // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
+  for (const c10::Scalar& param : call.params) checkScalarFits(param, common);
+  for (size_t i = 0; i < call.operands.size(); ++i)
+    if (call.scalars[i] && call.specs[i]->checked_scalar)
+      checkScalarFits(*call.scalars[i], call.specs[i]->promotes ? common : output.scalar_type());
   if (output.numel() == 0) return output;
 
   c10::SmallVector<at::Tensor, 5> operands{output};
@@ -321,6 +347,7 @@ bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst, const 
   BoundCall call;
   call.operands.push_back(src);
   call.specs.push_back(&binding.op->operands[0]);
+  call.scalars.emplace_back();
   call.output = dst;
   return runCompiled(binding, call).has_value();
 }
