@@ -239,9 +239,17 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
     } else {
       at::native::resize_output(output, shape);
     }
+    // TensorIterator's checks, with its messages. An input that shares memory with the output
+    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
+    // decides the result, as it does on the CPU.
     at::assert_no_internal_overlap(output);
-    for (const at::Tensor& t : call.operands)
-      if (t.device() == output.device()) at::assert_no_partial_overlap(output, t);
+    for (const at::Tensor& t : call.operands) {
+      if (t.device() != output.device()) continue;
+      at::assert_no_partial_overlap(output, t);
+      if (t.is_alias_of(output) &&
+          at::get_overlap_status(output, t) == at::MemOverlapStatus::TooHard)
+        return c10::nullopt;
+    }
   } else {
     output = allocateLike(shape, result_dtype, call.operands, *device);
   }

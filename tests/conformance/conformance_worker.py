@@ -3,6 +3,7 @@ JSON line per pair to a results file (read by run_conformance.py while it runs).
 import itertools
 import json
 import random
+import time
 import warnings
 
 import numpy
@@ -390,6 +391,13 @@ def quick_sample_count(dtype):
 
 
 def run_opinfo(op, name, dtype_text, dev, quick):
+    started = time.monotonic()
+    record = run_samples(op, name, dtype_text, dev, quick)
+    record["seconds"] = round(time.monotonic() - started, 3)
+    return record
+
+
+def run_samples(op, name, dtype_text, dev, quick):
     dtype = dtype_named(dtype_text)
     used = {"kinds": set(), "fallback_ops": set()}
     # Gradients only where the OpInfo supports backward in this dtype (never for integers).

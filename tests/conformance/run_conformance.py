@@ -175,8 +175,11 @@ def summarize(records, quick, seconds):
         dtype = record.get("dtype", "float32")
         counts = dict.fromkeys(OUTCOMES, 0)
         dtype_totals = by_dtype.setdefault(dtype, {**dict.fromkeys(OUTCOMES, 0), "samples": 0,
-                                                   "ill_conditioned": 0, "opinfos": 0})
+                                                   "ill_conditioned": 0, "opinfos": 0,
+                                                   "worker_seconds": 0.0})
         dtype_totals["opinfos"] += 1
+        dtype_totals["worker_seconds"] = round(dtype_totals["worker_seconds"] +
+                                               record.get("seconds", 0.0), 3)
         op = per_op.setdefault(record["name"], {"kind": "runtime", "fallback_ops": [],
                                                 **dict.fromkeys(OUTCOMES, 0), "dtypes": {},
                                                 "problems": []})
@@ -223,7 +226,8 @@ def print_report(summary, path):
     for dtype, t in summary["by_dtype"].items():
         print(f"  {dtype:>9}: opinfos={t['opinfos']} samples={t['samples']} pass={t['pass']} "
               f"(ill-conditioned {t['ill_conditioned']}) mismatch={t['mismatch']} "
-              f"device_error={t['device_error']} skipped={t['skipped']}")
+              f"device_error={t['device_error']} skipped={t['skipped']} "
+              f"({t['worker_seconds']:.0f} worker-s)")
     kinds = summary["opinfos_by_kind"]
     print(f"[conformance] opinfos={summary['opinfos']} dtypes={len(summary['by_dtype'])} "
           f"samples={summary['samples']} "
