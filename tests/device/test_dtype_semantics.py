@@ -281,3 +281,32 @@ def test_bfloat16_conversions_run_compiled(source):
     assert torchneuron.metrics()["launches"]["fallback"] == 0, torchneuron.metrics()["ops"]
     assert torch.equal(y.cpu(), x.cpu().to(torch.bfloat16))
     same_tensor(x.cpu().to(torch.bfloat16).float().to(torch.bfloat16).var(0), z.cpu())
+
+
+def sum_into_expanded(d):
+    out = torch.zeros(1, device=d).expand(4)
+    torch.sum(torch.arange(12.0, device=d).reshape(3, 4), 0, out=out)
+    return out
+
+
+def sum_into_own_column(d):
+    x = torch.arange(12.0, device=d).reshape(3, 4)
+    torch.sum(x, 1, out=x[:, 0])
+    return x
+
+
+def cat_into_expanded(d):
+    a = torch.ones(3, device=d)
+    return torch.cat([a, a], out=torch.zeros(1, device=d).expand(6))
+
+
+def add_into_overlapping_self(d):
+    x = torch.arange(8.0, device=d)
+    torch.add(x[:-1], 1, out=x[1:])
+    return x
+
+
+@pytest.mark.parametrize("case", [sum_into_expanded, sum_into_own_column, cat_into_expanded,
+                                  add_into_overlapping_self])
+def test_out_overlapping_inputs_like_cpu(case):
+    check_like_cpu(case)
