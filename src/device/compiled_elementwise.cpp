@@ -215,6 +215,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
     return c10::nullopt;
+  if (op.matches_cpu && !op.matches_cpu(common, call.constants)) return c10::nullopt;
   for (const c10::Scalar& param : call.params) {
     if (param.isComplex()) return c10::nullopt;
     if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;

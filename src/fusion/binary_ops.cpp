@@ -98,6 +98,14 @@ Value floatFloorDivide(ScalarEmitter& e, const Value& a, const Value& b) {
   return e.select(e.compare("oeq", b, zero), quotient, floordiv);
 }
 
+// ATen computes these in half and bfloat16 with a rounding after each step (c10::Half and
+// c10::BFloat16 arithmetic: trunc(a / b) rounds a / b first), and its bfloat16 fmod is
+// Sleef's vector fmodf, which gives NaN where |a / b| overflows float (fmod(-4.9, 1.2e-38)):
+// the kernels compute in f32 and round once, so those dtypes are left to the CPU.
+bool notHalfOrBFloat16(c10::ScalarType dtype, const std::vector<int64_t>&) {
+  return dtype != c10::kHalf && dtype != c10::kBFloat16;
+}
+
 }  // namespace
 
 void addBinaryOps(std::vector<ElementwiseOp>& ops) {
@@ -115,6 +123,9 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   });
   div.constants = {{"rounding_mode", {"trunc", "floor"}}};
   div.integral_with_constant = 0;
+  div.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
+    return constants[0] < 0 || notHalfOrBFloat16(dtype, constants);  // true division is exact
+  };
   div.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& a = c.operands[0];
@@ -127,10 +138,13 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   };
   ops.push_back(div);
   ops.push_back(arithmetic("floor_divide", floatFloorDivide, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   ops.push_back(arithmetic("remainder", floatRemainder, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   ops.push_back(arithmetic("fmod", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.binary("arith.remf", a, b);
   }, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   // pow with a scalar exponent of 2, 3, 0.5, -0.5, -1, -2, 1 or 0 computes what ATen does for
   // those exponents (products, sqrt, reciprocals, a copy, ones: autograd's pow backward asks for
   // x ** 1); any other exponent calls powf.

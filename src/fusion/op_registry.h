@@ -83,6 +83,10 @@ struct ElementwiseOp {
   // only these values compile kernels of their own. Float compute only.
   std::string specialized_operand = {};
   std::vector<double> special_values = {};
+  // Whether the kernel gives ATen's CPU result for this compute dtype and these constants; a
+  // call it does not runs on the CPU fallback (the registry does not claim that dtype). Null:
+  // every dtype of `compute_classes`.
+  std::function<bool(c10::ScalarType, const std::vector<int64_t>& constants)> matches_cpu = {};
 };
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced

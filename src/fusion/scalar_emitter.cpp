@@ -200,10 +200,9 @@ Value ScalarEmitter::isNan(const Value& a) {
   return compare("uno", a, a);
 }
 
-// f32 and f64 max/min are emitted as LLVM intrinsics: arith-expand (which the pipeline needs for
-// bf16) would turn arith.maximumf and friends into compare-and-select chains, which LLVM does
-// not vectorize as reductions; llvm.maximum/minimum (NaN-propagating, like arith.maximumf) and
-// llvm.maxnum/minnum (NaN-ignoring) reductions it does.
+// f32 and f64 max/min are emitted as LLVM intrinsics: arith-expand would turn arith.maximumf
+// and friends into compare-and-select chains, which LLVM does not vectorize as reductions;
+// llvm.maximum/minimum (NaN-propagating, like arith.maximumf) reductions it does.
 Value ScalarEmitter::floatMinMax(const std::string& intrinsic, const std::string& arith_op,
                                  const Value& a, const Value& b) {
   TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ", b.type.mlir);
@@ -220,12 +219,6 @@ Value ScalarEmitter::maximum(const Value& a, const Value& b) {
 Value ScalarEmitter::minimum(const Value& a, const Value& b) {
   if (a.type.isFloat()) return floatMinMax("minimum", "arith.minimumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.minsi" : "arith.minui", a, b);
-}
-Value ScalarEmitter::maximumIgnoringNan(const Value& a, const Value& b) {
-  return floatMinMax("maxnum", "arith.maxnumf", a, b);
-}
-Value ScalarEmitter::minimumIgnoringNan(const Value& a, const Value& b) {
-  return floatMinMax("minnum", "arith.minnumf", a, b);
 }
 
 Value ScalarEmitter::stdMax(const Value& a, const Value& b) { return select(lt(a, b), b, a); }

@@ -62,8 +62,6 @@ class ScalarEmitter {
   Value isNan(const Value& a);  // i1; false for non-floats
   Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
-  Value maximumIgnoringNan(const Value& a, const Value& b);  // floats: fmax's NaN rule
-  Value minimumIgnoringNan(const Value& a, const Value& b);
   // std::max(a, b) and std::min(a, b), as ATen's scalar CPU kernels compute them:
   // (a < b) ? b : a and (b < a) ? b : a. A NaN `a` is returned, a NaN `b` ignored, and of two
   // zeros `a` wins, sign included. Reductions keep maximum/minimum (which vectorize as such).

@@ -310,3 +310,18 @@ def add_into_overlapping_self(d):
                                   add_into_overlapping_self])
 def test_out_overlapping_inputs_like_cpu(case):
     check_like_cpu(case)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", [
+    torch.fmod, torch.remainder, torch.floor_divide,
+    lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    lambda a, b: torch.div(a, b, rounding_mode="floor")])
+def test_narrow_float_division_family_like_cpu(op, dtype):
+    """ATen rounds every step in half and bfloat16 and its vectorized bfloat16 fmod gives NaN
+    for a tiny divisor: these dtypes run on the CPU (32 elements reach its vector path)."""
+    tiny = 1.1754944e-38 if dtype == torch.bfloat16 else 6.1e-5
+    check_like_cpu(lambda d: op(torch.full((32,), -4.9375, device=d).to(dtype),
+                                torch.full((32,), tiny, device=d).to(dtype)))
+    check_like_cpu(lambda d: op(torch.linspace(-7, 7, 48, device=d).to(dtype),
+                                torch.linspace(0.3, 2.9, 48, device=d).to(dtype)))
