@@ -4,6 +4,7 @@
 // errors or handles them as ATen does.
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -46,6 +47,7 @@ c10::optional<at::Tensor> catCompiled(const std::vector<at::Tensor>& tensors, in
     for (const at::Tensor& t : tensors)
       if (t.is_alias_of(result)) return c10::nullopt;
     at::native::resize_output(result, shape);
+    at::assert_no_internal_overlap(result);  // as ATen's cat.out
   } else {
     result = at::empty(shape, first.options().dtype(dtype));
   }

@@ -4,11 +4,13 @@
 // dtypes, integer division, ...) goes to the CPU fallback, which also raises ATen's own errors.
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -41,6 +43,7 @@ std::unordered_map<const c10::FunctionSchema*, NativeOpBinding>& bindings() {
 struct BoundCall {
   c10::SmallVector<at::Tensor, 4> operands;  // present operands, in the op's order
   c10::SmallVector<const fusion::OperandSpec*, 4> specs;
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalars;  // per operand: the Scalar given
   std::vector<bool> present;                 // per optional operand
   c10::SmallVector<c10::Scalar, 4> params;
   std::vector<int64_t> constants;
@@ -67,6 +70,7 @@ at::Tensor wrappedScalar(const c10::Scalar& scalar) {
 bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, BoundCall& call) {
   const ElementwiseOp& op = *binding.op;
   c10::SmallVector<at::Tensor, 4> by_operand(op.operands.size());
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalar_of(op.operands.size());
   c10::SmallVector<bool, 4> given(op.operands.size(), false);
   call.params.assign(op.params.size(), c10::Scalar());
   c10::SmallVector<bool, 4> param_given(op.params.size(), false);
@@ -86,8 +90,13 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
       case ArgumentRole::kOperand:
         if (value.isNone()) break;
         if (value.isScalar()) {
-          if (value.toScalar().isComplex()) return false;
-          by_operand[role.index] = wrappedScalar(value.toScalar());
+          const c10::Scalar scalar = value.toScalar();
+          if (scalar.isComplex()) return false;
+          // ATen's scalar kernels each treat a NaN number their own way (clamp(min=nan)
+          // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
+          if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
+          by_operand[role.index] = wrappedScalar(scalar);
+          scalar_of[role.index] = scalar;
         } else {
           by_operand[role.index] = value.toTensor();
         }
@@ -117,6 +126,7 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
     if (!given[i]) continue;
     call.operands.push_back(by_operand[i]);
     call.specs.push_back(&op.operands[i]);
+    call.scalars.push_back(scalar_of[i]);
   }
   return any_optional_given;  // clamp() with neither bound is ATen's error to raise
 }
@@ -143,6 +153,14 @@ int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::Sc
     return found == op.special_values.end() ? -1 : found - op.special_values.begin();
   }
   return -1;
+}
+
+// Raises ATen's error ("value cannot be converted to type int8_t without overflow") when the
+// number does not fit `dtype`, as Scalar::to<T>() does in ATen's kernels.
+void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range", [&] {
+    (void)value.to<scalar_t>();
+  });
 }
 
 uint8_t computeClassOf(at::ScalarType dtype) {
@@ -188,10 +206,14 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
                                         : call.output.defined() ? call.output.scalar_type()
                                                                 : at::ScalarType::Undefined;
   if (common == at::ScalarType::Undefined) return c10::nullopt;
-  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true))
+  const bool stays_integral = op.integral_with_constant >= 0 &&
+                              call.constants[op.integral_with_constant] >= 0;
+  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true) &&
+      !stays_integral)
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
     return c10::nullopt;
+  if (op.matches_cpu && !op.matches_cpu(common, call.constants)) return c10::nullopt;
   for (const c10::Scalar& param : call.params) {
     if (param.isComplex()) return c10::nullopt;
     if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;
@@ -216,12 +238,25 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
     } else {
       at::native::resize_output(output, shape);
     }
+    // TensorIterator's checks, with its messages. An input that shares memory with the output
+    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
+    // decides the result, as it does on the CPU.
     at::assert_no_internal_overlap(output);
-    for (const at::Tensor& t : call.operands)
-      if (t.device() == output.device()) at::assert_no_partial_overlap(output, t);
+    for (const at::Tensor& t : call.operands) {
+      if (t.device() != output.device()) continue;
+      at::assert_no_partial_overlap(output, t);
+      if (t.is_alias_of(output) &&
+          at::get_overlap_status(output, t) == at::MemOverlapStatus::TooHard)
+        return c10::nullopt;
+    }
   } else {
     output = allocateLike(shape, result_dtype, call.operands, *device);
   }
+  // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
+  for (const c10::Scalar& param : call.params) checkScalarFits(param, common);
+  for (size_t i = 0; i < call.operands.size(); ++i)
+    if (call.scalars[i] && call.specs[i]->checked_scalar)
+      checkScalarFits(*call.scalars[i], call.specs[i]->promotes ? common : output.scalar_type());
   if (output.numel() == 0) return output;
 
   c10::SmallVector<at::Tensor, 5> operands{output};
@@ -323,6 +358,7 @@ bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst, const 
   BoundCall call;
   call.operands.push_back(src);
   call.specs.push_back(&binding.op->operands[0]);
+  call.scalars.emplace_back();
   call.output = dst;
   return runCompiled(binding, call).has_value();
 }

@@ -5,6 +5,7 @@
 // max, mixed output dtypes) run on the CPU fallback, which raises ATen's own errors.
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -206,8 +207,15 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   const at::Tensor& self = call.inputs[0];
   for (const at::Tensor& t : call.inputs)
     if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device()) return c10::nullopt;
-  for (const at::Tensor& t : call.outputs)
+  // An out= tensor that shares memory with an input or with itself (expanded): ATen's
+  // reductions do not check overlap, so the CPU's own element order decides the result; the
+  // fallback reproduces it.
+  for (const at::Tensor& t : call.outputs) {
     if (!isKernelInput(t) || t.device() != self.device()) return c10::nullopt;
+    if (at::has_internal_overlap(t) != at::MemOverlap::No) return c10::nullopt;
+    for (const at::Tensor& input : call.inputs)
+      if (t.is_alias_of(input)) return c10::nullopt;
+  }
   if (!fusion::isKernelDtype(call.compute)) return c10::nullopt;
 
   // Input geometry (a 0-dim input reduces as shape [1]).

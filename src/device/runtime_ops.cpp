@@ -78,9 +78,19 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
 // Copies between CPU and device, or within the device: both sides are host memory, so ATen's
 // CPU copy does it (dtype conversion, strides, broadcasting, overlap) with no staging buffer.
 // Device-to-device copies run as compiled kernels; transfers to and from the CPU (and copies
-// the kernels do not cover) copy between host views.
+// the kernels do not cover) copy between host views. Copies between views of one device
+// storage run ATen's CPU copy on host views that share one host storage too: the same overlap
+// checks (ATen's "some elements of the input tensor and the written-to tensor refer to a single
+// memory location" where views partially overlap), the same early exit for a view copied onto
+// itself, and the same results otherwise.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (copyWithCompiledKernel(self, dst)) return dst;
+  if (self.device().type() == kNeuronDeviceType && dst.device().type() == kNeuronDeviceType &&
+      self.is_alias_of(dst)) {
+    HostAliasSet aliases;
+    aliases.toHost(dst).copy_(aliases.toHost(self));
+    return dst;
+  }
   hostSide(dst, "destination").copy_(hostSide(self, "source"));
   return dst;
 }

@@ -37,8 +37,9 @@ Value zeroWhere(ScalarEmitter& e, const Value& condition, const Value& value) {
 }  // namespace
 
 void addActivationOps(std::vector<ElementwiseOp>& ops) {
+  // relu is ATen's clamp_min(x, 0): (x < 0) ? 0 : x, so -0 and NaN stay.
   ops.push_back(activation("relu", {{"self"}}, {}, [](LoweringContext& c) {
-    return c.emit.maximum(c.operands[0], constant(c.emit, 0, c.operands[0]));
+    return c.emit.stdMax(c.operands[0], constant(c.emit, 0, c.operands[0]));
   }, kFloats | kIntegers));
   ops.push_back(activation("threshold", {{"self"}}, {{"threshold"}, {"value"}}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
@@ -151,8 +152,10 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                            [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
+    // ATen 1.13: (exp(x * input_scale) - 1) * negcoef, not expm1 (elu(-0) is +0).
     const Value negcoef = e.mul(c.params[0], c.params[1]);
-    const Value negative = e.mul(e.libm("expm1", {e.mul(x, c.params[2])}), negcoef);
+    const Value exp = e.unary("math.exp", e.mul(x, c.params[2]));
+    const Value negative = e.mul(e.sub(exp, constant(e, 1, x)), negcoef);
     return e.select(e.le(x, constant(e, 0, x)), negative, e.mul(x, c.params[1]));
   }));
   ElementwiseOp elu_backward = activation(
@@ -189,8 +192,10 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(leaky_relu_backward);
   ops.push_back(activation("hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
                            [](LoweringContext& c) {
+    // ATen's clamp(x, min_val, max_val): std::min(std::max(x, lo), hi), NaN if a bound is.
     ScalarEmitter& e = c.emit;
-    return e.minimum(e.maximum(c.operands[0], c.params[0]), c.params[1]);
+    const Value clamped = e.stdMin(e.stdMax(c.operands[0], c.params[0]), c.params[1]);
+    return e.nanIfAnyNan(clamped, {c.params[0], c.params[1]});
   }, kFloats | kIntegers));
   ops.push_back(activation("hardtanh_backward", {{"grad_output"}, {"self"}},
                            {{"min_val", -1}, {"max_val", 1}}, [](LoweringContext& c) {
@@ -202,8 +207,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(activation("hardswish", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    const Value relu6 = e.minimum(e.maximum(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
-                                  constant(e, 6, x));
+    const Value relu6 = e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
+                                 constant(e, 6, x));
     return e.div(e.mul(x, relu6), constant(e, 6, x));
   }));
   ops.push_back(activation("hardswish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
@@ -216,8 +221,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(activation("hardsigmoid", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    const Value relu6 = e.minimum(e.maximum(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
-                                  constant(e, 6, x));
+    const Value relu6 = e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
+                                 constant(e, 6, x));
     return e.div(relu6, constant(e, 6, x));
   }));
   ops.push_back(activation("hardsigmoid_backward", {{"grad_output"}, {"self"}}, {},

@@ -98,6 +98,14 @@ Value floatFloorDivide(ScalarEmitter& e, const Value& a, const Value& b) {
   return e.select(e.compare("oeq", b, zero), quotient, floordiv);
 }
 
+// ATen computes these in half and bfloat16 with a rounding after each step (c10::Half and
+// c10::BFloat16 arithmetic: trunc(a / b) rounds a / b first), and its bfloat16 fmod is
+// Sleef's vector fmodf, which gives NaN where |a / b| overflows float (fmod(-4.9, 1.2e-38)):
+// the kernels compute in f32 and round once, so those dtypes are left to the CPU.
+bool notHalfOrBFloat16(c10::ScalarType dtype, const std::vector<int64_t>&) {
+  return dtype != c10::kHalf && dtype != c10::kBFloat16;
+}
+
 }  // namespace
 
 void addBinaryOps(std::vector<ElementwiseOp>& ops) {
@@ -108,12 +116,16 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     return a.type.kind == NumberKind::kBool ? e.binary("arith.andi", a, b) : e.mul(a, b);
   }, kAllClasses));
 
-  // div: rounding_mode None (true division), "trunc" or "floor"; integers go to the CPU, which
-  // raises ZeroDivisionError where a kernel could not.
+  // div: rounding_mode None (true division), "trunc" or "floor". With a rounding mode integers
+  // keep their dtype (ATen's result type) and go to the CPU, which raises ZeroDivisionError.
   ElementwiseOp div = floatBinary("div", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.div(a, b);
   });
   div.constants = {{"rounding_mode", {"trunc", "floor"}}};
+  div.integral_with_constant = 0;
+  div.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
+    return constants[0] < 0 || notHalfOrBFloat16(dtype, constants);  // true division is exact
+  };
   div.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& a = c.operands[0];
@@ -126,14 +138,18 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   };
   ops.push_back(div);
   ops.push_back(arithmetic("floor_divide", floatFloorDivide, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   ops.push_back(arithmetic("remainder", floatRemainder, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   ops.push_back(arithmetic("fmod", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.binary("arith.remf", a, b);
   }, kFloats));
+  ops.back().matches_cpu = notHalfOrBFloat16;
   // pow with a scalar exponent of 2, 3, 0.5, -0.5, -1, -2, 1 or 0 computes what ATen does for
   // those exponents (products, sqrt, reciprocals, a copy, ones: autograd's pow backward asks for
   // x ** 1); any other exponent calls powf.
   ElementwiseOp pow = binary("pow", "exponent", TypePromotion::kDefault, kFloats, nullptr);
+  pow.operands[1].checked_scalar = true;
   pow.specialized_operand = "exponent";
   pow.special_values = {2, 3, 0.5, -0.5, -1, -2, 1, 0};
   pow.lower = [](LoweringContext& c) {
@@ -172,17 +188,21 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
                                     e.compare("oeq", a, b));
     return e.select(same_inf, a, result);
   }));
+  // ATen's scalar kernels: NaN if either is NaN, else std::max / std::min (of two zeros the
+  // first wins). fmax/fmin return the other operand where one is NaN.
   ops.push_back(arithmetic("maximum", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.maximum(a, b);
+    return e.nanIfAnyNan(e.stdMax(a, b), {a, b});
   }, kAllClasses));
   ops.push_back(arithmetic("minimum", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.minimum(a, b);
+    return e.nanIfAnyNan(e.stdMin(a, b), {a, b});
   }, kAllClasses));
   ops.push_back(arithmetic("fmax", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return a.type.isFloat() ? e.maximumIgnoringNan(a, b) : e.maximum(a, b);
+    if (!a.type.isFloat()) return e.maximum(a, b);
+    return e.select(e.isNan(b), a, e.select(e.isNan(a), b, e.stdMax(a, b)));
   }));
   ops.push_back(arithmetic("fmin", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return a.type.isFloat() ? e.minimumIgnoringNan(a, b) : e.minimum(a, b);
+    if (!a.type.isFloat()) return e.minimum(a, b);
+    return e.select(e.isNan(b), a, e.select(e.isNan(a), b, e.stdMin(a, b)));
   }));
   ops.push_back(floatBinary("xlogy", "other", [](ScalarEmitter& e, const Value& x, const Value& y) {
     const Value zero = e.constantLike(0, x.type);
@@ -208,30 +228,47 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ElementwiseOp where;
   where.name = "where";
   where.operands = {{"condition", /*promotes=*/false, /*bool_only=*/true}, {"self"}, {"other"}};
+  where.operands[1].checked_scalar = where.operands[2].checked_scalar = true;
   where.lower = [](LoweringContext& c) {
     return c.emit.select(c.operands[0], c.operands[1], c.operands[2]);
   };
   ops.push_back(where);
 
-  // clamp(x, min, max) = min(max(x, lo), hi), NaN-propagating, either bound optional.
+  // clamp(x, min, max) = std::min(std::max(x, lo), hi) as ATen's scalar kernel: a NaN x stays,
+  // a NaN bound makes NaN (a NaN Python-number bound goes to the CPU, which ignores it in
+  // clamp(min=nan) and not in clamp_min(nan)); of two zeros x wins. Either bound optional.
   ElementwiseOp clamp;
   clamp.name = "clamp";
   clamp.operands = {{"self"}, {"min"}, {"max"}};
+  clamp.operands[1].checked_scalar = clamp.operands[2].checked_scalar = true;
   clamp.optional_operands = {"min", "max"};
   clamp.compute_classes = kFloats | kIntegers;
   clamp.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     Value result = c.operands[0];
+    std::vector<Value> bounds;
     size_t next = 1;
-    if (c.present[0]) result = e.maximum(result, c.operands[next++]);  // present: {min, max}
-    if (c.present[1]) result = e.minimum(result, c.operands[next++]);
-    return result;
+    if (c.present[0]) {  // present: {min, max}
+      bounds.push_back(c.operands[next++]);
+      result = e.stdMax(result, bounds.back());
+    }
+    if (c.present[1]) {
+      bounds.push_back(c.operands[next++]);
+      result = e.stdMin(result, bounds.back());
+    }
+    return e.nanIfAnyNan(result, bounds);
   };
   ops.push_back(clamp);
   ops.push_back(binary("clamp_min", "min", TypePromotion::kDefault, kFloats | kIntegers,
-                       [](ScalarEmitter& e, const Value& a, const Value& b) { return e.maximum(a, b); }));
+                       [](ScalarEmitter& e, const Value& a, const Value& b) {
+                         return e.nanIfAnyNan(e.stdMax(a, b), {b});
+                       }));
+  ops.back().operands[1].checked_scalar = true;
   ops.push_back(binary("clamp_max", "max", TypePromotion::kDefault, kFloats | kIntegers,
-                       [](ScalarEmitter& e, const Value& a, const Value& b) { return e.minimum(a, b); }));
+                       [](ScalarEmitter& e, const Value& a, const Value& b) {
+                         return e.nanIfAnyNan(e.stdMin(a, b), {b});
+                       }));
+  ops.back().operands[1].checked_scalar = true;
 
   ElementwiseOp lerp;
   lerp.name = "lerp";
@@ -270,7 +307,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
 
   ElementwiseOp masked_fill;
   masked_fill.name = "masked_fill";
-  masked_fill.operands = {{"self"}, {"mask", false, true}, {"value", false, false, true}};
+  masked_fill.operands = {{"self"}, {"mask", false, true}, {"value", false, false, true, true}};
   masked_fill.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     return e.select(c.operands[1], e.convert(c.operands[2], c.compute), c.operands[0]);

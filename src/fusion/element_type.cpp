@@ -23,7 +23,8 @@ ElementType storageType(c10::ScalarType dtype) {
     case c10::kInt: return {NumberKind::kSigned, 32, "i32"};
     case c10::kLong: return {NumberKind::kSigned, 64, "i64"};
     case c10::kHalf: return {NumberKind::kFloat, 16, "f16"};
-    case c10::kBFloat16: return {NumberKind::kFloat, 16, "bf16"};
+    // bfloat16 is held as its bit pattern (see isBFloat16Bits).
+    case c10::kBFloat16: return {NumberKind::kFloat, 16, "i16"};
     case c10::kFloat: return {NumberKind::kFloat, 32, "f32"};
     case c10::kDouble: return {NumberKind::kFloat, 64, "f64"};
     default:

@@ -15,6 +15,11 @@ struct ElementType {
   int bits;                 // width of the MLIR value (1 for bool values)
   std::string mlir;         // MLIR type of a value: f32, f64, bf16, i64, i1, ...
   bool isFloat() const { return kind == NumberKind::kFloat; }
+  // A bfloat16 in memory: kernels load and store its 16 bits as i16 and convert with integer
+  // operations (exact widening, c10's round-to-nearest-even narrowing), so no bf16 value ever
+  // reaches LLVM, whose x86 backend would call __truncsfbf2 (missing from GCC 12's libgcc) for
+  // bf16 values it keeps in registers.
+  bool isBFloat16Bits() const { return kind == NumberKind::kFloat && mlir == "i16"; }
   bool isInteger() const { return kind == NumberKind::kSigned || kind == NumberKind::kUnsigned; }
 };
 

@@ -121,8 +121,11 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     const std::string name = static_cast<int>(i) == s.aliased_input ? "%out" : "%in" + std::to_string(i);
     const Value loaded{name, storageType(s.inputs[i])};
-    const ElementType wanted = computeType(specs[i]->promotes ? s.compute : s.inputs[i]);
-    context.operands.push_back(body.convert(loaded, wanted));
+    const c10::ScalarType common = specs[i]->promotes ? s.compute : s.inputs[i];
+    // As ATen's TensorIterator: an input is cast to the common dtype first (a 0-dim float32
+    // operand of a bfloat16 op rounds to bfloat16), then widened to the compute type.
+    context.operands.push_back(body.convert(body.convert(loaded, storageType(common)),
+                                            computeType(common)));
   }
   const Value stored = body.convert(op.lower(context), storageType(s.output));
 

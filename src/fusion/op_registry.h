@@ -30,6 +30,9 @@ struct OperandSpec {
   bool promotes = true;  // false: does not take part in type promotion (a mask, a condition)
   bool bool_only = false;  // the op requires a bool tensor here (else ATen's error on the CPU)
   bool zero_dim_only = false;  // the op requires a 0-dim tensor here (a fill value)
+  // A Python number given here is converted by ATen with Scalar::to<T>(), which raises when it
+  // overflows the dtype (fill values, clamp bounds), not cast like a wrapped number.
+  bool checked_scalar = false;
 };
 
 // A Scalar argument passed to the kernel at run time (never part of the kernel key), converted
@@ -67,6 +70,9 @@ struct ElementwiseOp {
   std::vector<ParamSpec> params;
   std::vector<ConstantSpec> constants;
   TypePromotion promotion = TypePromotion::kDefault;
+  // kIntToFloat ops whose integer operands keep their dtype when this constant (an index into
+  // `constants`) is given: div with a rounding_mode. -1: none.
+  int integral_with_constant = -1;
   uint8_t compute_classes = kAllClasses;
   ElementwiseLowering lower;
   // Optional operand args (Tensor? or Scalar?) by name; absent ones change the kernel key.
@@ -77,6 +83,10 @@ struct ElementwiseOp {
   // only these values compile kernels of their own. Float compute only.
   std::string specialized_operand = {};
   std::vector<double> special_values = {};
+  // Whether the kernel gives ATen's CPU result for this compute dtype and these constants; a
+  // call it does not runs on the CPU fallback (the registry does not claim that dtype). Null:
+  // every dtype of `compute_classes`.
+  std::function<bool(c10::ScalarType, const std::vector<int64_t>& constants)> matches_cpu = {};
 };
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced

@@ -95,18 +95,35 @@ ReductionOp boolean(const char* name, bool all) {
   return op;
 }
 
-// var/std: the mean, then the sum of squared deviations over max(N - correction, 0).
+// Whether the first pass of a variance keeps a running mean (float64 inputs, whose sum can
+// overflow where their mean does not) rather than a sum in f64 (narrower floats, exact).
+bool runningMean(const ReduceContext& c) { return c.compute.bits == 64; }
+
+// The row mean after the first pass of a variance.
+Value meanAfterFirstPass(ReduceContext& c) {
+  return runningMean(c) ? c.results[0][0] : c.emit.div(c.results[0][0], c.count);
+}
+
+// var/std: the mean, then the sum of squared deviations over max(N - correction, 0). For
+// float64 the mean is a running mean, mean += (x - mean) / (i + 1) (as ATen's Welford keeps
+// it), so equal values of any size have variance 0 instead of an overflowing sum.
 ReductionOp variance(const char* name, bool root) {
   ReductionOp op;
   op.name = name;
   op.passes = 2;
   op.num_params = 1;
+  op.needs_index = true;
   op.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
-  op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
+  op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x,
+                  const Value& index) {
     ScalarEmitter& e = c.emit;
     const Value wide = e.convert(x[0], c.wide);
+    if (pass == 0 && runningMean(c)) {
+      const Value seen = e.add(e.convert(index, c.wide), e.floatConstant(1, c.wide));
+      return Values{e.add(acc[0], e.div(e.sub(wide, acc[0]), seen))};
+    }
     if (pass == 0) return Values{e.accumulate(acc[0], wide)};
-    const Value deviation = e.sub(wide, e.div(c.results[0][0], c.count));
+    const Value deviation = e.sub(wide, meanAfterFirstPass(c));
     return Values{e.accumulate(acc[0], e.mul(deviation, deviation))};
   };
   op.finish = [root](ReduceContext& c, const Values&) {
@@ -198,7 +215,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   stats.num_outputs = 2;
   stats.finish = [](ReduceContext& c, const Values&) {  // rstd = 1 / sqrt(max(var, 0) + eps)
     ScalarEmitter& e = c.emit;
-    const Value mean = e.div(c.results[0][0], c.count);
+    const Value mean = meanAfterFirstPass(c);
     const Value var = e.maximum(e.div(c.results[1][0], c.count), e.floatConstant(0, c.wide));
     const Value rstd = e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, c.params[0])));
     return Values{mean, rstd};

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -55,6 +56,16 @@ Value ScalarEmitter::constantLike(double value, const ElementType& type) {
 Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   const ElementType& from = value.type;
   if (from.mlir == to.mlir && from.kind == to.kind) return value;
+  const ElementType f32{NumberKind::kFloat, 32, "f32"};
+  if (from.isBFloat16Bits()) {  // exact: the bits are the high half of an f32
+    if (to.mlir != "f32") return convert(convert(value, f32), to);
+    const ElementType i32{NumberKind::kUnsigned, 32, "i32"};
+    const Value wide = emit("arith.extui " + value.name + " : i16 to i32", i32);
+    const Value shifted = binary("arith.shli", wide, intConstant(16, i32));
+    return emit("arith.bitcast " + shifted.name + " : i32 to f32", f32);
+  }
+  if (to.isBFloat16Bits() && from.mlir != "f32") return convert(convert(value, f32), to);
+  if (to.isBFloat16Bits()) return roundToBFloat16(value);
   const std::string types = " : " + from.mlir + " to " + to.mlir;
   const bool from_i1 = from.kind == NumberKind::kBool && from.bits == 1;
   const bool to_i1 = to.kind == NumberKind::kBool && to.bits == 1;
@@ -63,7 +74,6 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
     return compare("ne", value, intConstant(0, from));
   }
   if (to.kind == NumberKind::kBool && !from_i1) return convert(convert(value, boolType()), to);
-  const ElementType f32{NumberKind::kFloat, 32, "f32"};
   if (from.isFloat() && to.isFloat()) {
     // bf16 <-> f16, and f64 -> 16-bit floats, go through f32: that is how c10::Half and
     // c10::BFloat16 convert (so results round as in ATen), and it needs no runtime routine.
@@ -72,8 +82,7 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
     return emit((from.bits < to.bits ? "arith.extf " : "arith.truncf ") + value.name + types, to);
   }
   // Integers and 16-bit floats meet through f32, as c10::Half and c10::BFloat16 convert (they
-  // construct from and convert to float only); LLVM would otherwise emit a compiler-runtime call
-  // (__floatsibf, __fixbfsi) that the process does not have on CPUs without native bf16.
+  // construct from and convert to float only).
   if ((from.isFloat() && from.bits == 16) || (to.isFloat() && to.bits == 16))
     return convert(convert(value, f32), to);
   if (from.isFloat()) {
@@ -89,6 +98,20 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   if (from.bits > to.bits) return emit("arith.trunci " + value.name + types, to);
   const bool zero_extend = from.kind != NumberKind::kSigned;
   return emit((zero_extend ? "arith.extui " : "arith.extsi ") + value.name + types, to);
+}
+
+// c10::BFloat16's round_to_nearest_even, in integer operations: NaN becomes 0x7FC0. The result
+// is the bfloat16's bits (ElementType::isBFloat16Bits).
+Value ScalarEmitter::roundToBFloat16(const Value& value) {
+  TORCH_INTERNAL_ASSERT(value.type.mlir == "f32", "bf16 rounding from ", value.type.mlir);
+  const ElementType i32{NumberKind::kUnsigned, 32, "i32"};
+  const Value bits = emit("arith.bitcast " + value.name + " : f32 to i32", i32);
+  const Value lsb = binary("arith.andi", binary("arith.shrui", bits, intConstant(16, i32)),
+                           intConstant(1, i32));
+  const Value rounded = binary("arith.shrui", add(add(bits, intConstant(0x7FFF, i32)), lsb),
+                               intConstant(16, i32));
+  const Value chosen = select(isNan(value), intConstant(0x7FC0, i32), rounded);
+  return emit("arith.trunci " + chosen.name + " : i32 to i16", {NumberKind::kFloat, 16, "i16"});
 }
 
 Value ScalarEmitter::unary(const std::string& op, const Value& a) {
@@ -179,10 +202,9 @@ Value ScalarEmitter::isNan(const Value& a) {
   return compare("uno", a, a);
 }
 
-// f32 and f64 max/min are emitted as LLVM intrinsics: arith-expand (which the pipeline needs for
-// bf16) would turn arith.maximumf and friends into compare-and-select chains, which LLVM does
-// not vectorize as reductions; llvm.maximum/minimum (NaN-propagating, like arith.maximumf) and
-// llvm.maxnum/minnum (NaN-ignoring) reductions it does.
+// f32 and f64 max/min are emitted as LLVM intrinsics: arith-expand would turn arith.maximumf
+// and friends into compare-and-select chains, which LLVM does not vectorize as reductions;
+// llvm.maximum/minimum (NaN-propagating, like arith.maximumf) reductions it does.
 Value ScalarEmitter::floatMinMax(const std::string& intrinsic, const std::string& arith_op,
                                  const Value& a, const Value& b) {
   TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ", b.type.mlir);
@@ -200,11 +222,15 @@ Value ScalarEmitter::minimum(const Value& a, const Value& b) {
   if (a.type.isFloat()) return floatMinMax("minimum", "arith.minimumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.minsi" : "arith.minui", a, b);
 }
-Value ScalarEmitter::maximumIgnoringNan(const Value& a, const Value& b) {
-  return floatMinMax("maxnum", "arith.maxnumf", a, b);
-}
-Value ScalarEmitter::minimumIgnoringNan(const Value& a, const Value& b) {
-  return floatMinMax("minnum", "arith.minnumf", a, b);
+
+Value ScalarEmitter::stdMax(const Value& a, const Value& b) { return select(lt(a, b), b, a); }
+Value ScalarEmitter::stdMin(const Value& a, const Value& b) { return select(lt(b, a), b, a); }
+
+Value ScalarEmitter::nanIfAnyNan(const Value& value, const std::vector<Value>& inputs) {
+  if (!value.type.isFloat()) return value;
+  Value any_nan = isNan(inputs.front());
+  for (size_t i = 1; i < inputs.size(); ++i) any_nan = binary("arith.ori", any_nan, isNan(inputs[i]));
+  return select(any_nan, floatConstant(NAN, value.type), value);
 }
 
 }  // namespace torchneuron::fusion

@@ -29,8 +29,11 @@ class ScalarEmitter {
   // A constant of `type` from a double: float types get it as is, integers truncated.
   Value constantLike(double value, const ElementType& type);
 
-  // Converts with C++ semantics: float->int truncates, x->bool is x != 0, bool->x is 0/1.
+  // Converts with C++ semantics: float->int truncates, x->bool is x != 0, bool->x is 0/1;
+  // 16-bit floats round as c10::Half and c10::BFloat16 do (through f32).
   Value convert(const Value& value, const ElementType& to);
+  // An f32 rounded to bfloat16 bits (nearest even, NaN to 0x7FC0), integer operations only.
+  Value roundToBFloat16(const Value& value);
 
   // `%r = <op> %a : type` and `%r = <op> %a, %b : type`; the result has the operand's type.
   Value unary(const std::string& op, const Value& a);
@@ -59,8 +62,13 @@ class ScalarEmitter {
   Value isNan(const Value& a);  // i1; false for non-floats
   Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
-  Value maximumIgnoringNan(const Value& a, const Value& b);  // floats: fmax's NaN rule
-  Value minimumIgnoringNan(const Value& a, const Value& b);
+  // std::max(a, b) and std::min(a, b), as ATen's scalar CPU kernels compute them:
+  // (a < b) ? b : a and (b < a) ? b : a. A NaN `a` is returned, a NaN `b` ignored, and of two
+  // zeros `a` wins, sign included. Reductions keep maximum/minimum (which vectorize as such).
+  Value stdMax(const Value& a, const Value& b);
+  Value stdMin(const Value& a, const Value& b);
+  // NaN (floats) where any of `inputs` is NaN, else `value`.
+  Value nanIfAnyNan(const Value& value, const std::vector<Value>& inputs);
 
   const std::string& body() const { return body_; }
   const std::set<std::string>& declarations() const { return declarations_; }

@@ -134,7 +134,8 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   // fill_(self, value) and zero_(self): self is only written, so the compute dtype is its own.
   ElementwiseOp fill;
   fill.name = "fill";
-  fill.operands = {{"value", /*promotes=*/false, /*bool_only=*/false, /*zero_dim_only=*/true}};
+  fill.operands = {{"value", /*promotes=*/false, /*bool_only=*/false, /*zero_dim_only=*/true,
+                    /*checked_scalar=*/true}};
   fill.lower = [](LoweringContext& c) { return c.emit.convert(c.operands[0], c.compute); };
   ops.push_back(fill);
   ElementwiseOp zero;

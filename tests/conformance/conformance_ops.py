@@ -1,7 +1,26 @@
-"""PyTorch's OpInfo database, loaded the way the conformance harness needs it."""
+"""PyTorch's OpInfo database and the dtypes the referee runs, loaded the way the harness needs it."""
 import sys
 
 import torch
+
+# The dtypes every OpInfo is refereed in (those of them it supports on the CPU), in this order.
+# Complex dtypes are not among them: the op registry has no complex kernels (isKernelDtype in
+# src/fusion/element_type.cpp), so complex tensors only ever run on the CPU fallback, and
+# `--dtypes complex64,complex128` adds them when wanted.
+DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                  "uint8", "bool")
+KNOWN_DTYPES = DEFAULT_DTYPES + ("complex64", "complex128")
+
+
+def dtype_named(name):
+    """torch.float32 for "float32"; a clear error for anything else."""
+    if name not in KNOWN_DTYPES:
+        raise ValueError(f"[conformance] unknown dtype {name!r}; known: {', '.join(KNOWN_DTYPES)}")
+    return getattr(torch, name)
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
 
 
 def load_op_db():
@@ -21,9 +40,10 @@ def opinfo_name(op):
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def float32_opinfos():
-    return [op for op in load_op_db() if op.supports_dtype(torch.float32, "cpu")]
+def opinfo_dtypes(op, dtypes):
+    """The names of `dtypes` (names) this OpInfo supports on the CPU, in the order given."""
+    return [name for name in dtypes if op.supports_dtype(dtype_named(name), "cpu")]
 
 
-def float32_opinfo_names():
-    return [opinfo_name(op) for op in float32_opinfos()]
+def opinfos_by_name():
+    return {opinfo_name(op): op for op in load_op_db()}

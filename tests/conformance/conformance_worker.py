@@ -1,7 +1,9 @@
-"""One conformance worker: runs the samples of a list of OpInfos and appends one JSON line per
-OpInfo to a results file (read by run_conformance.py while it runs)."""
+"""One conformance worker: runs the samples of a list of (OpInfo, dtype) pairs and appends one
+JSON line per pair to a results file (read by run_conformance.py while it runs)."""
+import itertools
 import json
 import random
+import time
 import warnings
 
 import numpy
@@ -9,7 +11,9 @@ import numpy
 import torch
 import torchneuron
 
-from conformance_ops import float32_opinfos, opinfo_name
+from torch.testing._comparison import default_tolerances
+
+from conformance_ops import dtype_named, opinfos_by_name
 
 # Ops whose outputs are uninitialized memory by contract: only metadata can be compared.
 UNDEFINED_VALUE_OPS = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided"}
@@ -49,8 +53,33 @@ def first_line(error):
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
+def special_values_difference(cpu, device):
+    """Where assert_close is blind: NaN positions (it only checks NaN against NaN when both
+    sides have one) and the sign of zeros (it treats -0 == +0). None when they agree."""
+    if not (cpu.dtype.is_floating_point or cpu.dtype.is_complex):
+        return None
+    if cpu.dtype.is_complex:
+        cpu, device = (torch.view_as_real(t.resolve_conj().resolve_neg()) for t in (cpu, device))
+    cpu_nan, device_nan = cpu.isnan(), device.isnan()
+    if not torch.equal(cpu_nan, device_nan):
+        where = (cpu_nan != device_nan).nonzero()[0].tolist()
+        return (f"NaN positions differ at {int((cpu_nan != device_nan).sum())} element(s), "
+                f"first at {where}: cpu {cpu[tuple(where)].item()!r}, "
+                f"device {device[tuple(where)].item()!r}")
+    both_zero = (cpu == 0) & (device == 0)
+    cpu_sign = torch.signbit(cpu.float()) & both_zero
+    device_sign = torch.signbit(device.float()) & both_zero
+    if not torch.equal(cpu_sign, device_sign):
+        where = (cpu_sign != device_sign).nonzero()[0].tolist()
+        return (f"sign of zero differs at {int((cpu_sign != device_sign).sum())} element(s), "
+                f"first at {where}: cpu {cpu[tuple(where)].item()!r}, "
+                f"device {device[tuple(where)].item()!r}")
+    return None
+
+
 def compare_outputs(cpu_out, dev_out, dev, values=True, check_device=True):
-    """None when equal (within float32 tolerances), else a description of the difference."""
+    """None when equal (within the dtype's assert_close tolerances, with NaNs and signed zeros
+    where the CPU has them), else a description of the difference."""
     cpu_flat, dev_flat = flatten(cpu_out), flatten(dev_out)
     if len(cpu_flat) != len(dev_flat):
         return f"output count differs: cpu {len(cpu_flat)}, device {len(dev_flat)}"
@@ -66,11 +95,15 @@ def compare_outputs(cpu_out, dev_out, dev, values=True, check_device=True):
                 if c.layout != d.layout:
                     return f"output {i}: cpu layout {c.layout}, device layout {d.layout}"
                 continue
+            device_values = d.detach().cpu()
             try:
-                torch.testing.assert_close(d.detach().cpu(), c.detach(), equal_nan=True,
+                torch.testing.assert_close(device_values, c.detach(), equal_nan=True,
                                            check_stride=False)
             except AssertionError as e:
                 return f"output {i}: " + " ".join(str(e).split())[:300]
+            special = special_values_difference(c.detach(), device_values)
+            if special:
+                return f"output {i}: {special}"
         elif not check_device and (isinstance(c, torch.device) or c == "cpu"):
             continue  # the device argument of a factory sample
         elif type(c) is type(d) and not isinstance(c, (int, float, complex, bool, str, type(None))):
@@ -191,12 +224,13 @@ def disagrees_with_itself(op, dev_sample, side):
 
 
 def nudged(tensor, generator):
-    """A copy of a float32 tensor with every element moved by at most one ulp (same grad
-    requirement); other tensors unchanged."""
-    if tensor.dtype != torch.float32:
+    """A copy of a floating-point tensor with every element moved by at most one ulp of its
+    dtype (same grad requirement); other tensors unchanged."""
+    if not tensor.dtype.is_floating_point:
         return tensor
-    steps = torch.randint(-1, 2, tensor.shape, generator=generator).to(torch.float32)
-    copy = tensor.detach() * (1 + steps * 2.0 ** -23)
+    steps = torch.randint(-1, 2, tensor.shape, generator=generator).to(torch.float64)
+    scale = 1 + steps * torch.finfo(tensor.dtype).eps
+    copy = (tensor.detach().to(torch.float64) * scale).to(tensor.dtype)
     return copy.requires_grad_() if tensor.requires_grad else copy
 
 
@@ -222,10 +256,11 @@ def float_tensors(result):
 
 
 def within_cpu_spread(op, dev_sample, dev):
-    """A float32 mismatch where the device differs from the CPU by no more than the CPU differs
-    from itself when its inputs move by one ulp (plus float32's comparison tolerance): the
-    sample is ill-conditioned (cov, householder_product) and any change of rounding, such as a
-    sum accumulated in float64, shows up at this size on both sides."""
+    """A floating-point mismatch where the device differs from the CPU by no more than the CPU
+    differs from itself when its inputs move by one ulp (plus the dtype's comparison
+    tolerance): the sample is ill-conditioned (cov, householder_product) and any change of
+    rounding, such as a sum accumulated in float64, shows up at this size on both sides. NaN
+    positions and signed zeros must still agree."""
     try:
         base, spreads = cpu_spread(op, dev_sample)
         device = reference(op, dev_sample, dev)
@@ -235,15 +270,16 @@ def within_cpu_spread(op, dev_sample, dev):
     if len(cpu_values) != len(dev_values) or spreads is None:
         return False
     for c, d, spread in zip(cpu_values, dev_values, spreads):
-        if c.shape != d.shape or not torch.equal(c.isnan(), d.isnan()):
+        if c.shape != d.shape or special_values_difference(c, d) is not None:
             return False
-        allowed = spread + 1e-5 + 1.3e-6 * c.double().abs()
+        rtol, atol = default_tolerances(c.dtype)
+        allowed = spread + atol + rtol * c.double().abs()
         if not bool(((d.double() - c.double()).abs().nan_to_num(0) <= allowed).all()):
             return False
     return True
 
 
-def run_sample(op, dev_sample, dev, used):
+def run_sample(op, dev_sample, dev, used, dtype):
     result = compare_sample(op, dev_sample, dev, used)
     if result["outcome"] != "mismatch" or result["detail"].startswith("device warned"):
         return result  # an extra warning is a mismatch whatever the values
@@ -252,7 +288,7 @@ def run_sample(op, dev_sample, dev, used):
             return {"outcome": "skipped",
                     "detail": f"op reads uninitialized memory: runs on {side} differ from "
                               "each other; device vs cpu: " + result["detail"][:150]}
-    if within_cpu_spread(op, dev_sample, dev):
+    if dtype.is_floating_point and within_cpu_spread(op, dev_sample, dev):
         return {"outcome": "pass", "ill_conditioned": True,
                 "detail": "within the CPU's own one-ulp spread: " + result["detail"][:150]}
     return result
@@ -348,33 +384,48 @@ def seed_everything():
     numpy.random.seed(0)
 
 
-def run_opinfo(op, dev, quick):
+def quick_sample_count(dtype):
+    """Samples per OpInfo in --quick: two in float32 (the dtype most code runs in), one in the
+    others, so that `make test` covers every dtype and stays short."""
+    return 2 if dtype == torch.float32 else 1
+
+
+def run_opinfo(op, name, dtype_text, dev, quick):
+    started = time.monotonic()
+    record = run_samples(op, name, dtype_text, dev, quick)
+    record["seconds"] = round(time.monotonic() - started, 3)
+    return record
+
+
+def run_samples(op, name, dtype_text, dev, quick):
+    dtype = dtype_named(dtype_text)
     used = {"kinds": set(), "fallback_ops": set()}
+    # Gradients only where the OpInfo supports backward in this dtype (never for integers).
+    requires_grad = dtype in op.supported_backward_dtypes("cpu")
     try:
         seed_everything()
-        samples = list(op.sample_inputs(dev, torch.float32, requires_grad=op.supports_autograd))
+        samples = op.sample_inputs(dev, dtype, requires_grad=requires_grad)
+        samples = list(itertools.islice(samples, quick_sample_count(dtype)) if quick else samples)
     except Exception as e:
-        return {"name": opinfo_name(op), "kind": "unknown", "fallback_ops": [],
+        return {"name": name, "dtype": dtype_text, "kind": "unknown", "fallback_ops": [],
                 "samples": [{"outcome": "device_error", "detail": "device sample generation raised " + first_line(e)}]}
-    if quick:
-        samples = samples[:2]
     results = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for sample in samples:
-            results.append(run_sample(op, sample, dev, used))
-    return {"name": opinfo_name(op), "kind": op_kind(used["kinds"]),
+            results.append(run_sample(op, sample, dev, used, dtype))
+    return {"name": name, "dtype": dtype_text, "kind": op_kind(used["kinds"]),
             "fallback_ops": sorted(used["fallback_ops"]), "samples": results}
 
 
-def run_worker(ops_file, results_file, quick):
+def run_worker(items_file, results_file, quick):
     torch.set_num_threads(1)
-    with open(ops_file) as f:
-        names = [line.strip() for line in f if line.strip()]
-    ops = {opinfo_name(op): op for op in float32_opinfos()}
+    with open(items_file) as f:
+        items = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    ops = opinfos_by_name()
     dev = torchneuron.device()
     with open(results_file, "a") as out:
-        for name in names:
-            out.write(json.dumps(run_opinfo(ops[name], dev, quick)) + "\n")
+        for name, dtype in items:
+            out.write(json.dumps(run_opinfo(ops[name], name, dtype, dev, quick)) + "\n")
             out.flush()
     return 0

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Conformance referee: every float32 OpInfo of PyTorch's op_db, on the CPU and on the device.
+"""Conformance referee: every OpInfo of PyTorch's op_db in every dtype it supports on the CPU
+(float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool), on the CPU and on
+the device.
 
 For each sample the op runs on the CPU and on the neuron device (same seed); outputs are
-compared and, where the op supports autograd, so are the gradients. A sample ends as
+compared (values within the dtype's assert_close tolerances, NaN positions, the sign of zeros)
+and, where the op supports autograd in that dtype, so are the gradients. A sample ends as
   pass          device matches CPU (or, for an ill-conditioned sample, differs from it by no
                 more than the CPU differs from itself when the inputs move by one ulp;
                 counted separately as "ill_conditioned")
@@ -12,10 +15,12 @@ compared and, where the op supports autograd, so are the gradients. A sample end
 Per OpInfo it records how the device ran it: "compiled", "library" or "fallback" (the
 least native kind any of its samples needed) and which ATen ops fell back.
 
-Ops are split over worker processes; a worker that crashes marks the op it was running as
-device_error ("crashed") and the run goes on with a new worker.
+The unit of work is one OpInfo in one dtype. Work is split over worker processes; a worker that
+crashes marks the OpInfo and dtype it was running as device_error ("crashed") and the run goes
+on with a new worker.
 
-    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--ops a,b] --output FILE
+    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--ops a,b] [--dtypes d,e]
+        --output FILE
 """
 import argparse
 import json
@@ -26,6 +31,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "compat"))
+sys.path.insert(0, HERE)
+from conformance_ops import DEFAULT_DTYPES, dtype_named  # noqa: E402 (after path setup)
 
 # OpInfos the device cannot run for a reason outside this project, each with that reason. They
 # still count in `device_error`/`mismatch`; they are listed apart and do not fail the run.
@@ -39,33 +47,52 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", required=True, help="summary JSON to write")
     parser.add_argument("--quick", action="store_true",
-                        help="at most 2 samples per OpInfo (the subset `make test` runs)")
+                        help="the subset `make test` runs: the first 2 samples of each OpInfo in "
+                             "float32, the first one in each other dtype")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
+                        help="comma-separated dtypes (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: op list file
     parser.add_argument("--results", help=argparse.SUPPRESS)  # internal: JSON lines out
     return parser.parse_args(argv)
 
 
-def run_parent(args):
-    sys.path.insert(0, os.path.join(HERE, "compat"))
-    from conformance_ops import float32_opinfo_names  # noqa: E402 (after path setup)
+def work_items(args):
+    """(OpInfo name, dtype name) pairs to run, grouped by OpInfo in op_db order."""
+    from conformance_ops import load_op_db, opinfo_dtypes, opinfo_name
 
-    names = float32_opinfo_names()
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    for name in dtypes:
+        try:
+            dtype_named(name)
+        except ValueError as e:
+            sys.exit(str(e))
+    ops = [(opinfo_name(op), opinfo_dtypes(op, dtypes)) for op in load_op_db()]
+    ops = [(name, supported) for name, supported in ops if supported]
     if args.ops:
         wanted = set(args.ops.split(","))
-        unknown = wanted - set(names)
+        unknown = wanted - {name for name, _ in ops}
         if unknown:
-            sys.exit(f"[conformance] unknown OpInfo name(s): {', '.join(sorted(unknown))}")
-        names = [n for n in names if n in wanted]
+            sys.exit(f"[conformance] unknown OpInfo name(s) (or none of the dtypes "
+                     f"{args.dtypes} supported): {', '.join(sorted(unknown))}")
+        ops = [(name, supported) for name, supported in ops if name in wanted]
+    return ops
+
+
+def run_parent(args):
+    ops = work_items(args)
     started = time.time()
-    shards = [names[i::args.workers] for i in range(args.workers)]
+    # An OpInfo's dtypes stay in one worker (its sample code and kernels are warm there).
+    shards = [[(name, d) for name, supported in ops[i::args.workers] for d in supported]
+              for i in range(args.workers)]
+    total = sum(len(shard) for shard in shards)
     with tempfile.TemporaryDirectory() as scratch:
         processes = [ShardRunner(i, shard, args, scratch) for i, shard in enumerate(shards)]
         while any(p.running() for p in processes):
             time.sleep(0.5)
             done = sum(len(p.records) for p in processes)
-            print(f"\r[conformance] {done}/{len(names)} OpInfos", end="", flush=True)
+            print(f"\r[conformance] {done}/{total} OpInfo dtypes", end="", flush=True)
         print()
         records = [r for p in processes for r in p.records]
     summary = summarize(records, quick=args.quick, seconds=time.time() - started)
@@ -79,8 +106,8 @@ def run_parent(args):
 class ShardRunner:
     """Runs one shard of OpInfos in a worker process, restarting past a crashed op."""
 
-    def __init__(self, index, names, args, scratch):
-        self.names = list(names)
+    def __init__(self, index, items, args, scratch):
+        self.items = list(items)
         self.args = args
         self.scratch = scratch
         self.index = index
@@ -90,14 +117,14 @@ class ShardRunner:
         self._start()
 
     def _start(self):
-        remaining = self.names[len(self.records):]
+        remaining = self.items[len(self.records):]
         if not remaining:
             self.process = None
             return
         base = os.path.join(self.scratch, f"shard{self.index}.{self.restarts}")
         self.results_path = base + ".jsonl"
         with open(base + ".ops", "w") as f:
-            f.write("\n".join(remaining))
+            f.write("\n".join(f"{name}\t{dtype}" for name, dtype in remaining))
         self.offset = 0
         command = [sys.executable, __file__, "--output", self.args.output, "--worker", base + ".ops",
                    "--results", self.results_path] + (["--quick"] if self.args.quick else [])
@@ -121,9 +148,10 @@ class ShardRunner:
         self._collect()
         if code is None:
             return True
-        if len(self.records) < len(self.names):
-            crashed = self.names[len(self.records)]
-            self.records.append({"name": crashed, "kind": "unknown", "fallback_ops": [],
+        if len(self.records) < len(self.items):
+            crashed, dtype = self.items[len(self.records)]
+            self.records.append({"name": crashed, "dtype": dtype, "kind": "unknown",
+                                 "fallback_ops": [],
                                  "samples": [{"outcome": "device_error",
                                               "detail": f"worker crashed (exit {code})"}]})
             self.restarts += 1
@@ -132,27 +160,54 @@ class ShardRunner:
         return False
 
 
+OUTCOMES = ("pass", "mismatch", "device_error", "skipped")
+KIND_ORDER = ("unknown", "fallback", "library", "compiled", "runtime")  # least native first
+
+
 def summarize(records, quick, seconds):
-    totals = {"pass": 0, "mismatch": 0, "device_error": 0, "skipped": 0}
+    """Totals, totals per dtype (`samples_by_dtype`, `by_dtype`) and per OpInfo (with its
+    dtypes and first problems)."""
+    totals = dict.fromkeys(OUTCOMES, 0)
+    by_dtype = {}
     per_op = {}
-    kinds = {"compiled": 0, "library": 0, "fallback": 0, "runtime": 0, "unknown": 0}
     ill_conditioned = 0
     for record in records:
-        counts = {k: 0 for k in totals}
-        problems = []
+        dtype = record.get("dtype", "float32")
+        counts = dict.fromkeys(OUTCOMES, 0)
+        dtype_totals = by_dtype.setdefault(dtype, {**dict.fromkeys(OUTCOMES, 0), "samples": 0,
+                                                   "ill_conditioned": 0, "opinfos": 0,
+                                                   "worker_seconds": 0.0})
+        dtype_totals["opinfos"] += 1
+        dtype_totals["worker_seconds"] = round(dtype_totals["worker_seconds"] +
+                                               record.get("seconds", 0.0), 3)
+        op = per_op.setdefault(record["name"], {"kind": "runtime", "fallback_ops": [],
+                                                **dict.fromkeys(OUTCOMES, 0), "dtypes": {},
+                                                "problems": []})
         for sample in record["samples"]:
             counts[sample["outcome"]] += 1
-            ill_conditioned += bool(sample.get("ill_conditioned"))
-            if sample["outcome"] != "pass" or sample.get("ill_conditioned"):
-                problems.append(sample)
+            dtype_totals[sample["outcome"]] += 1
+            dtype_totals["samples"] += 1
+            ill = bool(sample.get("ill_conditioned"))
+            ill_conditioned += ill
+            dtype_totals["ill_conditioned"] += ill
+            if (sample["outcome"] != "pass" or ill) and len(op["problems"]) < 5:
+                op["problems"].append({"dtype": dtype, **sample})
         for key, value in counts.items():
             totals[key] += value
-        kinds[record["kind"]] += 1
-        per_op[record["name"]] = {"kind": record["kind"], "fallback_ops": record["fallback_ops"],
-                                  **counts, "problems": problems[:5]}
+            op[key] += value
+        op["dtypes"][dtype] = {"kind": record["kind"], **counts}
+        if KIND_ORDER.index(record["kind"]) < KIND_ORDER.index(op["kind"]):
+            op["kind"] = record["kind"]
+        op["fallback_ops"] = sorted(set(op["fallback_ops"]) | set(record["fallback_ops"]))
+    kinds = dict.fromkeys(("compiled", "library", "fallback", "runtime", "unknown"), 0)
+    for op in per_op.values():
+        kinds[op["kind"]] += 1
     failing = sorted(n for n, o in per_op.items() if o["mismatch"] or o["device_error"])
-    return {"opinfos": len(records), "samples": sum(totals.values()), **totals,
+    return {"opinfos": len(per_op), "opinfo_dtypes": len(records),
+            "samples": sum(totals.values()), **totals,
             "ill_conditioned": ill_conditioned,
+            "samples_by_dtype": {d: t["samples"] for d, t in by_dtype.items()},
+            "by_dtype": by_dtype,
             "opinfos_by_kind": kinds, "quick": quick, "seconds": round(seconds, 1),
             "known_limitations": {n: KNOWN_LIMITATIONS[n] for n in failing if n in KNOWN_LIMITATIONS},
             "unexpected_failures": [n for n in failing if n not in KNOWN_LIMITATIONS],
@@ -162,11 +217,20 @@ def summarize(records, quick, seconds):
 def print_report(summary, path):
     for name in sorted(summary["unexpected_failures"] + list(summary["known_limitations"])):
         op = summary["ops"][name]
-        detail = op["problems"][0]["detail"] if op["problems"] else ""
+        bad = [d for d, c in op["dtypes"].items() if c["mismatch"] or c["device_error"]]
+        problem = next((p for p in op["problems"] if p["outcome"] != "pass"), None)
+        detail = f"[{problem['dtype']}] {problem['detail']}" if problem else ""
         known = " [known limitation: " + KNOWN_LIMITATIONS[name] + "]" if name in KNOWN_LIMITATIONS else ""
-        print(f"  {name}: mismatch={op['mismatch']} device_error={op['device_error']}  {detail[:200]}{known}")
+        print(f"  {name} ({','.join(bad)}): mismatch={op['mismatch']} "
+              f"device_error={op['device_error']}  {detail[:200]}{known}")
+    for dtype, t in summary["by_dtype"].items():
+        print(f"  {dtype:>9}: opinfos={t['opinfos']} samples={t['samples']} pass={t['pass']} "
+              f"(ill-conditioned {t['ill_conditioned']}) mismatch={t['mismatch']} "
+              f"device_error={t['device_error']} skipped={t['skipped']} "
+              f"({t['worker_seconds']:.0f} worker-s)")
     kinds = summary["opinfos_by_kind"]
-    print(f"[conformance] opinfos={summary['opinfos']} samples={summary['samples']} "
+    print(f"[conformance] opinfos={summary['opinfos']} dtypes={len(summary['by_dtype'])} "
+          f"samples={summary['samples']} "
           f"pass={summary['pass']} (ill-conditioned {summary['ill_conditioned']}) "
           f"mismatch={summary['mismatch']} "
           f"device_error={summary['device_error']} skipped={summary['skipped']} | native "
@@ -177,7 +241,6 @@ def print_report(summary, path):
 if __name__ == "__main__":
     arguments = parse_args(sys.argv[1:])
     if arguments.worker:
-        sys.path.insert(0, os.path.join(HERE, "compat"))
         from conformance_worker import run_worker
         sys.exit(run_worker(arguments.worker, arguments.results, arguments.quick))
     sys.exit(run_parent(arguments))

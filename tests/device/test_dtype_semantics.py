@@ -1,0 +1,327 @@
+"""The device against the CPU where dtypes, overlaps, NaNs and signed zeros make the difference:
+each case runs on CPU tensors and on device copies, and the device must give the CPU's result
+(dtype, values, NaN positions, the sign of every zero) or raise the CPU's error (type and
+message)."""
+import math
+import warnings
+
+import pytest
+import torch
+import torchneuron
+
+NAN = math.nan
+INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+def outcome(fn, device):
+    """What fn(device) gives: ("value", CPU tensor or tuple of them) or ("error", type, message)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = fn(device)
+    except Exception as e:  # the error itself is what is compared
+        return ("error", type(e).__name__, str(e).split("\n")[0])
+    if isinstance(result, tuple):
+        return ("value", tuple(r.cpu() for r in result))
+    return ("value", result.cpu())
+
+
+def same_tensor(cpu, dev):
+    assert dev.dtype == cpu.dtype and dev.shape == cpu.shape, (cpu, dev)
+    if cpu.dtype.is_floating_point:
+        assert torch.equal(cpu.isnan(), dev.isnan()), (cpu, dev)
+        keep = ~cpu.isnan()
+        assert torch.equal(cpu[keep], dev[keep]), (cpu, dev)
+        assert torch.equal(cpu[keep].float().signbit(), dev[keep].float().signbit()), \
+            f"sign of zero: cpu {cpu}, device {dev}"
+    else:
+        assert torch.equal(cpu, dev), (cpu, dev)
+
+
+def check_like_cpu(fn):
+    """fn(device) runs the case with tensors made on `device`."""
+    cpu = outcome(fn, "cpu")
+    dev = outcome(fn, torchneuron.device())
+    if cpu[0] == "error" or dev[0] == "error":
+        assert dev == cpu
+        return cpu
+    cpu_values = cpu[1] if isinstance(cpu[1], tuple) else (cpu[1],)
+    dev_values = dev[1] if isinstance(dev[1], tuple) else (dev[1],)
+    for c, d in zip(cpu_values, dev_values):
+        same_tensor(c, d)
+    return cpu
+
+
+OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to "
+                   "tensor refer to a single memory location. Please clone() the tensor before "
+                   "performing the operation.")
+
+
+def shifted_assignment(d, dtype):
+    x = torch.arange(8, device=d).to(dtype)
+    x[1:] = x[:-1]
+    return x
+
+
+def transposed_copy(d, dtype):
+    x = torch.arange(9, device=d).to(dtype).reshape(3, 3)
+    x.t().copy_(x)
+    return x
+
+
+def row_broadcast_copy(d, dtype):
+    x = torch.arange(9, device=d).to(dtype).reshape(3, 3)
+    x.copy_(x[0])
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+@pytest.mark.parametrize("case", [shifted_assignment, transposed_copy, row_broadcast_copy])
+def test_overlapping_copy_raises_atens_error(case, dtype):
+    result = check_like_cpu(lambda d: case(d, dtype))
+    assert result == ("error", "RuntimeError", OVERLAP_MESSAGE)
+
+
+def disjoint_rows(d, dtype):
+    x = torch.arange(9, device=d).to(dtype).reshape(3, 3)
+    x[1:].copy_(x[0])
+    return x
+
+
+def interleaved(d, dtype):
+    x = torch.arange(8, device=d).to(dtype)
+    x[::2].copy_(x[1::2])
+    return x
+
+
+def onto_itself(d, dtype):
+    x = torch.arange(8, device=d).to(dtype)
+    x.copy_(x)
+    x[2:5].copy_(x[2:5])
+    return x
+
+
+def converting_view_of_same_storage(d, dtype):
+    x = torch.arange(8, device=d).to(dtype)
+    x[:4].copy_(x[4:].flip(0))
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("case", [disjoint_rows, interleaved, onto_itself,
+                                  converting_view_of_same_storage])
+def test_views_of_one_storage_copy_like_cpu(case, dtype):
+    result = check_like_cpu(lambda d: case(d, dtype))
+    assert result[0] == "value"
+
+
+def test_internally_overlapping_destination_raises_atens_error():
+    result = check_like_cpu(lambda d: torch.zeros(1, device=d).expand(4).copy_(
+        torch.arange(4.0, device=d)))
+    assert result[0] == "error" and "more than one element of the written-to tensor" in result[2]
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+def test_integer_division_with_rounding_mode(dtype, mode):
+    big = {torch.int16: 30001, torch.int8: 100, torch.uint8: 200}.get(dtype, 50331651)
+    values = [big, 7, 0, 5] if dtype == torch.uint8 else [big, -7, 7, -5]
+    result = check_like_cpu(lambda d: torch.div(torch.tensor(values, dtype=dtype, device=d), 3,
+                                                rounding_mode=mode))
+    assert result[1].dtype == dtype
+    check_like_cpu(lambda d: torch.div(torch.tensor(values, dtype=dtype, device=d),
+                                       torch.tensor([3, 2, -4 if dtype != torch.uint8 else 4, 1],
+                                                    dtype=dtype, device=d), rounding_mode=mode))
+
+
+def test_integer_division_by_zero_raises_zero_division_error():
+    for mode in ("floor", "trunc"):
+        result = check_like_cpu(lambda d: torch.div(torch.tensor([5, 6], device=d), 0,
+                                                    rounding_mode=mode))
+        assert result == ("error", "RuntimeError", "ZeroDivisionError")
+        result = check_like_cpu(lambda d: torch.div(
+            torch.tensor([5, 6], device=d), torch.tensor([1, 0], device=d), rounding_mode=mode))
+        assert result == ("error", "RuntimeError", "ZeroDivisionError")
+
+
+def test_integer_division_out_and_in_place():
+    def in_place(d):
+        x = torch.tensor([7, -7, 9], device=d)
+        x.div_(2, rounding_mode="floor")
+        return x
+
+    def out(d):
+        o = torch.empty(3, dtype=torch.int64, device=d)
+        torch.div(torch.tensor([7, -7, 9], device=d), 2, rounding_mode="trunc", out=o)
+        return o
+
+    assert check_like_cpu(in_place)[1].tolist() == [3, -4, 4]
+    assert check_like_cpu(out)[1].tolist() == [3, -3, 4]
+
+
+@pytest.mark.parametrize("op", [torch.remainder, torch.fmod, torch.floor_divide])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8])
+def test_integer_remainder_fmod_floor_divide(op, dtype):
+    result = check_like_cpu(lambda d: op(torch.tensor([7, -7, 9, -128], dtype=dtype, device=d),
+                                         torch.tensor([2, 3, -4, 3], dtype=dtype, device=d)))
+    assert result[1].dtype == dtype
+    assert check_like_cpu(lambda d: op(torch.tensor([7, 9], dtype=dtype, device=d), 0))[0] == "error"
+
+
+OVERFLOW_CASES = {
+    "fill_": lambda d: torch.zeros(3, dtype=torch.int8, device=d).fill_(300),
+    "full": lambda d: torch.full((3,), 300, dtype=torch.int8, device=d),
+    "fill_ 127.9": lambda d: torch.zeros(3, dtype=torch.int8, device=d).fill_(127.9),
+    "fill_ half": lambda d: torch.zeros(3, dtype=torch.half, device=d).fill_(1e5),
+    "fill_ float": lambda d: torch.zeros(3, device=d).fill_(1e300),
+    "add alpha": lambda d: torch.ones(3, dtype=torch.int8, device=d).add(
+        torch.ones(3, dtype=torch.int8, device=d), alpha=300),
+    "sub alpha": lambda d: torch.ones(3, dtype=torch.int16, device=d).sub(
+        torch.ones(3, dtype=torch.int16, device=d), alpha=40000),
+    "clamp": lambda d: torch.ones(3, dtype=torch.int8, device=d).clamp(min=300),
+    "clamp_max": lambda d: torch.clamp_max(torch.ones(3, dtype=torch.int8, device=d), -300),
+    "masked_fill": lambda d: torch.ones(2, dtype=torch.int8, device=d).masked_fill(
+        torch.tensor([True, False], device=d), 300),
+    "where": lambda d: torch.where(torch.tensor([True, False], device=d),
+                                   torch.ones(2, dtype=torch.int8, device=d), 300),
+    "addcmul": lambda d: torch.addcmul(*[torch.ones(2, dtype=torch.int8, device=d)] * 3, value=300),
+    "threshold": lambda d: torch.threshold(torch.ones(2, dtype=torch.int8, device=d), 0, 300),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERFLOW_CASES))
+def test_out_of_range_scalar_raises_like_cpu(name):
+    result = check_like_cpu(OVERFLOW_CASES[name])
+    assert result[0] == "error" and "without overflow" in result[2], result
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.zeros(3, dtype=torch.int8, device=d) + 300,  # wrapped numbers are cast
+    lambda d: torch.ones(3, dtype=torch.uint8, device=d) * -1,
+    lambda d: torch.zeros(3, dtype=torch.uint8, device=d).fill_(-1),
+    lambda d: torch.zeros(3, dtype=torch.bool, device=d).fill_(5),
+    lambda d: torch.ones(3, dtype=torch.int8, device=d) == 300,
+])
+def test_in_range_or_cast_scalars_match_cpu(fn):
+    assert check_like_cpu(fn)[0] == "value"
+
+
+def signed(d):
+    return torch.tensor([1.0, -1.0, NAN, -0.0, 0.0, -2.0, 2.0], device=d)
+
+
+NAN_AND_ZERO_CASES = {
+    "clamp(min=nan)": lambda d: signed(d).clamp(min=NAN),
+    "clamp(max=nan)": lambda d: signed(d).clamp(max=NAN),
+    "clamp(nan, 1)": lambda d: signed(d).clamp(NAN, 1.0),
+    "clamp_min(nan)": lambda d: torch.clamp_min(signed(d), NAN),
+    "clamp(min=tensor nan)": lambda d: signed(d).clamp(min=torch.full((7,), NAN, device=d)),
+    "clamp(min=0)": lambda d: signed(d).clamp(min=0.0),
+    "clamp(max=-0)": lambda d: signed(d).clamp(max=-0.0),
+    "clamp(tensor -0, tensor 0)": lambda d: signed(d).clamp(torch.full((7,), -0.0, device=d),
+                                                            torch.zeros(7, device=d)),
+    "clamp_min(tensor 0)": lambda d: torch.clamp_min(signed(d), torch.zeros(7, device=d)),
+    "relu": lambda d: torch.relu(signed(d)),
+    "relu6": lambda d: torch.nn.functional.relu6(signed(d)),
+    "hardtanh(-0, 0)": lambda d: torch.nn.functional.hardtanh(signed(d), -0.0, 0.0),
+    "hardtanh(nan, 1)": lambda d: torch.nn.functional.hardtanh(signed(d), NAN, 1.0),
+    "elu": lambda d: torch.nn.functional.elu(signed(d)),
+    "selu": lambda d: torch.nn.functional.selu(signed(d)),
+    "celu": lambda d: torch.nn.functional.celu(signed(d)),
+    "hardswish": lambda d: torch.nn.functional.hardswish(signed(d) * 3),
+    "hardsigmoid": lambda d: torch.nn.functional.hardsigmoid(signed(d) * 3),
+    "maximum": lambda d: torch.maximum(signed(d), torch.zeros(7, device=d)),
+    "maximum reversed": lambda d: torch.maximum(torch.zeros(7, device=d), signed(d)),
+    "minimum": lambda d: torch.minimum(signed(d), torch.full((7,), -0.0, device=d)),
+    "minimum reversed": lambda d: torch.minimum(torch.full((7,), -0.0, device=d), signed(d)),
+    "fmax": lambda d: torch.fmax(signed(d), torch.full((7,), -0.0, device=d)),
+    "fmax reversed": lambda d: torch.fmax(torch.full((7,), -0.0, device=d), signed(d)),
+    "fmin": lambda d: torch.fmin(signed(d), torch.zeros(7, device=d)),
+    "fmin nan": lambda d: torch.fmin(torch.full((7,), NAN, device=d), signed(d)),
+    "max": lambda d: signed(d).max(),
+    "min": lambda d: signed(d).min(),
+    "amax": lambda d: signed(d).amax(),
+    "max dim": lambda d: signed(d).reshape(1, 7).max(1),
+    "argmin": lambda d: signed(d).argmin(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAN_AND_ZERO_CASES))
+def test_nan_and_signed_zero_like_cpu(name):
+    check_like_cpu(NAN_AND_ZERO_CASES[name])
+
+
+@pytest.mark.parametrize("value", [1e300, 1e307, 1e154, 3.3e100, 0.1])
+@pytest.mark.parametrize("op", [torch.var, torch.std])
+def test_float64_variance_of_equal_values_is_zero(op, value):
+    for shape, dim in (((2, 1000), 1), ((1000, 2), 0), ((2, 3), 1)):
+        result = check_like_cpu(lambda d: op(torch.full(shape, value, dtype=torch.float64,
+                                                        device=d), dim))
+        assert bool((result[1] == 0).all())
+    whole = op(torch.full((1000,), value, dtype=torch.float64, device=torchneuron.device()))
+    assert whole.item() == 0  # ATen's Welford; its all-dims CPU kernel sums first (inf, noise)
+
+
+def test_bfloat16_scalar_operand_rounds_to_bfloat16_first():
+    check_like_cpu(lambda d: torch.tensor([1.1, -2.3, 7.7], dtype=torch.bfloat16, device=d) * 3.3)
+    check_like_cpu(lambda d: torch.tensor([1.1, 1000.3], dtype=torch.half, device=d) + 0.1)
+    check_like_cpu(lambda d: torch.tensor([2049, 4097], dtype=torch.int32, device=d) *
+                   torch.tensor(3.0, dtype=torch.half, device=d))
+
+
+@pytest.mark.parametrize("source", [torch.int32, torch.int64, torch.float64, torch.bool])
+def test_bfloat16_conversions_run_compiled(source):
+    dev = torchneuron.device()
+    x = torch.tensor([1, 0, 3, 300007], device=dev).to(source)
+    torchneuron.reset_metrics()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a kernel that fails to compile warns
+        y = x.to(torch.bfloat16)
+        z = y.float().to(torch.bfloat16).var(0)
+    assert torchneuron.metrics()["launches"]["fallback"] == 0, torchneuron.metrics()["ops"]
+    assert torch.equal(y.cpu(), x.cpu().to(torch.bfloat16))
+    same_tensor(x.cpu().to(torch.bfloat16).float().to(torch.bfloat16).var(0), z.cpu())
+
+
+def sum_into_expanded(d):
+    out = torch.zeros(1, device=d).expand(4)
+    torch.sum(torch.arange(12.0, device=d).reshape(3, 4), 0, out=out)
+    return out
+
+
+def sum_into_own_column(d):
+    x = torch.arange(12.0, device=d).reshape(3, 4)
+    torch.sum(x, 1, out=x[:, 0])
+    return x
+
+
+def cat_into_expanded(d):
+    a = torch.ones(3, device=d)
+    return torch.cat([a, a], out=torch.zeros(1, device=d).expand(6))
+
+
+def add_into_overlapping_self(d):
+    x = torch.arange(8.0, device=d)
+    torch.add(x[:-1], 1, out=x[1:])
+    return x
+
+
+@pytest.mark.parametrize("case", [sum_into_expanded, sum_into_own_column, cat_into_expanded,
+                                  add_into_overlapping_self])
+def test_out_overlapping_inputs_like_cpu(case):
+    check_like_cpu(case)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", [
+    torch.fmod, torch.remainder, torch.floor_divide,
+    lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    lambda a, b: torch.div(a, b, rounding_mode="floor")])
+def test_narrow_float_division_family_like_cpu(op, dtype):
+    """ATen rounds every step in half and bfloat16 and its vectorized bfloat16 fmod gives NaN
+    for a tiny divisor: these dtypes run on the CPU (32 elements reach its vector path)."""
+    tiny = 1.1754944e-38 if dtype == torch.bfloat16 else 6.1e-5
+    check_like_cpu(lambda d: op(torch.full((32,), -4.9375, device=d).to(dtype),
+                                torch.full((32,), tiny, device=d).to(dtype)))
+    check_like_cpu(lambda d: op(torch.linspace(-7, 7, 48, device=d).to(dtype),
+                                torch.linspace(0.3, 2.9, 48, device=d).to(dtype)))
