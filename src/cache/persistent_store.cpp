@@ -18,12 +18,14 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <thread>
 
 #include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
 #include "cache/warm_start_profile.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
@@ -53,6 +55,47 @@ void registerForkHandler() {
   });
 }
 
+// The descriptors of the flock() locks this process holds (store.lock, locks/<key>). A forked
+// child inherits them, and an flock() lives until every descriptor of it is closed: a child
+// that kept them would hold its parent's store lock (and every other process's writes) for its
+// whole life. The child closes its copies; the parent's locks stay held by the parent.
+// Locking: `held_locks_mutex` guards `held_locks`, a leaf held across fork().
+std::mutex held_locks_mutex;
+std::set<int>* held_locks = nullptr;
+
+// Takes `held_locks_mutex`, registering the fork handlers at first use. Opening and closing
+// happen under it, so a fork never sees a descriptor that is open but not yet noted.
+std::unique_lock<std::mutex> lockHeldLocks() {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kStoreLocks, {[] { held_locks_mutex.lock(); },
+                                                 [] { held_locks_mutex.unlock(); },
+                                                 [] {
+                                                   if (held_locks)
+                                                     for (int fd : *held_locks) close(fd);
+                                                   if (held_locks) held_locks->clear();
+                                                   held_locks_mutex.unlock();
+                                                 }});
+  });
+  std::unique_lock<std::mutex> lock(held_locks_mutex);
+  if (held_locks == nullptr) held_locks = new std::set<int>();
+  return lock;
+}
+
+// open() and close() of a lock file, its descriptor noted for a forked child.
+int openLockFile(const char* path, int flags) {
+  std::unique_lock<std::mutex> lock = lockHeldLocks();
+  const int fd = open(path, flags, 0600);
+  if (fd >= 0) held_locks->insert(fd);
+  return fd;
+}
+
+void closeLockFile(int fd) {
+  std::unique_lock<std::mutex> lock = lockHeldLocks();
+  held_locks->erase(fd);
+  close(fd);
+}
+
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch()).count();
@@ -80,15 +123,15 @@ bool makeDirectories(const std::string& path) {
 class FileLock {
  public:
   FileLock(const std::string& path, int operation) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);  // a read-only directory
+    fd_ = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC);
+    if (fd_ < 0) fd_ = openLockFile(path.c_str(), O_RDONLY | O_CLOEXEC);  // a read-only directory
     if (fd_ >= 0 && flock(fd_, operation) != 0) {
-      close(fd_);
+      closeLockFile(fd_);
       fd_ = -1;
     }
   }
   ~FileLock() {
-    if (fd_ >= 0) close(fd_);  // closing releases the lock
+    if (fd_ >= 0) closeLockFile(fd_);  // closing releases the lock
   }
   bool held() const { return fd_ >= 0; }
 
@@ -331,19 +374,19 @@ void PersistentStore::recordFailure(const std::string& key, const std::string& r
 }
 
 PersistentStore::KeyLock::~KeyLock() {
-  if (fd_ >= 0) close(fd_);
+  if (fd_ >= 0) closeLockFile(fd_);
 }
 
 std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::string& key,
                                                                    std::chrono::milliseconds deadline) {
   if (in_forked_child.load()) return nullptr;
   const std::string path = impl_->locks_dir + "/" + key;
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC);
   if (fd < 0) return nullptr;
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (std::chrono::steady_clock::now() >= until) {
-      close(fd);
+      closeLockFile(fd);
       warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
                            "kernel; compiling here too");
       return nullptr;
