@@ -152,6 +152,10 @@ rocksdb::Options baseOptions() {
   static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<DiscardingLogger>();
   rocksdb::Options options;
   options.info_log = logger;
+  // Table files are opened on the calling thread: with more, RocksDB starts threads to open
+  // them and calls std::terminate when one cannot start (under an address-space limit), where
+  // the calling thread would have got a clean error. The cache has few, small tables.
+  options.max_file_opening_threads = 1;
   return options;
 }
 
@@ -204,15 +208,20 @@ struct PersistentStore::Impl {
       write_failures.fetch_add(1);
       return false;
     }
-    std::unique_ptr<rocksdb::DB> db = openWriter();
-    if (!db) return false;
-    rocksdb::WriteBatch batch;
-    fill(*db, batch);
-    rocksdb::WriteOptions options;
-    options.sync = true;
-    rocksdb::Status status = db->Write(options, &batch);
-    // Flushed to a table file so the log is empty: readers open without replaying it.
-    if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
+    rocksdb::Status status;
+    try {  // RocksDB and the batch allocate: out of memory is a failed write, not an abort
+      std::unique_ptr<rocksdb::DB> db = openWriter();
+      if (!db) return false;
+      rocksdb::WriteBatch batch;
+      fill(*db, batch);
+      rocksdb::WriteOptions options;
+      options.sync = true;
+      status = db->Write(options, &batch);
+      // Flushed to a table file so the log is empty: readers open without replaying it.
+      if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
+    } catch (const std::exception& error) {
+      status = rocksdb::Status::Aborted(error.what());
+    }
     if (!status.ok()) {
       warnCacheOnce("write", "writing the compile cache failed (" + status.ToString() + ")");
       write_failures.fetch_add(1);
@@ -221,11 +230,19 @@ struct PersistentStore::Impl {
     return true;
   }
 
+  // Runs `fn` on the database opened for reading (null when there is none); a fault (RocksDB or
+  // `fn` out of memory) warns once and gives what `fn` gives for no database.
   template <typename Fn>
   auto read(Fn&& fn) -> decltype(fn(std::declval<rocksdb::DB*>())) {
     FileLock lock(lock_path, LOCK_SH);
-    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader() : nullptr;
-    return fn(db.get());
+    try {
+      std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader() : nullptr;
+      return fn(db.get());
+    } catch (const std::exception& error) {
+      warnCacheOnce("read", std::string("reading the compile cache failed (") + error.what() +
+                                "); it is bypassed, kernels compile as usual");
+    }
+    return fn(nullptr);
   }
 
   // Deletes least recently used entries until the total is at most `max_bytes`.
