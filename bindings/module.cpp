@@ -7,6 +7,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <stdexcept>
+#include <thread>
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
@@ -15,6 +17,7 @@
 #include "cache/persistent_store.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
+#include "support/settings.h"
 
 namespace py = pybind11;
 
@@ -144,6 +147,36 @@ void defineCacheCommands(py::module_& m) {
   });
 }
 
+// c10's default warning handler (a fresh thread has it): a thread that still has it is not
+// inside a Python call (or an autograd task), so a TORCH_WARN there would only reach the log.
+c10::WarningHandler* defaultWarningHandler() {
+  static c10::WarningHandler* handler = [] {
+    c10::WarningHandler* found = nullptr;
+    std::thread([&found] { found = c10::Warning::get_warning_handler(); }).join();
+    return found;
+  }();
+  return handler;
+}
+
+// Cache warnings raised inside an op called from Python become that call's UserWarnings; the
+// others wait in the cache's queue for the next op or for take_cache_warnings().
+bool deliverCacheWarning(const std::string& text) {
+  if (c10::Warning::get_warning_handler() == defaultWarningHandler()) return false;
+  TORCH_WARN(text);
+  return true;
+}
+
+// Reads the settings (support/settings.h): a bad NEURON_FALLBACK raises; a bad cache knob
+// queues one warning naming it.
+void checkSettings() {
+  torchneuron::cacheSettings();
+  try {
+    torchneuron::fallbackMode();
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(false, error.what());
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -156,6 +189,10 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
     }
   });
+  defaultWarningHandler();
+  torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
+  m.def("check_settings", &checkSettings);
+  m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);
   m.def("device_count", [] { return static_cast<int>(torchneuron::neuronDeviceCount()); });
   m.def("check_device_index", [](int index) {
     torchneuron::checkNeuronDeviceIndex(static_cast<c10::DeviceIndex>(index));

@@ -6,16 +6,29 @@ than spelling it.
 """
 
 import atexit
+import warnings
 
 import torch
 
 from . import _C
 from . import _storage_compat
 
+
+def _emit_cache_warnings() -> None:
+    """Raises, as UserWarnings, the cache warnings no op could raise yet (those of the warm
+    start's thread, and of the settings read at import)."""
+    for text in _C.take_cache_warnings():
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+
+# The NEURON_* settings: a bad NEURON_FALLBACK raises here; a bad cache knob warns (README).
+_C.check_settings()
+
 # Warm start (docs/warm-start.md): the kernels and memory the previous run of this program used
 # are made ready in the background while it starts; at exit this run's profile is written.
 _C.start_warm_start()
 atexit.register(_C.finish_warm_start)
+_emit_cache_warnings()
 
 DEVICE_TYPE = "privateuseone"
 
@@ -45,8 +58,9 @@ def device_count() -> int:
 
 def synchronize(device=None) -> None:
     """Waits for all work on the device. Eager kernels complete before they return, so this
-    only validates ``device``."""
+    validates ``device`` and raises the cache warnings that background work queued."""
     _index_of(device)
+    _emit_cache_warnings()
 
 
 def manual_seed(seed: int) -> None:
@@ -109,7 +123,9 @@ def metrics() -> dict:
     ``ops``: per kind, counts per op (e.g. ``metrics()["ops"]["fallback"]["aten::add.Tensor"]``);
     ``allocator``: as :func:`memory_stats`;
     ``warm_start``: what this process's warm start found and made ready (docs/warm-start.md).
+    Raises the cache warnings that background work queued.
     """
+    _emit_cache_warnings()
     return _C.metrics()
 
 

@@ -1,67 +1,150 @@
 #include "cache/cache_warnings.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <mutex>
 #include <set>
 
+#include "support/fork_handlers.h"
+
 namespace torchneuron {
 namespace {
 
+// Locking: `warning_mutex` guards the delivery, the warned kinds and the queue; delivery itself
+// runs outside it. A leaf (callers may hold the store's or the kernel cache's locks); held
+// across fork() (ForkRank::kCacheWarnings). Constant-initialized globals: no static guard for a
+// fork to interrupt.
 std::mutex warning_mutex;
+std::function<bool(const std::string&)>* delivery = nullptr;
+std::set<std::string>* warned = nullptr;
+std::deque<std::string>* queue = nullptr;
+std::atomic<size_t> queued{0};
+thread_local int queue_here = 0;
 
-std::function<void(const std::string&)>& warningHandler() {
-  static auto* handler = new std::function<void(const std::string&)>(
-      [](const std::string& text) { std::cerr << "torchneuron: " << text << "\n"; });
-  return *handler;
+// Takes `warning_mutex` for the caller, making the state at first use.
+std::unique_lock<std::mutex> lockState() {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kCacheWarnings, {[] { warning_mutex.lock(); },
+                                                    [] { warning_mutex.unlock(); },
+                                                    [] { warning_mutex.unlock(); }});
+  });
+  std::unique_lock<std::mutex> lock(warning_mutex);
+  if (delivery == nullptr) {
+    delivery = new std::function<bool(const std::string&)>([](const std::string& text) {
+      std::cerr << "torchneuron: " << text << "\n";
+      return true;
+    });
+    warned = new std::set<std::string>();
+    queue = new std::deque<std::string>();
+  }
+  return lock;
 }
 
-std::set<std::string>& warnedKinds() {
-  static auto* warned = new std::set<std::string>();
-  return *warned;
+// Delivers queued texts from the front while the delivery accepts them.
+void deliverQueued() {
+  while (queued.load() > 0) {
+    std::string text;
+    std::function<bool(const std::string&)> deliver;
+    {
+      std::unique_lock<std::mutex> lock = lockState();
+      if (queue->empty()) return;
+      text = queue->front();
+      queue->pop_front();
+      queued.store(queue->size());
+      deliver = *delivery;
+    }
+    if (!deliver(text)) {
+      std::unique_lock<std::mutex> lock = lockState();
+      queue->push_front(std::move(text));
+      queued.store(queue->size());
+      return;
+    }
+  }
 }
 
 void send(const std::string& text, const std::function<bool(std::set<std::string>&)>& admit) {
-  std::function<void(const std::string&)> handler;
+  const std::string message = "[cache] " + text;
+  std::function<bool(const std::string&)> deliver;
   {
-    std::lock_guard<std::mutex> lock(warning_mutex);
-    if (!admit(warnedKinds())) return;
-    handler = warningHandler();
+    std::unique_lock<std::mutex> lock = lockState();
+    if (!admit(*warned)) return;
+    if (queue_here > 0) {
+      queue->push_back(message);
+      queued.store(queue->size());
+      return;
+    }
+    deliver = *delivery;
   }
-  handler("[cache] " + text);
+  deliverQueued();  // earlier warnings first
+  if (queued.load() == 0 && deliver(message)) return;
+  std::unique_lock<std::mutex> lock = lockState();
+  queue->push_back(message);
+  queued.store(queue->size());
 }
 
 }  // namespace
 
+void setCacheWarningDelivery(std::function<bool(const std::string&)> deliver) {
+  std::unique_lock<std::mutex> lock = lockState();
+  *delivery = std::move(deliver);
+}
+
 void setCacheWarningHandler(std::function<void(const std::string&)> handler) {
-  std::lock_guard<std::mutex> lock(warning_mutex);
-  warningHandler() = std::move(handler);
+  setCacheWarningDelivery([handler = std::move(handler)](const std::string& text) {
+    handler(text);
+    return true;
+  });
 }
 
 void warnCacheOnce(const std::string& kind, const std::string& text) {
-  send(text, [&](std::set<std::string>& warned) { return warned.insert(kind).second; });
+  send(text, [&](std::set<std::string>& kinds) { return kinds.insert(kind).second; });
 }
 
 void warnCacheIfFirst(const std::string& kind, const std::string& text) {
-  send(text, [&](std::set<std::string>& warned) {
-    if (!warned.empty()) return false;
-    warned.insert(kind);
+  send(text, [&](std::set<std::string>& kinds) {
+    if (!kinds.empty()) return false;
+    kinds.insert(kind);
     return true;
   });
+}
+
+QueueCacheWarningsHere::QueueCacheWarningsHere() { ++queue_here; }
+QueueCacheWarningsHere::~QueueCacheWarningsHere() { --queue_here; }
+
+void flushCacheWarnings() {
+  if (queued.load(std::memory_order_relaxed) == 0 || queue_here > 0) return;
+  deliverQueued();
+}
+
+std::vector<std::string> takeQueuedCacheWarnings() {
+  std::unique_lock<std::mutex> lock = lockState();
+  std::vector<std::string> texts(queue->begin(), queue->end());
+  queue->clear();
+  queued.store(0);
+  return texts;
+}
+
+const Settings& cacheSettings() {
+  const Settings& s = settings();
+  static std::once_flag reported;
+  std::call_once(reported, [&s] {
+    for (const std::string& line : s.warnings)
+      warnCacheOnce("setting:" + line.substr(0, line.find('=')), line);
+  });
+  return s;
 }
 
 int64_t byteCountSetting(const char* name, int64_t fallback,
                          const std::string& meaning_of_fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
-  if (end == value || *end != '\0' || parsed < 0) {
-    warnCacheOnce(name, std::string(name) + "=" + value + " is not a byte count; " +
-                            meaning_of_fallback);
-    return fallback;
-  }
-  return parsed;
+  if (std::optional<int64_t> parsed = parseByteCount(value)) return *parsed;
+  warnCacheOnce("setting:" + std::string(name),
+                std::string(name) + "=" + value + " is not a byte count; " + meaning_of_fallback);
+  return fallback;
 }
 
 }  // namespace torchneuron

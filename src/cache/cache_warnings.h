@@ -1,18 +1,31 @@
 #pragma once
 // The cache's warning channel: faults of the cache never stop the program, they warn, at most
-// once per kind of fault per process.
+// once per kind of fault per process, and reach Python as UserWarnings (docs/persistent-cache.md,
+// "Warnings").
+//
+// A warning is delivered on the thread that raised it when that thread can show it to the user
+// (the device library's delivery says so: a thread inside a Python call); otherwise, and always
+// on threads marked with QueueCacheWarningsHere (the warm-start thread), it is queued and
+// delivered by the next flushCacheWarnings() that can deliver it (every kernel lookup flushes),
+// or handed to Python by takeQueuedCacheWarnings().
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "support/settings.h"
 
 namespace torchneuron {
 
-// Warnings from the cache go through this hook (the device library routes them to PyTorch's
-// warning machinery); the default prints to stderr.
+// Where warnings go: `deliver` shows "[cache] ..." text to the user from the calling thread and
+// returns true, or returns false when this thread cannot (the text then stays queued). The
+// default prints to stderr.
+void setCacheWarningDelivery(std::function<bool(const std::string&)> deliver);
+// A delivery that always succeeds (tests, tools).
 void setCacheWarningHandler(std::function<void(const std::string&)> handler);
 
-// Sends "[cache] <text>" to the handler unless a warning of `kind` was sent already.
+// Sends "[cache] <text>" unless a warning of `kind` was sent already.
 void warnCacheOnce(const std::string& kind, const std::string& text);
 
 // As warnCacheOnce, but only when the cache has not warned at all yet: for a fault that is
@@ -20,8 +33,30 @@ void warnCacheOnce(const std::string& kind, const std::string& text);
 // directory that could not be created).
 void warnCacheIfFirst(const std::string& kind, const std::string& text);
 
-// The byte count in environment variable `name`: `fallback` when unset or empty; a value that
-// is not a non-negative integer warns (naming the variable and the value) and gives `fallback`.
+// While one lives, warnings raised on the constructing thread are queued, never delivered there.
+class QueueCacheWarningsHere {
+ public:
+  QueueCacheWarningsHere();
+  ~QueueCacheWarningsHere();
+  QueueCacheWarningsHere(const QueueCacheWarningsHere&) = delete;
+  QueueCacheWarningsHere& operator=(const QueueCacheWarningsHere&) = delete;
+};
+
+// Delivers queued warnings, oldest first, as far as the calling thread can. Cheap when the queue
+// is empty (one atomic load).
+void flushCacheWarnings();
+// Removes and returns the queued warnings ("[cache] ..." texts), for a caller that shows them
+// itself (the Python bindings).
+std::vector<std::string> takeQueuedCacheWarnings();
+
+// settings() (support/settings.h); its warnings (cache knobs set to values outside their type)
+// are sent through this channel, once each, at the first call.
+const Settings& cacheSettings();
+
+// The byte count in environment variable `name` (parsed as settings.h describes): `fallback`
+// when unset or empty; a value that is not a byte count warns, naming the variable and the
+// value, and gives `fallback`. Only for PersistentStore::fromEnvironment, until it reads
+// cacheSettings().cache_max_bytes.
 int64_t byteCountSetting(const char* name, int64_t fallback, const std::string& meaning_of_fallback);
 
 }  // namespace torchneuron

@@ -4,7 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
+#include <exception>
+#include <new>
 #include <optional>
 #include <memory>
 #include <mutex>
@@ -20,12 +21,15 @@
 #include "fusion/compiler.h"
 #include "fusion/kernel_signature.h"
 #include "launcher/object_loader.h"
+#include "support/errors.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
 
 struct Entry {
   KernelHandle kernel;
+  std::exception_ptr error;  // an internal error of the resolving call, rethrown to its waiters
   bool ready = false;  // guarded by Table::mutex; waiters sleep on Table::compiled
   int64_t bytes = 0;   // what it counts against the memory tier's cap, set with `ready`
   std::atomic<uint64_t> last_use{0};  // Table::clock at the latest lookup
@@ -44,6 +48,13 @@ struct Prefetched {
 // Locking: `mutex` guards `entries`, `memory_bytes` and every Entry's `ready`/`kernel`/`bytes`
 // until ready is set; after that those are immutable and read under the shared side. Waiters
 // hold their entry through a shared_ptr: eviction may take it out of the map meanwhile.
+// `prefetch_mutex`, `first_use_mutex` and `latencies_mutex` each guard their own fields and are
+// never held together, nor with `mutex`. Order (support/fork_handlers.h): `mutex`
+// (ForkRank::kKernelCacheTable) may be held while the linker's lock is taken (an evicted
+// kernel unlinks); the store, the compiler and the linker are used with none of these held.
+// All four are held across fork(); the child drops the single-flight slots (entries not ready,
+// prefetches not done) whose owners live only in the parent, and re-creates the condition
+// variables and the rwlock, whose waiters live only there too.
 struct Table {
   std::shared_mutex mutex;
   std::condition_variable_any compiled;
@@ -96,9 +107,27 @@ std::string storeKey(const LoadRequirements& r) {
   return hashBytes128(material.data(), material.size()).hex();
 }
 
-bool retryFailedCompiles() {
-  const char* value = std::getenv("NEURON_CACHE_RETRY_FAILED");
-  return value != nullptr && std::string(value) == "1";
+bool retryFailedCompiles() { return cacheSettings().cache_retry_failed; }
+
+// Runs one store operation; a fault of the store (an exception: RocksDB or the container code
+// out of memory) is a miss, `fallback`, and one warning: the cache fails open.
+template <typename Fn, typename T>
+T storeCall(const char* what, T fallback, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& error) {
+    warnCacheOnce("store-fault", std::string("the compile cache failed while ") + what + " (" +
+                                     error.what() + "); it is bypassed for this kernel");
+    return fallback;
+  }
+}
+
+// Notes an environment failure (support/errors.h): counted, kept for this process only.
+void failHere(Table& t, CachedKernel& result, const std::string& why) {
+  result = CachedKernel();
+  result.failure = why + " (an environment failure: not remembered, the next process retries)";
+  result.environmental = true;
+  t.failures.fetch_add(1, std::memory_order_relaxed);
 }
 
 void recordLoadTime(Table& t, std::chrono::steady_clock::time_point start) {
@@ -117,14 +146,19 @@ std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, cons
                                           const LoadRequirements* wanted,
                                           std::string* key_material = nullptr) {
   std::string why;
-  std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
-  if (container) {
-    LoadRequirements required = wanted ? *wanted : hostRequirements();
-    if (!wanted) required.key_material = container->key_material;
-    why = verifyContainer(*container, required);
-    if (why.empty() && !wanted && storeKey(required) != key)
-      why = "the entry is filed under another key";
-  }
+  std::optional<ExecutableContainer> container;
+  const bool checked = storeCall("reading an entry", false, [&] {
+    container = parseContainer(bytes, &why);
+    if (container) {
+      LoadRequirements required = wanted ? *wanted : hostRequirements();
+      if (!wanted) required.key_material = container->key_material;
+      why = verifyContainer(*container, required);
+      if (why.empty() && !wanted && storeKey(required) != key)
+        why = "the entry is filed under another key";
+    }
+    return true;
+  });
+  if (!checked) return nullptr;  // a fault of this process, not of the entry
   std::shared_ptr<LoadedCode> code;
   if (why.empty()) {
     try {
@@ -149,7 +183,8 @@ std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
                                           bool* rejected = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   StoreRead read = StoreRead::kAbsent;
-  std::optional<std::vector<char>> bytes = store.get(key, &read);
+  std::optional<std::vector<char>> bytes = storeCall(
+      "reading", std::optional<std::vector<char>>(), [&] { return store.get(key, &read); });
   if (read == StoreRead::kRejected) {  // failed its checksum or MAC: counted, never mapped
     t.persistent_rejected.fetch_add(1);
     if (rejected) *rejected = true;
@@ -205,41 +240,60 @@ CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
   return kernel;
 }
 
-// Compiles and loads; writes the container to the store when there is one.
+// Writes a compiled kernel's container to the store; a fault only warns (storeCall).
+void storeCompiled(PersistentStore& store, const std::string& store_key,
+                   const LoadRequirements& wanted, const fusion::ObjectCode& object) {
+  storeCall("writing", false, [&] {
+    ExecutableContainer container;
+    container.engine_version = wanted.engine_version;
+    container.llvm_version = wanted.llvm_version;
+    container.target_triple = wanted.target_triple;
+    container.cpu = fusion::hostTarget().cpu;
+    container.cpu_features = wanted.cpu_features;
+    container.compile_options = wanted.compile_options;
+    container.key_material = wanted.key_material;
+    container.kernels = {{object.entry, "slots-v1"}};
+    container.object = object.bytes;
+    return store.put(store_key, container.serialize());
+  });
+}
+
+// Compiles and loads; writes the container to the store when there is one. A compile failure
+// (CompileError) is remembered, in the store too; an environment failure (EnvironmentError,
+// std::bad_alloc) only in this process; any other exception is an internal error and
+// propagates.
 CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
                             const LoadRequirements& wanted, PersistentStore* store,
                             const std::string& store_key) {
   CachedKernel result;
+  fusion::ObjectCode object;
   try {
     const auto start = std::chrono::steady_clock::now();
-    const fusion::ObjectCode object = fusion::compileKernel(mlir, fusion::kernelEntryName(key));
+    object = fusion::compileKernel(mlir, fusion::kernelEntryName(key));
     result = loaded(loadKernelObject(object.bytes, object.entry));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     t.compiles.fetch_add(1, std::memory_order_relaxed);
     t.compile_us.fetch_add(static_cast<int64_t>(ms * 1000));
-    {
-      std::lock_guard<std::mutex> lock(t.latencies_mutex);
-      t.latencies_ms.push_back(ms);
-    }
-    if (store != nullptr) {
-      ExecutableContainer container;
-      container.engine_version = wanted.engine_version;
-      container.llvm_version = wanted.llvm_version;
-      container.target_triple = wanted.target_triple;
-      container.cpu = fusion::hostTarget().cpu;
-      container.cpu_features = wanted.cpu_features;
-      container.compile_options = wanted.compile_options;
-      container.key_material = wanted.key_material;
-      container.kernels = {{object.entry, "slots-v1"}};
-      container.object = object.bytes;
-      store->put(store_key, container.serialize());
-    }
-  } catch (const std::exception& error) {
+    std::lock_guard<std::mutex> lock(t.latencies_mutex);
+    t.latencies_ms.push_back(ms);
+  } catch (const CompileError& error) {
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
-    if (store != nullptr) store->recordFailure(store_key, result.failure);
+    if (store != nullptr)
+      storeCall("recording a failure", false, [&] {
+        store->recordFailure(store_key, result.failure);
+        return true;
+      });
+    return result;
+  } catch (const EnvironmentError& error) {
+    failHere(t, result, error.what());
+    return result;
+  } catch (const std::bad_alloc&) {
+    failHere(t, result, "[cache] out of memory while compiling the kernel");
+    return result;
   }
+  if (store != nullptr) storeCompiled(*store, store_key, wanted, object);
   return result;
 }
 
@@ -253,13 +307,15 @@ CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const s
     if (auto code = loadFromStore(t, store, store_key, wanted, &rejected)) return loaded(code);
   }
   if (!retryFailedCompiles()) {
-    if (std::optional<std::string> reason = store.failure(store_key)) {
+    if (std::optional<std::string> reason = storeCall(
+            "reading", std::optional<std::string>(), [&] { return store.failure(store_key); })) {
       CachedKernel result;
       result.failure = "remembered from an earlier run: " + *reason;
       return result;
     }
   }
-  auto lock = store.lockKey(store_key, std::chrono::seconds(120));
+  auto lock = storeCall("locking", std::unique_ptr<PersistentStore::KeyLock>(),
+                        [&] { return store.lockKey(store_key, std::chrono::seconds(120)); });
   // Another process may have compiled it while this one waited (not worth a second look when
   // the entry there was damaged: this process overwrites it).
   if (!rejected) {
@@ -280,9 +336,51 @@ CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& b
   return result;
 }
 
+Table* table_instance = nullptr;  // never destroyed: kernels stay callable at exit
+
+void prepareFork() {
+  Table& t = *table_instance;
+  t.mutex.lock();
+  t.prefetch_mutex.lock();
+  t.first_use_mutex.lock();
+  t.latencies_mutex.lock();
+}
+
+void releaseAfterFork() {
+  Table& t = *table_instance;
+  t.latencies_mutex.unlock();
+  t.first_use_mutex.unlock();
+  t.prefetch_mutex.unlock();
+  t.mutex.unlock();
+}
+
+// In the child: the threads resolving pending entries and prefetches stayed in the parent.
+void resetInChild() {
+  Table& t = *table_instance;
+  for (auto it = t.entries.begin(); it != t.entries.end();)
+    it = it->second->ready ? std::next(it) : t.entries.erase(it);
+  for (auto it = t.prefetched.begin(); it != t.prefetched.end();)
+    it = it->second->done ? std::next(it) : t.prefetched.erase(it);
+  // The old ones may count waiters that do not exist here: a broadcast could wait for them, and
+  // unlocking the rwlock could hand it to a writer that never comes. Made afresh, unlocked.
+  new (&t.compiled) std::condition_variable_any();
+  new (&t.prefetch_done) std::condition_variable();
+  t.latencies_mutex.unlock();
+  t.first_use_mutex.unlock();
+  t.prefetch_mutex.unlock();
+  new (&t.mutex) std::shared_mutex();
+}
+
 Table& table() {
-  static Table* instance = new Table();
-  return *instance;
+  static std::once_flag made;  // std::call_once is pthread_once: a child may redo it
+  std::call_once(made, [] {
+    registerForkHandlers(ForkRank::kKernelCacheTable,
+                         {[] { if (table_instance) prepareFork(); },
+                          [] { if (table_instance) releaseAfterFork(); },
+                          [] { if (table_instance) resetInChild(); }});
+    table_instance = new Table();
+  });
+  return *table_instance;
 }
 
 // Keeps the memory tier under its cap by dropping the least recently used ready entries other
@@ -314,13 +412,10 @@ int64_t footprint(const CachedKernel& kernel) {
 
 }  // namespace
 
-int64_t memoryTierCapacity() {
-  static const int64_t capacity = byteCountSetting(
-      "NEURON_CACHE_MEMORY_MAX_BYTES", int64_t{256} << 20, "the default of 256 MiB stays");
-  return capacity;
-}
+int64_t memoryTierCapacity() { return cacheSettings().cache_memory_max_bytes; }
 
 KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir) {
+  flushCacheWarnings();  // those queued by threads that cannot warn (the warm start)
   Table& t = table();
   {
     std::shared_lock<std::shared_mutex> read(t.mutex);
@@ -339,6 +434,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
     if (!inserted) {  // another thread compiles it, or just did
       std::shared_ptr<Entry> pending = it->second;
       t.compiled.wait(write, [&] { return pending->ready; });
+      if (pending->error) std::rethrow_exception(pending->error);
       t.hits.fetch_add(1, std::memory_order_relaxed);
       return pending->kernel;
     }
@@ -347,18 +443,43 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
   }
   t.misses.fetch_add(1, std::memory_order_relaxed);
   CachedKernel result;
+  std::exception_ptr internal;
   try {
     result = resolve(t, key, build_mlir);
-  } catch (const std::exception& error) {  // e.g. building the module failed
+  } catch (const CompileError& error) {
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
+  } catch (const EnvironmentError& error) {
+    failHere(t, result, error.what());
+  } catch (const std::bad_alloc&) {
+    failHere(t, result, "[cache] out of memory while resolving the kernel");
+  } catch (...) {  // an internal error (TORCH_INTERNAL_ASSERT, a bug): the caller's error
+    internal = std::current_exception();
+  }
+  if (internal) {
+    {
+      std::unique_lock<std::shared_mutex> write(t.mutex);
+      entry->error = internal;
+      entry->ready = true;
+      if (auto it = t.entries.find(key); it != t.entries.end() && it->second == entry)
+        t.entries.erase(it);  // not remembered: the next call tries again
+    }
+    t.compiled.notify_all();
+    std::rethrow_exception(internal);
   }
   KernelHandle handle = std::make_shared<const CachedKernel>(std::move(result));
   const int64_t capacity = memoryTierCapacity();
+  const int64_t bytes = footprint(*handle);
+  if (handle->code && bytes > capacity)
+    warnCacheOnce("memory-cap", "NEURON_CACHE_MEMORY_MAX_BYTES=" + std::to_string(capacity) +
+                                    " bytes cannot hold one kernel (this one has " +
+                                    std::to_string(bytes) +
+                                    " bytes of object code): the memory tier keeps only the "
+                                    "kernel used last, the others are reloaded or recompiled");
   {
     std::unique_lock<std::shared_mutex> write(t.mutex);
     entry->kernel = handle;
-    entry->bytes = footprint(*handle);
+    entry->bytes = bytes;
     entry->last_use.store(t.clock.fetch_add(1, std::memory_order_relaxed));
     entry->ready = true;
     t.memory_bytes += entry->bytes;
@@ -394,7 +515,9 @@ bool prefetchStoredKernel(const std::string& store_key) {
   std::string key_material;
   StoreRead read = StoreRead::kAbsent;
   bool rejected = false;
-  if (std::optional<std::vector<char>> bytes = store->get(store_key, &read)) {
+  if (std::optional<std::vector<char>> bytes =
+          storeCall("reading", std::optional<std::vector<char>>(),
+                    [&] { return store->get(store_key, &read); })) {
     code = verifyAndLink(t, *store, store_key, *bytes, nullptr, &key_material);
     rejected = code == nullptr;
   } else if (read == StoreRead::kRejected) {

@@ -1,8 +1,13 @@
 #pragma once
 // The in-memory kernel cache: kernel key -> loaded kernel, a least-recently-used tier capped at
-// NEURON_CACHE_MEMORY_MAX_BYTES of object code (default 256 MiB). A miss compiles once
-// (concurrent callers of the same key wait for that compile); a failed compile is remembered
-// with its reason, so the signature falls back without retrying.
+// NEURON_CACHE_MEMORY_MAX_BYTES of object code (default 256 MiB; a cap below one kernel warns).
+// A miss compiles once (concurrent callers of the same key wait for that compile). Failures
+// (support/errors.h): a compile failure (MLIR/LLVM rejected the module) is remembered with its
+// reason, in memory and in the persistent store, so the signature falls back without retrying;
+// an environment failure (link error, out of memory, no address space) falls back for the rest
+// of this process but is never persisted; an internal error propagates to the caller and is
+// not remembered. Faults of the persistent store are misses (one warning per kind). Fork-safe:
+// a forked child finds the kernels the parent had loaded and compiles the rest itself.
 
 #include <cstdint>
 #include <functional>
@@ -19,6 +24,7 @@ namespace torchneuron {
 struct CachedKernel {
   KernelFunction function = nullptr;  // null when the compile failed
   std::string failure;                // why it failed ("" on success)
+  bool environmental = false;         // an environment failure: retried by the next process
   std::shared_ptr<LoadedCode> code;   // keeps `function` mapped
 };
 
@@ -46,7 +52,9 @@ struct KernelCacheStats {
 // (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s module, which
 // exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles of one key
 // are single-flight within the process and, through the store, across processes. A failed
-// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null.
+// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null;
+// throws what an internal error threw (to every caller waiting for that key). Delivers the
+// cache warnings queued by threads that cannot warn (cache_warnings.h) first.
 KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
 
 // The persistent store's key for the kernel `key` compiled from `mlir` (tests and tools).
@@ -66,8 +74,9 @@ bool prefetchStoredKernel(const std::string& store_key);
 KernelCacheStats kernelCacheStats();
 void resetKernelCacheCounters();  // hits, misses, compiles, failures and time; keeps entries
 
-// The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES, read once; an
-// unparsable value warns through the cache's warning handler and keeps the default.
+// The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES
+// (support/settings.h; an unparsable value warns through the cache's warnings and keeps the
+// default).
 int64_t memoryTierCapacity();
 
 }  // namespace torchneuron

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "cache/entry_authenticator.h"
 #include "cache/executable_container.h"
 #include "cache/warm_start_profile.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
@@ -57,6 +59,47 @@ void registerForkHandler() {
   });
 }
 
+// The descriptors of the flock() locks this process holds (store.lock, locks/<key>). A forked
+// child inherits them, and an flock() lives until every descriptor of it is closed: a child
+// that kept them would hold its parent's store lock (and every other process's writes) for its
+// whole life. The child closes its copies; the parent's locks stay held by the parent.
+// Locking: `held_locks_mutex` guards `held_locks`, a leaf held across fork().
+std::mutex held_locks_mutex;
+std::set<int>* held_locks = nullptr;
+
+// Takes `held_locks_mutex`, registering the fork handlers at first use. Opening and closing
+// happen under it, so a fork never sees a descriptor that is open but not yet noted.
+std::unique_lock<std::mutex> lockHeldLocks() {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kStoreLocks, {[] { held_locks_mutex.lock(); },
+                                                 [] { held_locks_mutex.unlock(); },
+                                                 [] {
+                                                   if (held_locks)
+                                                     for (int fd : *held_locks) close(fd);
+                                                   if (held_locks) held_locks->clear();
+                                                   held_locks_mutex.unlock();
+                                                 }});
+  });
+  std::unique_lock<std::mutex> lock(held_locks_mutex);
+  if (held_locks == nullptr) held_locks = new std::set<int>();
+  return lock;
+}
+
+// open() and close() of a lock file, its descriptor noted for a forked child.
+int openLockFile(const char* path, int flags) {
+  std::unique_lock<std::mutex> lock = lockHeldLocks();
+  const int fd = open(path, flags, 0600);
+  if (fd >= 0) held_locks->insert(fd);
+  return fd;
+}
+
+void closeLockFile(int fd) {
+  std::unique_lock<std::mutex> lock = lockHeldLocks();
+  held_locks->erase(fd);
+  close(fd);
+}
+
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch()).count();
@@ -73,16 +116,16 @@ int64_t decodeTime(const std::string& s) {
 class FileLock {
  public:
   FileLock(const std::string& path, int operation) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd_ = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
     if (fd_ < 0 && errno != ELOOP)
-      fd_ = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);  // a read-only directory
+      fd_ = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);  // a read-only directory
     if (fd_ >= 0 && flock(fd_, operation) != 0) {
-      close(fd_);
+      closeLockFile(fd_);
       fd_ = -1;
     }
   }
   ~FileLock() {
-    if (fd_ >= 0) close(fd_);  // closing releases the lock
+    if (fd_ >= 0) closeLockFile(fd_);  // closing releases the lock
   }
   bool held() const { return fd_ >= 0; }
 
@@ -103,6 +146,10 @@ rocksdb::Options baseOptions() {
   static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<DiscardingLogger>();
   rocksdb::Options options;
   options.info_log = logger;
+  // Table files are opened on the calling thread: with more, RocksDB starts threads to open
+  // them and calls std::terminate when one cannot start (under an address-space limit), where
+  // the calling thread would have got a clean error. The cache has few, small tables.
+  options.max_file_opening_threads = 1;
   return options;
 }
 
@@ -164,15 +211,20 @@ struct PersistentStore::Impl {
       write_failures.fetch_add(1);
       return false;
     }
-    std::unique_ptr<rocksdb::DB> db = openWriter();
-    if (!db) return false;
-    rocksdb::WriteBatch batch;
-    fill(*db, batch);
-    rocksdb::WriteOptions options;
-    options.sync = true;
-    rocksdb::Status status = db->Write(options, &batch);
-    // Flushed to a table file so the log is empty: readers open without replaying it.
-    if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
+    rocksdb::Status status;
+    try {  // RocksDB and the batch allocate: out of memory is a failed write, not an abort
+      std::unique_ptr<rocksdb::DB> db = openWriter();
+      if (!db) return false;
+      rocksdb::WriteBatch batch;
+      fill(*db, batch);
+      rocksdb::WriteOptions options;
+      options.sync = true;
+      status = db->Write(options, &batch);
+      // Flushed to a table file so the log is empty: readers open without replaying it.
+      if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
+    } catch (const std::exception& error) {
+      status = rocksdb::Status::Aborted(error.what());
+    }
     if (!status.ok()) {
       warnCacheOnce("write", "writing the compile cache failed (" + status.ToString() + ")");
       write_failures.fetch_add(1);
@@ -181,11 +233,19 @@ struct PersistentStore::Impl {
     return true;
   }
 
+  // Runs `fn` on the database opened for reading (null when there is none); a fault (RocksDB or
+  // `fn` out of memory) warns once and gives what `fn` gives for no database.
   template <typename Fn>
   auto read(Fn&& fn, bool warn = true) -> decltype(fn(std::declval<rocksdb::DB*>())) {
     FileLock lock(lock_path, LOCK_SH);
-    std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader(warn) : nullptr;
-    return fn(db.get());
+    try {
+      std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader(warn) : nullptr;
+      return fn(db.get());
+    } catch (const std::exception& error) {
+      warnCacheOnce("read", std::string("reading the compile cache failed (") + error.what() +
+                                "); it is bypassed, kernels compile as usual");
+    }
+    return fn(nullptr);
   }
 
   // Deletes least recently used entries until the total is at most `max_bytes`.
@@ -400,19 +460,19 @@ void PersistentStore::recordFailure(const std::string& key, const std::string& r
 }
 
 PersistentStore::KeyLock::~KeyLock() {
-  if (fd_ >= 0) close(fd_);
+  if (fd_ >= 0) closeLockFile(fd_);
 }
 
 std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::string& key,
                                                                    std::chrono::milliseconds deadline) {
   if (off()) return nullptr;
   const std::string path = impl_->locks_dir + "/" + key;
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return nullptr;
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (std::chrono::steady_clock::now() >= until) {
-      close(fd);
+      closeLockFile(fd);
       warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
                            "kernel; compiling here too");
       return nullptr;

@@ -5,14 +5,28 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "support/fork_handlers.h"
+
 namespace torchneuron {
+namespace {
+
+// Locking: `warned_mutex` guards `warned`; held across fork() (ForkRank::kWarnOnce).
+std::mutex warned_mutex;
+std::unordered_set<Hash64>* warned = nullptr;
+
+}  // namespace
 
 void warnCompileFailureOnce(Hash64 key, const std::string& signature, const std::string& reason) {
-  static std::mutex mutex;
-  static std::unordered_set<Hash64> warned;
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kWarnOnce, {[] { warned_mutex.lock(); },
+                                               [] { warned_mutex.unlock(); },
+                                               [] { warned_mutex.unlock(); }});
+  });
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!warned.insert(key).second) return;
+    std::lock_guard<std::mutex> lock(warned_mutex);
+    if (warned == nullptr) warned = new std::unordered_set<Hash64>();
+    if (!warned->insert(key).second) return;
   }
   TORCH_WARN("[fusion] ", signature,
              " could not be compiled; this signature runs on the CPU. Reason: ", reason);

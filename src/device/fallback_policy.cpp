@@ -2,28 +2,45 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_set>
 
+#include "support/fork_handlers.h"
+#include "support/settings.h"
+
 namespace torchneuron {
+namespace {
+
+// Locking: `warned_mutex` guards `warned`; fallbacks run on user and autograd threads alike.
+// Held across fork() (ForkRank::kWarnOnce).
+std::mutex warned_mutex;
+std::unordered_set<std::string>* warned = nullptr;
+
+}  // namespace
 
 FallbackPolicy currentFallbackPolicy() {
-  const char* value = std::getenv("NEURON_FALLBACK");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "warn") == 0)
-    return FallbackPolicy::kWarn;
-  if (std::strcmp(value, "silent") == 0) return FallbackPolicy::kSilent;
-  if (std::strcmp(value, "error") == 0) return FallbackPolicy::kError;
-  TORCH_CHECK(false, "[fallback] NEURON_FALLBACK must be 'warn', 'silent' or 'error', got '",
-              value, "'");
+  try {
+    switch (fallbackMode()) {
+      case FallbackMode::kWarn: return FallbackPolicy::kWarn;
+      case FallbackMode::kSilent: return FallbackPolicy::kSilent;
+      case FallbackMode::kError: return FallbackPolicy::kError;
+    }
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(false, error.what());
+  }
+  TORCH_INTERNAL_ASSERT(false, "[fallback] unknown fallback mode");
 }
 
 bool firstFallbackOf(const std::string& op_name) {
-  // Locking: fallbacks run on user and autograd threads alike.
-  static std::mutex mutex;
-  static auto* warned = new std::unordered_set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kWarnOnce, {[] { warned_mutex.lock(); },
+                                               [] { warned_mutex.unlock(); },
+                                               [] { warned_mutex.unlock(); }});
+  });
+  std::lock_guard<std::mutex> lock(warned_mutex);
+  if (warned == nullptr) warned = new std::unordered_set<std::string>();
   return warned->insert(op_name).second;
 }
 

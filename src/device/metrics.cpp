@@ -4,20 +4,30 @@
 #include <mutex>
 
 #include "cache/kernel_cache.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
 
-// Locking: `mutex` guards the counter table (lookups and snapshots); counters themselves are
-// atomics, incremented from the caller's thread or autograd's device thread without the lock.
-struct MetricsState {
-  std::mutex mutex;
-  std::map<std::string, std::map<std::string, std::unique_ptr<LaunchCounter>>> counters;
-};
+using CounterTable = std::map<std::string, std::map<std::string, std::unique_ptr<LaunchCounter>>>;
 
-MetricsState& state() {
-  static auto* metrics = new MetricsState();
-  return *metrics;
+// Locking: `table_mutex` guards the counter table (lookups and snapshots); counters themselves
+// are atomics, incremented from the caller's thread or autograd's device thread without the
+// lock. Held across fork() (ForkRank::kMetrics).
+std::mutex table_mutex;
+CounterTable* table = nullptr;
+
+// The table, made at first use; the caller holds `table_mutex`.
+CounterTable& lockedTable(std::unique_lock<std::mutex>& lock) {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kMetrics, {[] { table_mutex.lock(); },
+                                              [] { table_mutex.unlock(); },
+                                              [] { table_mutex.unlock(); }});
+  });
+  lock = std::unique_lock<std::mutex>(table_mutex);
+  if (table == nullptr) table = new CounterTable();
+  return *table;
 }
 
 }  // namespace
@@ -35,9 +45,8 @@ const char* launchKindName(LaunchKind kind) {
 }
 
 LaunchCounter* launchCounter(LaunchKind kind, const std::string& op_name) {
-  MetricsState& metrics = state();
-  std::lock_guard<std::mutex> lock(metrics.mutex);
-  std::unique_ptr<LaunchCounter>& counter = metrics.counters[launchKindName(kind)][op_name];
+  std::unique_lock<std::mutex> lock;
+  std::unique_ptr<LaunchCounter>& counter = lockedTable(lock)[launchKindName(kind)][op_name];
   if (!counter) counter = std::make_unique<LaunchCounter>(0);
   return counter.get();
 }
@@ -47,15 +56,14 @@ void recordLaunch(LaunchKind kind, const std::string& op_name) {
 }
 
 MetricsSnapshot metricsSnapshot() {
-  MetricsState& metrics = state();
   MetricsSnapshot snapshot;
   for (LaunchKind kind : {LaunchKind::kCompiled, LaunchKind::kLibrary, LaunchKind::kFallback}) {
     snapshot.launches.emplace(launchKindName(kind), 0);
     snapshot.ops_by_kind[launchKindName(kind)];
   }
   {
-    std::lock_guard<std::mutex> lock(metrics.mutex);
-    for (const auto& [kind, ops] : metrics.counters) {
+    std::unique_lock<std::mutex> lock;
+    for (const auto& [kind, ops] : lockedTable(lock)) {
       for (const auto& [op, counter] : ops) {
         const int64_t count = counter->load(std::memory_order_relaxed);
         if (count == 0) continue;
@@ -82,10 +90,9 @@ MetricsSnapshot metricsSnapshot() {
 }
 
 void resetMetrics() {
-  MetricsState& metrics = state();
   {
-    std::lock_guard<std::mutex> lock(metrics.mutex);
-    for (auto& [kind, ops] : metrics.counters)
+    std::unique_lock<std::mutex> lock;
+    for (auto& [kind, ops] : lockedTable(lock))
       for (auto& [op, counter] : ops) counter->store(0, std::memory_order_relaxed);
   }
   resetKernelCacheCounters();

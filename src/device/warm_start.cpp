@@ -1,6 +1,5 @@
 #include "device/warm_start.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,16 +17,12 @@
 #include "cache/persistent_store.h"
 #include "cache/warm_start_profile.h"
 #include "device/caching_allocator.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
 
 constexpr int64_t kDefaultMaxBytes = int64_t{1} << 30;
-
-bool turnedOff() {
-  const char* value = std::getenv("NEURON_WARM_START");
-  return value != nullptr && std::string(value) == "0";
-}
 
 // A quarter of MemAvailable, so that warming never crowds out the program or its neighbours.
 int64_t quarterOfAvailableMemory() {
@@ -53,9 +48,11 @@ std::vector<size_t> blocksWithin(const std::vector<size_t>& listed, int64_t budg
   return chosen;
 }
 
-// Locking: `mutex` guards `stats` and `text_read`; `stop` is polled by the thread between items.
-// The thread holds `item` while it works on one kernel or block, and fork() takes it first, so a
-// child is never forked with the store, the linker or the allocator locked by this thread.
+// Locking: `mutex` guards `stats` and `text_read` (a leaf, ForkRank::kWarmStartStats); `stop`
+// is polled by the thread between items. The thread holds `item` while it works on one kernel
+// or block, and fork() takes it first (ForkRank::kWarmStartItem, before every other lock: the
+// item takes the kernel cache's, the store's, the linker's and the allocator's), so a child is
+// never forked with those locked by this thread. Both are held across fork().
 struct WarmStart {
   std::mutex mutex;
   std::mutex item;
@@ -75,7 +72,7 @@ WarmStart& state() {
   return *instance;
 }
 
-void warmUp(WarmStart& w) {
+void warmUpProfile(WarmStart& w) {
   const auto start = std::chrono::steady_clock::now();
   const std::string path = profilePath(w.directory, w.program);
   std::optional<std::string> text = readProfileFile(path);
@@ -121,6 +118,23 @@ void warmUp(WarmStart& w) {
   std::lock_guard<std::mutex> lock(w.mutex);
   w.stats.background_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The thread's body. Its warnings are queued for the next Python-side call (this thread cannot
+// raise Python warnings); whatever it throws ends the warm start with one warning, never
+// std::terminate. `done` is set however it ends, so a caller polling it never hangs.
+void warmUp(WarmStart& w) {
+  QueueCacheWarningsHere queued;
+  try {
+    warmUpProfile(w);
+  } catch (const std::exception& error) {
+    warnCacheOnce("warm-start", std::string("the warm start stopped early (") + error.what() +
+                                    "); the program runs on, starting colder");
+  } catch (...) {
+    warnCacheOnce("warm-start", "the warm start stopped early (an unknown exception); the "
+                                "program runs on, starting colder");
+  }
+  std::lock_guard<std::mutex> lock(w.mutex);
   w.stats.done = true;
 }
 
@@ -135,23 +149,23 @@ void joinAtExit() {
 
 void startWarmStart() {
   WarmStart& w = state();
-  if (w.started || turnedOff()) return;
+  if (w.started || !cacheSettings().warm_start) return;
   PersistentStore* store = PersistentStore::fromEnvironment();
   if (store == nullptr) return;
   w.started = true;
   w.owner = getpid();
   w.program = currentProgramIdentity();
   w.directory = store->directory();
-  // Settings are read (and a bad one warned about) here, as a Python warning, not on the thread.
-  memoryTierCapacity();
-  w.max_bytes = byteCountSetting("NEURON_WARM_START_MAX_BYTES", kDefaultMaxBytes,
-                                 "the default of 1 GiB stays");
-  // fork() waits for the item in hand. Registered after the allocator's handler (the allocator
-  // exists once the device library is loaded), so it runs before it: the item may need the
-  // allocator's lock to finish.
+  w.max_bytes = cacheSettings().warm_start_max_bytes;
+  // fork() waits for the item in hand. The allocator registered its own handler when the device
+  // library loaded, so its prepare step runs after these: the item may need its lock to finish.
   neuronAllocator();
-  pthread_atfork([] { state().item.lock(); }, [] { state().item.unlock(); },
-                 [] { state().item.unlock(); });
+  registerForkHandlers(ForkRank::kWarmStartItem, {[] { state().item.lock(); },
+                                                  [] { state().item.unlock(); },
+                                                  [] { state().item.unlock(); }});
+  registerForkHandlers(ForkRank::kWarmStartStats, {[] { state().mutex.lock(); },
+                                                   [] { state().mutex.unlock(); },
+                                                   [] { state().mutex.unlock(); }});
   w.thread = std::thread([&w] { warmUp(w); });
   // A program that exits without finishWarmStart() (no interpreter atexit) still joins the
   // thread before the static destructors of everything constructed so far (the store, the

@@ -8,6 +8,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -24,11 +25,19 @@
 #include <mlir/Target/LLVMIR/Dialect/All.h>
 #include <mlir/Target/LLVMIR/Export.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <fstream>
+#include <new>
 #include <mutex>
 #include <stdexcept>
+
+#include "support/errors.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron::fusion {
 
@@ -44,8 +53,50 @@ const char* const kLoweringPipeline =
 
 namespace {
 
+std::string message(const std::string& what, const std::string& detail) {
+  return "[fusion] " + what + (detail.empty() ? "" : ": " + detail);
+}
+
+// MLIR or LLVM rejected the module.
 [[noreturn]] void fail(const std::string& what, const std::string& detail) {
-  throw std::runtime_error("[fusion] " + what + (detail.empty() ? "" : ": " + detail));
+  throw CompileError(message(what, detail));
+}
+
+// The host cannot compile (no target, no address space): another process may.
+[[noreturn]] void failHere(const std::string& what, const std::string& detail) {
+  throw EnvironmentError(message(what, detail));
+}
+
+// LLVM reports failed allocations of its own (buffer growth through safe_malloc) here; its
+// default prints and aborts the process. LLVM allows this handler to throw (ErrorHandling.h),
+// so the compile fails with std::bad_alloc, which the kernel cache treats as an environment
+// failure. Installed with the compiler state, under compiler_mutex.
+void throwBadAlloc(void*, const char*, bool) { throw std::bad_alloc(); }
+
+// Address space a compile needs beyond what the process maps already (LLVM's and MLIR's
+// working memory, with margin; a compile of one kernel here takes a few MiB).
+constexpr uint64_t kCompileHeadroomBytes = uint64_t{64} << 20;
+
+// Under an address-space limit (RLIMIT_AS) a compile that would run out fails cleanly instead
+// of reaching an allocation inside LLVM that cannot fail (LLVM's fatal errors abort).
+void checkCompileHeadroom() {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  if (!(statm >> pages)) return;
+  const uint64_t mapped = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t left = limit.rlim_cur > mapped ? limit.rlim_cur - mapped : 0;
+  if (left < kCompileHeadroomBytes)
+    failHere("not enough address space to compile",
+             std::to_string(left >> 20) + " MiB left under the address-space limit (" +
+                 std::to_string(limit.rlim_cur >> 20) + " MiB), " +
+                 std::to_string(kCompileHeadroomBytes >> 20) + " MiB needed");
+}
+
+// Our own code broke an invariant (a bad pipeline string, a module our builder got wrong).
+[[noreturn]] void failInternal(const std::string& what, const std::string& detail) {
+  throw std::logic_error(message(what, detail));
 }
 
 // Vector variants glibc's libmvec (2.35+) exports but LLVM 19's LIBMVEC-X86 table omits:
@@ -91,9 +142,9 @@ class VectorMathTable {
   std::vector<llvm::VecDesc> descriptions_;
 };
 
-// One MLIR context for the process; all use of it is under `mutex`.
+// One MLIR context for the process. Its threading is off, so it owns no thread pool: a forked
+// child compiles with it as the parent did.
 struct CompilerState {
-  std::mutex mutex;
   mlir::MLIRContext context;
   std::unique_ptr<llvm::TargetMachine> target_machine;
   TargetDescription target;
@@ -106,18 +157,17 @@ struct CompilerState {
     target = hostTarget();
     std::string error;
     const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
-    if (llvm_target == nullptr) fail("no LLVM target for " + target.triple, error);
+    if (llvm_target == nullptr) failHere("no LLVM target for " + target.triple, error);
     llvm::TargetOptions options;
     target_machine.reset(llvm_target->createTargetMachine(
         target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_, std::nullopt,
         llvm::CodeGenOptLevel::Aggressive));
-    if (!target_machine) fail("cannot create a target machine for " + target.cpu, "");
+    if (!target_machine) failHere("cannot create a target machine for " + target.cpu, "");
     vector_math = std::make_unique<VectorMathTable>(target);
   }
 
   static mlir::DialectRegistry registry() {
-    static std::once_flag passes_registered;
-    std::call_once(passes_registered, [] { mlir::registerAllPasses(); });
+    mlir::registerAllPasses();  // once: the state is made once, under compiler_mutex
     mlir::DialectRegistry registry;
     mlir::registerAllDialects(registry);
     mlir::registerAllExtensions(registry);
@@ -126,9 +176,32 @@ struct CompilerState {
   }
 };
 
-CompilerState& state() {
-  static CompilerState* instance = new CompilerState();  // never destroyed: kernels outlive exit
-  return *instance;
+// Locking: `compiler_mutex` guards the state's creation and all use of it (compiles are
+// serialized), and is held across fork() (ForkRank::kCompiler): fork() waits for a compile in
+// progress, and a child never inherits the MLIR context half-used. A plain global (constant
+// initialization), not a function-local static: a child forked while another thread made the
+// state would otherwise wait forever on the static's initialization guard.
+std::mutex compiler_mutex;
+CompilerState* compiler_state = nullptr;  // never destroyed: kernels outlive exit
+
+// The state, made at first use, with `compiler_mutex` held by `lock`.
+CompilerState& lockedState(std::unique_lock<std::mutex>& lock) {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kCompiler,
+                         {[] {
+                            hostTarget();  // its static is made before the fork, not during it
+                            compiler_mutex.lock();
+                          },
+                          [] { compiler_mutex.unlock(); }, [] { compiler_mutex.unlock(); }});
+  });
+  lock = std::unique_lock<std::mutex>(compiler_mutex);
+  if (compiler_state == nullptr) {
+    llvm::remove_bad_alloc_error_handler();  // the launcher installs the same one
+    llvm::install_bad_alloc_error_handler(throwBadAlloc);
+    compiler_state = new CompilerState();
+  }
+  return *compiler_state;
 }
 
 // Parses and lowers under the caller's lock; diagnostics go into the error message.
@@ -144,7 +217,7 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::str
   std::string pipeline_error;
   llvm::raw_string_ostream pipeline_errors(pipeline_error);
   if (mlir::failed(mlir::parsePassPipeline(kLoweringPipeline, pm, pipeline_errors)))
-    fail("bad lowering pipeline", pipeline_error);
+    failInternal("bad lowering pipeline", pipeline_error);
   if (mlir::failed(pm.run(*module))) fail("lowering to the LLVM dialect failed", diagnostics);
   return module;
 }
@@ -152,7 +225,7 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::str
 // Adds `entry(slots, begin, end)` calling `kernel` with each argument read from its slot.
 void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   llvm::Function* kernel = module.getFunction("kernel");
-  if (kernel == nullptr) fail("the kernel module has no function named kernel", "");
+  if (kernel == nullptr) failInternal("the kernel module has no function named kernel", "");
   kernel->setLinkage(llvm::GlobalValue::InternalLinkage);
   kernel->addFnAttr(llvm::Attribute::AlwaysInline);
   llvm::LLVMContext& context = module.getContext();
@@ -164,14 +237,14 @@ void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", function));
   std::vector<llvm::Value*> arguments;
   const unsigned count = kernel->arg_size();
-  if (count < 2) fail("the kernel takes no [begin, end) range", "");
+  if (count < 2) failInternal("the kernel takes no [begin, end) range", "");
   for (unsigned i = 0; i + 2 < count; ++i) {
     llvm::Value* slot = b.CreateLoad(i64, b.CreateConstGEP1_64(i64, function->getArg(0), i));
     llvm::Type* wanted = kernel->getArg(i)->getType();
     if (wanted->isPointerTy()) arguments.push_back(b.CreateIntToPtr(slot, wanted));
     else if (wanted->isDoubleTy()) arguments.push_back(b.CreateBitCast(slot, wanted));
     else if (wanted->isIntegerTy(64)) arguments.push_back(slot);
-    else fail("kernel argument " + std::to_string(i) + " has no slot encoding", "");
+    else failInternal("kernel argument " + std::to_string(i) + " has no slot encoding", "");
   }
   arguments.push_back(function->getArg(1));
   arguments.push_back(function->getArg(2));
@@ -224,8 +297,8 @@ const TargetDescription& hostTarget() {
 }
 
 std::string lowerToLLVMDialect(const std::string& mlir_module) {
-  CompilerState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock;
+  CompilerState& s = lockedState(lock);
   mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, mlir_module);
   std::string text;
   llvm::raw_string_ostream out(text);
@@ -256,8 +329,8 @@ std::unique_ptr<llvm::Module> optimizedModule(CompilerState& s, llvm::LLVMContex
 }
 
 std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry) {
-  CompilerState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock;
+  CompilerState& s = lockedState(lock);
   llvm::LLVMContext llvm_context;
   std::unique_ptr<llvm::Module> module = optimizedModule(s, llvm_context, mlir_module, entry);
   std::string text;
@@ -267,8 +340,9 @@ std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& e
 }
 
 ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry) {
-  CompilerState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  checkCompileHeadroom();
+  std::unique_lock<std::mutex> lock;
+  CompilerState& s = lockedState(lock);
   llvm::LLVMContext llvm_context;
   std::unique_ptr<llvm::Module> llvm_module = optimizedModule(s, llvm_context, mlir_module, entry);
 
@@ -278,7 +352,7 @@ ObjectCode compileKernel(const std::string& mlir_module, const std::string& entr
   llvm::legacy::PassManager emit;
   if (s.target_machine->addPassesToEmitFile(emit, stream, nullptr,
                                             llvm::CodeGenFileType::ObjectFile))
-    fail("the target cannot emit object code", s.target.triple);
+    failHere("the target cannot emit object code", s.target.triple);
   emit.run(*llvm_module);
   object.bytes.assign(buffer.begin(), buffer.end());
   object.entry = entry;

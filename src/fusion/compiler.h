@@ -28,8 +28,12 @@ struct ObjectCode {
 
 // Compiles a module holding `func.func @kernel(...)` (see kernel_builder.h) and wraps it in
 // `void entry(const int64_t* slots, int64_t begin, int64_t end)`, which reads each kernel
-// argument from one 8-byte slot. Thread-safe (compiles are serialized). Throws
-// std::runtime_error starting with "[fusion]" and carrying MLIR's diagnostics on failure.
+// argument from one 8-byte slot. Thread-safe (compiles are serialized; fork() waits for one in
+// progress, and a forked child compiles as the parent does). Errors start with "[fusion]"
+// (support/errors.h): CompileError when MLIR or LLVM rejects the module (with MLIR's
+// diagnostics), EnvironmentError when this process cannot compile (no target, under 64 MiB of
+// address space left below RLIMIT_AS), std::bad_alloc when LLVM runs out of memory, and
+// std::logic_error when the module breaks the kernel builder's contract.
 ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry);
 
 // The module after kLoweringPipeline, as text (tests and debugging).

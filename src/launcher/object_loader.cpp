@@ -7,24 +7,35 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Error.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 
 #include <mutex>
+#include <new>
 #include <stdexcept>
+
+#include "support/errors.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron {
 namespace {
 
+// A link failure depends on this process (its symbols, its memory), not on the kernel alone.
 [[noreturn]] void fail(const std::string& what, llvm::Error error) {
-  throw std::runtime_error("[launcher] " + what + ": " + llvm::toString(std::move(error)));
+  throw EnvironmentError("[launcher] " + what + ": " + llvm::toString(std::move(error)));
 }
+
+// LLVM reports failed allocations of its own here (its default aborts); LLVM allows the
+// handler to throw, so a link fails with std::bad_alloc instead (fusion/compiler.cpp installs
+// the same handler).
+void throwBadAlloc(void*, const char*, bool) { throw std::bad_alloc(); }
 
 // One JIT for the process. Each object is linked into a JITDylib of its own, which links to the
 // main one (process symbols): it can be unlinked alone, and an entry name can be linked again
-// while an older copy is still in use. Locking: `mutex` guards all use.
+// while an older copy is still in use. ORC runs everything on the calling thread (no compile
+// threads), so a forked child links and unlinks as the parent did.
 struct Jit {
-  std::mutex mutex;
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   uint64_t next_dylib = 0;
 
@@ -55,9 +66,27 @@ struct Jit {
   }
 };
 
-Jit& jit() {
-  static Jit* instance = new Jit();  // never destroyed: loaded kernels stay callable at exit
-  return *instance;
+// Locking: `jit_mutex` guards the JIT's creation and all use of it, and is held across fork()
+// (ForkRank::kLinker), so a child never inherits ORC's session mid-link. A constant-initialized
+// global, so a child forked while another thread creates the JIT cannot inherit a half-done
+// static initialization.
+std::mutex jit_mutex;
+Jit* jit_instance = nullptr;  // never destroyed: loaded kernels stay callable at exit
+
+// The JIT, created at first use, with `jit_mutex` held by `lock`.
+Jit& lockedJit(std::unique_lock<std::mutex>& lock) {
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kLinker, {[] { jit_mutex.lock(); }, [] { jit_mutex.unlock(); },
+                                             [] { jit_mutex.unlock(); }});
+  });
+  lock = std::unique_lock<std::mutex>(jit_mutex);
+  if (jit_instance == nullptr) {
+    llvm::remove_bad_alloc_error_handler();
+    llvm::install_bad_alloc_error_handler(throwBadAlloc);
+    jit_instance = new Jit();
+  }
+  return *jit_instance;
 }
 
 }  // namespace
@@ -66,8 +95,8 @@ LoadedCode::LoadedCode(KernelFunction function, size_t bytes, void* dylib)
     : function_(function), bytes_(bytes), dylib_(dylib) {}
 
 LoadedCode::~LoadedCode() {
-  Jit& j = jit();
-  std::lock_guard<std::mutex> lock(j.mutex);
+  std::unique_lock<std::mutex> lock;
+  Jit& j = lockedJit(lock);
   // An error here only leaks the code; there is nobody to report it to in a destructor.
   llvm::consumeError(
       j.lljit->getExecutionSession().removeJITDylib(*static_cast<llvm::orc::JITDylib*>(dylib_)));
@@ -75,8 +104,8 @@ LoadedCode::~LoadedCode() {
 
 std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
                                              const std::string& entry) {
-  Jit& j = jit();
-  std::lock_guard<std::mutex> lock(j.mutex);
+  std::unique_lock<std::mutex> lock;
+  Jit& j = lockedJit(lock);
   llvm::orc::ExecutionSession& session = j.lljit->getExecutionSession();
   auto dylib = j.lljit->createJITDylib("kernel." + std::to_string(j.next_dylib++));
   if (!dylib) fail("cannot make a JITDylib for " + entry, dylib.takeError());

@@ -31,7 +31,8 @@ class LoadedCode {
 
 // Links `object` (an ELF relocatable object) and returns its code with the address of `entry`.
 // Symbols the object needs (libm, glibc's libmvec) resolve against the process. Thread-safe.
-// Throws std::runtime_error starting with "[launcher]" when linking or the lookup fails.
+// Throws EnvironmentError (support/errors.h) starting with "[launcher]" when linking or the
+// lookup fails.
 std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
                                              const std::string& entry);
 

@@ -9,18 +9,32 @@
 #include <memory>
 #include <mutex>
 
+#include "support/fork_handlers.h"
+
 namespace torchneuron {
 namespace {
 
 std::atomic<bool> inline_only{false};
 
-// One arena per thread count. Locking: `mutex` guards the table; arenas are thread-safe.
+// One arena per thread count, never destroyed (a forked child must not tear down arenas whose
+// workers exist only in its parent). Locking: `arenas_mutex` guards the table and is held
+// across fork() (ForkRank::kLaunchArenas); arenas themselves are thread-safe.
+std::mutex arenas_mutex;
+tbb::task_arena* arenas[256] = {};
+
 tbb::task_arena& arenaFor(int threads) {
-  static std::mutex mutex;
-  static std::unique_ptr<tbb::task_arena> arenas[256];
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    registerForkHandlers(ForkRank::kLaunchArenas, {[] { arenas_mutex.lock(); },
+                                                   [] { arenas_mutex.unlock(); },
+                                                   [] {
+                                                     runLaunchesInline();
+                                                     arenas_mutex.unlock();
+                                                   }});
+  });
   const int slot = std::clamp(threads, 1, 255);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!arenas[slot]) arenas[slot] = std::make_unique<tbb::task_arena>(slot);
+  std::lock_guard<std::mutex> lock(arenas_mutex);
+  if (!arenas[slot]) arenas[slot] = new tbb::task_arena(slot);
   return *arenas[slot];
 }
 
@@ -30,6 +44,7 @@ void runLaunchesInline() { inline_only.store(true); }
 
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape) {
   if (shape.range <= 0) return;
+  if (inForkedChild()) runLaunchesInline();  // TBB's workers live in the parent only
   const int64_t work = shape.range * std::max<int64_t>(shape.work_per_index, 1);
   if (shape.threads <= 1 || shape.range == 1 || work < kInlineWorkLimit || inline_only.load()) {
     kernel(slots, 0, shape.range);

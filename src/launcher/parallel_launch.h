@@ -20,7 +20,8 @@ constexpr int64_t kInlineWorkLimit = 32768;
 
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape);
 
-// Called in a forked child: TBB's workers did not survive the fork, so launches run inline.
+// From now on every launch runs inline on the calling thread. A forked child does this itself
+// (TBB's workers did not survive the fork, and its arenas are not used there).
 void runLaunchesInline();
 
 }  // namespace torchneuron

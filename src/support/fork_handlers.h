@@ -1,0 +1,46 @@
+#pragma once
+// fork() in a threaded process (DataLoader workers fork): a child starts with one thread, and
+// every mutex another thread held at the fork stays locked there forever. So each lock a thread
+// can hold across fork() is registered here: the forking thread takes them all before fork()
+// (prepare) and releases them after it, in the parent and in the child. State a child cannot
+// use as inherited (condition variables with waiters that do not exist there, single-flight
+// slots owned by threads that do not exist there) is re-created by the child handler.
+//
+// Locking: prepare handlers run in ascending ForkRank, parent and child handlers in descending
+// ForkRank. A lock of a lower rank may be held while taking one of a higher rank, never the
+// reverse; two locks of one rank are never held together. Every registered lock obeys this
+// order in normal operation too, so the prepare step cannot deadlock with a thread that holds
+// one of them (it only waits for that thread to finish its critical section: at worst one
+// compile). The caching allocator's lock is the leaf below all of these: it registers its own
+// pthread_atfork handler when the device library loads, before anything registers here (all
+// registration is lazy), so its prepare handler runs after these.
+
+namespace torchneuron {
+
+enum class ForkRank : int {
+  kWarmStartItem = 10,     // device/warm_start.cpp: the kernel or block the thread works on
+  kKernelCacheTable = 20,  // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
+  kStoreLocks = 30,        // cache/persistent_store.cpp: descriptors of held flock() locks
+  kCompiler = 40,          // fusion/compiler.cpp: the MLIR context and target machine
+  kLinker = 50,            // launcher/object_loader.cpp: the ORC JIT
+  kLaunchArenas = 60,      // launcher/parallel_launch.cpp: the TBB arena table
+  kMetrics = 70,           // device/metrics.cpp: the launch counter table
+  kWarnOnce = 80,          // warn-once sets (fallbacks, compile failures)
+  kCacheWarnings = 90,     // cache/cache_warnings.cpp: warned kinds and the warning queue
+  kWarmStartStats = 95,    // device/warm_start.cpp: the warm start's statistics
+};
+
+struct ForkHandlers {
+  void (*prepare)() = nullptr;  // takes the lock (waits for its holder)
+  void (*parent)() = nullptr;   // releases it
+  void (*child)() = nullptr;    // releases it, or re-creates the state
+};
+
+// Registers one lock's handlers (thread-safe; at most 64 registrations per process). Call it
+// before the lock is first used, never from a static initializer.
+void registerForkHandlers(ForkRank rank, ForkHandlers handlers);
+
+// True in a process forked from the one that registered handlers here.
+bool inForkedChild();
+
+}  // namespace torchneuron

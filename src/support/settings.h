@@ -1,0 +1,50 @@
+#pragma once
+// The NEURON_* environment variables: the one place that knows each variable's name, type,
+// default and range (README, "Environment variables").
+//
+// Values: a boolean is 1/0, true/false, yes/no or on/off (any case); a byte count is a
+// non-negative integer with an optional binary suffix K, M, G or T (2^10 ... 2^40), at most
+// 2^63 - 1 bytes. A cache knob (everything but NEURON_FALLBACK) with a value outside its type
+// warns once, naming the variable and the value, and takes its documented default; a bad
+// NEURON_FALLBACK is an error naming the value.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchneuron {
+
+enum class FallbackMode { kWarn, kSilent, kError };
+
+struct Settings {
+  bool cache_enabled = true;         // NEURON_CACHE
+  std::string cache_dir_raw;         // NEURON_CACHE_DIR as given; "" when unset or empty
+  int64_t cache_max_bytes = 0;       // NEURON_CACHE_MAX_BYTES; 0: no cap
+  int64_t cache_memory_max_bytes = int64_t{256} << 20;  // NEURON_CACHE_MEMORY_MAX_BYTES
+  bool cache_retry_failed = false;   // NEURON_CACHE_RETRY_FAILED
+  bool warm_start = true;            // NEURON_WARM_START
+  int64_t warm_start_max_bytes = int64_t{1} << 30;  // NEURON_WARM_START_MAX_BYTES
+  // One line per cache knob that was set to a value outside its type, naming the variable and
+  // the value and saying which default it took instead.
+  std::vector<std::string> warnings;
+};
+
+// Reads every cache knob through `lookup` (nullptr: unset). Never throws.
+Settings parseSettings(const std::function<const char*(const char*)>& lookup);
+
+// The process's settings, read from the environment once, at first use (thread-safe).
+const Settings& settings();
+
+// NEURON_FALLBACK, read from the environment at every call (a script may change it at run
+// time): warn (also when unset or empty), silent or error. Throws std::invalid_argument naming
+// the variable and the value otherwise.
+FallbackMode fallbackMode();
+FallbackMode parseFallbackMode(const char* value);
+
+// The parsers behind the settings (tests): nullopt when `text` is not a value of the type.
+std::optional<bool> parseBoolean(const std::string& text);
+std::optional<int64_t> parseByteCount(const std::string& text);
+
+}  // namespace torchneuron

@@ -1,0 +1,122 @@
+"""The NEURON_* settings from Python (support/settings.h, README "Environment variables"): a
+bad NEURON_FALLBACK fails the import naming variable and value; a bad cache knob is one
+UserWarning naming variable and value, then the default; accepted spellings are silent. And
+warnings raised off the Python thread (the warm start's) reach Python as UserWarnings at the
+next op, once. Each case runs in a fresh process (settings are read at import)."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+
+@pytest.fixture
+def cache_dir():
+    directory = tempfile.mkdtemp(prefix="neuron-settings-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def run(program, cache_dir, **env):
+    full = dict(os.environ, NEURON_CACHE_DIR=cache_dir, **env)
+    full.pop("NEURON_FALLBACK", None)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", program], env=full, capture_output=True,
+                          text=True, timeout=300)
+
+
+# Imports with every warning recorded and prints those from torchneuron, one per line.
+IMPORT = r"""
+import warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    import torch, torchneuron
+    torchneuron.synchronize()
+for w in seen:
+    if "[cache]" in str(w.message):
+        print(w.category.__name__, str(w.message))
+"""
+
+
+def test_bad_fallback_mode_fails_the_import_naming_variable_and_value(cache_dir):
+    done = run(IMPORT, cache_dir, NEURON_FALLBACK="loudly")
+    assert done.returncode != 0
+    assert "RuntimeError: [fallback] NEURON_FALLBACK must be 'warn', 'silent' or 'error', got " \
+           "'loudly'" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("variable,value", [
+    ("NEURON_CACHE", "maybe"),
+    ("NEURON_WARM_START", "bogus"),
+    ("NEURON_CACHE_RETRY_FAILED", "2"),
+    ("NEURON_CACHE_MAX_BYTES", "99999999999999999999999"),
+    ("NEURON_CACHE_MEMORY_MAX_BYTES", "-1"),
+    ("NEURON_WARM_START_MAX_BYTES", "1e23"),
+])
+def test_bad_cache_knob_is_one_user_warning_naming_it(cache_dir, variable, value):
+    done = run(IMPORT, cache_dir, **{variable: value})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout + done.stderr[-2000:]
+    assert lines[0].startswith(f"UserWarning [cache] {variable}={value} is not a ")
+    assert "the default" in lines[0]
+
+
+def test_documented_spellings_are_accepted_silently(cache_dir):
+    done = run(IMPORT, cache_dir, NEURON_CACHE="yes", NEURON_WARM_START="on",
+               NEURON_CACHE_RETRY_FAILED="true", NEURON_CACHE_MAX_BYTES="1G",
+               NEURON_CACHE_MEMORY_MAX_BYTES="64M", NEURON_WARM_START_MAX_BYTES="0",
+               NEURON_FALLBACK="silent")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == ""
+
+
+def test_memory_cap_below_one_kernel_warns_once(cache_dir):
+    program = IMPORT + r"""
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    d = torch.ones(8, device=torchneuron.device())
+    for t in (d + 1, d * 2, d.exp()):
+        t.cpu()
+print("\n".join(str(w.message) for w in seen if "[cache]" in str(w.message)))
+"""
+    done = run(program, cache_dir, NEURON_CACHE_MEMORY_MAX_BYTES="100")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout
+    assert "NEURON_CACHE_MEMORY_MAX_BYTES=100 bytes cannot hold one kernel" in lines[0]
+
+
+# Makes a profile (first run), or, with a damaged one, waits for the warm start without draining
+# the warning queue (_C.metrics, not torchneuron.metrics) and expects the thread's warning at the
+# next device op, as a UserWarning, once.
+WARM = r"""
+import os, sys, time, warnings, pytest, torch, torchneuron
+d = torch.ones(16, device=torchneuron.device())
+if os.environ["PHASE"] == "damaged":
+    deadline = time.time() + 60
+    while not torchneuron._C.metrics()["warm_start"]["done"] and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.warns(UserWarning, match=r"\[cache\] the warm-start profile .* is unusable"):
+        (d + 1).cpu()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (d + 1).cpu()  # once per kind: nothing more
+        torchneuron.synchronize()
+(d * 3).exp().cpu()
+print("ok")
+"""
+
+
+def test_warm_start_thread_warning_reaches_python_at_the_next_op(cache_dir):
+    first = run(WARM, cache_dir, PHASE="first")
+    assert first.returncode == 0 and first.stdout.strip() == "ok", first.stderr[-2000:]
+    [profile] = glob.glob(os.path.join(cache_dir, "profiles", "*.profile"))
+    with open(profile, "w") as f:
+        f.write("not a profile\n")
+    damaged = run(WARM, cache_dir, PHASE="damaged")
+    assert damaged.returncode == 0 and damaged.stdout.strip() == "ok", damaged.stderr[-3000:]
