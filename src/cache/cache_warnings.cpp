@@ -137,14 +137,5 @@ const Settings& cacheSettings() {
   return s;
 }
 
-int64_t byteCountSetting(const char* name, int64_t fallback,
-                         const std::string& meaning_of_fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  if (std::optional<int64_t> parsed = parseByteCount(value)) return *parsed;
-  warnCacheOnce("setting:" + std::string(name),
-                std::string(name) + "=" + value + " is not a byte count; " + meaning_of_fallback);
-  return fallback;
-}
 
 }  // namespace torchneuron

@@ -53,10 +53,4 @@ std::vector<std::string> takeQueuedCacheWarnings();
 // are sent through this channel, once each, at the first call.
 const Settings& cacheSettings();
 
-// The byte count in environment variable `name` (parsed as settings.h describes): `fallback`
-// when unset or empty; a value that is not a byte count warns, naming the variable and the
-// value, and gives `fallback`. Only for PersistentStore::fromEnvironment, until it reads
-// cacheSettings().cache_max_bytes.
-int64_t byteCountSetting(const char* name, int64_t fallback, const std::string& meaning_of_fallback);
-
 }  // namespace torchneuron

@@ -314,17 +314,15 @@ PersistentStore::~PersistentStore() = default;
 
 PersistentStore* PersistentStore::fromEnvironment() {
   static PersistentStore* store = [] () -> PersistentStore* {
-    const char* enabled = std::getenv("NEURON_CACHE");
-    if (enabled != nullptr && std::string(enabled) == "0") return nullptr;
+    const Settings& settings = cacheSettings();
+    if (!settings.cache_enabled) return nullptr;
     const std::string directory = defaultCacheDirectory();
     if (directory.empty()) {
       warnCacheOnce("trust", "the persistent compile cache is off: HOME is unset and this user has "
                              "no home directory (set NEURON_CACHE_DIR); kernels compile as usual");
       return nullptr;
     }
-    const int64_t max_bytes =
-        byteCountSetting("NEURON_CACHE_MAX_BYTES", 0, "the cache is not capped");
-    auto candidate = std::make_unique<PersistentStore>(directory, max_bytes);
+    auto candidate = std::make_unique<PersistentStore>(directory, settings.cache_max_bytes);
     if (candidate->problem().empty()) return candidate.release();
     warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
                                "; kernels compile as usual");

@@ -6,7 +6,9 @@
 // non-negative integer with an optional binary suffix K, M, G or T (2^10 ... 2^40), at most
 // 2^63 - 1 bytes. A cache knob (everything but NEURON_FALLBACK) with a value outside its type
 // warns once, naming the variable and the value, and takes its documented default; a bad
-// NEURON_FALLBACK is an error naming the value.
+// NEURON_FALLBACK is an error naming the value. NEURON_CACHE_DIR and NEURON_CACHE_KEY_FILE are
+// paths, not typed values: the cache reads them where it checks them (directory_trust.cpp,
+// entry_authenticator.cpp), at each use, so the CLI and tests may point them elsewhere.
 
 #include <cstdint>
 #include <functional>

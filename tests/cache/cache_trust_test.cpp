@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "binary_kernel_cases.h"
+#include "common/binary_kernel_cases.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/executable_container.h"

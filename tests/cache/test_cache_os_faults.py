@@ -111,13 +111,6 @@ def as_reader_without_write_access():
     return {"preexec_fn": drop_permission_override} if os.geteuid() == 0 else {}
 
 
-def hand_over(directory, uid):
-    """Makes `uid` the owner of everything in `directory` (the cache trusts only its user's own)."""
-    for root, dirs, files in os.walk(directory):
-        for path in [root] + [os.path.join(root, name) for name in files]:
-            os.chown(path, uid, -1)
-
-
 def test_read_only_directory_runs_correctly_and_warns_once():
     parent = tempfile.mkdtemp(prefix="neuron-cache-ro-")
     os.chmod(parent, 0o755)
@@ -128,7 +121,6 @@ def test_read_only_directory_runs_correctly_and_warns_once():
         for name in files:
             os.chmod(os.path.join(root, name), 0o444)
     os.chmod(os.path.join(cache_dir, "mac.key"), 0o400)  # a key readable by others is refused
-    hand_over(cache_dir, NOBODY if os.geteuid() == 0 else os.geteuid())  # the reader's own cache
     try:
         # PROGRAM needs kernels the cache does not have: its writes are refused.
         done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always",
@@ -139,7 +131,6 @@ def test_read_only_directory_runs_correctly_and_warns_once():
         assert 1 <= len(warned) <= 2 and len(set(warned)) == len(warned), done.stderr
         assert any("Permission denied" in w or "Read-only" in w for w in warned), warned
     finally:
-        hand_over(cache_dir, os.geteuid())
         for root, dirs, files in os.walk(cache_dir):
             os.chmod(root, 0o755)
     checked = verify(cache_dir)
