@@ -48,7 +48,8 @@ def parse_args(argv):
     parser.add_argument("--output", required=True, help="summary JSON to write")
     parser.add_argument("--quick", action="store_true",
                         help="the subset `make test` runs: the first 2 samples of each OpInfo in "
-                             "float32, the first one in each other dtype")
+                             "float32, the first one in each other dtype, except for OpInfos that "
+                             "ran wholly on the CPU fallback in float32")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
                         help="comma-separated dtypes (default: %(default)s)")
