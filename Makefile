@@ -5,7 +5,7 @@ BUILD ?= build
 PYTHON := /usr/bin/python3
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test conformance bench bench-quick clean
+.PHONY: all deps configure build demo test conformance bench bench-quick format format-check clean
 
 all: build
 
@@ -24,8 +24,22 @@ build: configure
 demo: build
 	$(PYTHON) demo/train.py
 
-test: build
+test: build format-check
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# C++ sources formatted by clang-format-19 (.clang-format): `make format` rewrites them,
+# `make format-check` (part of `make test`) lists any that differ and fails.
+FORMATTED = git ls-files 'src/*.cpp' 'src/*.h' 'bindings/*.cpp' 'tests/*.cpp' 'tests/*.h' 'bench/*.cpp'
+
+format: deps
+	$(FORMATTED) | xargs clang-format-19 -i
+
+format-check: deps
+	@unformatted=$$($(FORMATTED) | xargs clang-format-19 --dry-run --Werror 2>&1 \
+	  | grep -o '^[^ :]*\.\(cpp\|h\):' | tr -d ':' | sort -u | tr '\n' ' '); \
+	if [ -n "$$unformatted" ]; then \
+	  echo "[format] not as clang-format-19 formats them (run 'make format'): $$unformatted" >&2; \
+	  exit 1; fi
 
 conformance: build
 	$(PYTHON) tests/conformance/run_conformance.py --output $(BUILD)/conformance/summary.json

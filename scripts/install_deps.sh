@@ -8,7 +8,7 @@ packages=(
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
   libtbb-dev libxxhash-dev librocksdb-dev
   libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
-  python3-pytest python3-matplotlib libjemalloc2
+  python3-pytest python3-matplotlib libjemalloc2 clang-format-19
   libsodium-dev
 )
 
