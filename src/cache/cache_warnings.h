@@ -35,7 +35,7 @@ void warnCacheIfFirst(const std::string& kind, const std::string& text);
 
 // While one lives, warnings raised on the constructing thread are queued, never delivered there.
 class QueueCacheWarningsHere {
- public:
+public:
   QueueCacheWarningsHere();
   ~QueueCacheWarningsHere();
   QueueCacheWarningsHere(const QueueCacheWarningsHere&) = delete;
@@ -57,6 +57,7 @@ const Settings& cacheSettings();
 // when unset or empty; a value that is not a byte count warns, naming the variable and the
 // value, and gives `fallback`. Only for PersistentStore::fromEnvironment, until it reads
 // cacheSettings().cache_max_bytes.
-int64_t byteCountSetting(const char* name, int64_t fallback, const std::string& meaning_of_fallback);
+int64_t byteCountSetting(const char* name, int64_t fallback,
+                         const std::string& meaning_of_fallback);
 
-}  // namespace torchneuron
+} // namespace torchneuron
