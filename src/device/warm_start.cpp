@@ -149,9 +149,13 @@ void joinAtExit() {
 
 void startWarmStart() {
   WarmStart& w = state();
-  if (w.started || !cacheSettings().warm_start) return;
-  PersistentStore* store = PersistentStore::fromEnvironment();
-  if (store == nullptr) return;
+  if (w.started) return;
+  PersistentStore* store = cacheSettings().warm_start ? PersistentStore::fromEnvironment() : nullptr;
+  if (store == nullptr) {  // off: nothing will happen, so a caller polling `done` goes on
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.stats.done = true;
+    return;
+  }
   w.started = true;
   w.owner = getpid();
   w.program = currentProgramIdentity();
