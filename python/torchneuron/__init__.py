@@ -23,12 +23,14 @@ def _emit_cache_warnings() -> None:
 
 # The NEURON_* settings: a bad NEURON_FALLBACK raises here; a bad cache knob warns (README).
 _C.check_settings()
+_emit_cache_warnings()
 
 # Warm start (docs/warm-start.md): the kernels and memory the previous run of this program used
-# are made ready in the background while it starts; at exit this run's profile is written.
+# are made ready in the background while it starts; at exit this run's profile is written. Its
+# thread's warnings are raised by the next device op that needs a kernel, synchronize() or
+# metrics().
 _C.start_warm_start()
 atexit.register(_C.finish_warm_start)
-_emit_cache_warnings()
 
 DEVICE_TYPE = "privateuseone"
 

@@ -27,9 +27,9 @@ thread_local int queue_here = 0;
 std::unique_lock<std::mutex> lockState() {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kCacheWarnings, {[] { warning_mutex.lock(); },
-                                                    [] { warning_mutex.unlock(); },
-                                                    [] { warning_mutex.unlock(); }});
+    registerForkHandlers(ForkRank::kCacheWarnings,
+                         {[] { warning_mutex.lock(); }, [] { warning_mutex.unlock(); },
+                          [] { warning_mutex.unlock(); }});
   });
   std::unique_lock<std::mutex> lock(warning_mutex);
   if (delivery == nullptr) {
@@ -78,14 +78,14 @@ void send(const std::string& text, const std::function<bool(std::set<std::string
     }
     deliver = *delivery;
   }
-  deliverQueued();  // earlier warnings first
+  deliverQueued(); // earlier warnings first
   if (queued.load() == 0 && deliver(message)) return;
   std::unique_lock<std::mutex> lock = lockState();
   queue->push_back(message);
   queued.store(queue->size());
 }
 
-}  // namespace
+} // namespace
 
 void setCacheWarningDelivery(std::function<bool(const std::string&)> deliver) {
   std::unique_lock<std::mutex> lock = lockState();
@@ -138,4 +138,4 @@ const Settings& cacheSettings() {
 }
 
 
-}  // namespace torchneuron
+} // namespace torchneuron

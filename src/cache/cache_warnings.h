@@ -35,7 +35,7 @@ void warnCacheIfFirst(const std::string& kind, const std::string& text);
 
 // While one lives, warnings raised on the constructing thread are queued, never delivered there.
 class QueueCacheWarningsHere {
- public:
+public:
   QueueCacheWarningsHere();
   ~QueueCacheWarningsHere();
   QueueCacheWarningsHere(const QueueCacheWarningsHere&) = delete;

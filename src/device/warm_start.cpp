@@ -149,9 +149,13 @@ void joinAtExit() {
 
 void startWarmStart() {
   WarmStart& w = state();
-  if (w.started || !cacheSettings().warm_start) return;
-  PersistentStore* store = PersistentStore::fromEnvironment();
-  if (store == nullptr) return;
+  if (w.started) return;
+  PersistentStore* store = cacheSettings().warm_start ? PersistentStore::fromEnvironment() : nullptr;
+  if (store == nullptr) {  // off: nothing will happen, so a caller polling `done` goes on
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.stats.done = true;
+    return;
+  }
   w.started = true;
   w.owner = getpid();
   w.program = currentProgramIdentity();
@@ -198,10 +202,7 @@ void finishWarmStart() {
 WarmStartStats warmStartStats() {
   WarmStart& w = state();
   std::lock_guard<std::mutex> lock(w.mutex);
-  WarmStartStats stats = w.stats;
-  // A warm start that never started (turned off, no store) has nothing more to do either.
-  if (!w.started) stats.done = true;
-  return stats;
+  return w.stats;
 }
 
 }  // namespace torchneuron

@@ -26,7 +26,7 @@ struct WarmStartStats {
   int64_t bytes_listed = 0;
   int64_t bytes_prefaulted = 0;
   double background_ms = 0;      // the thread's wall time, once it is done
-  bool done = false;             // the thread finished, or no warm start runs in this process
+  bool done = false;  // nothing more will happen: the thread ended, or the warm start is off
 };
 
 // Starts the background thread (at most once per process; a no-op when turned off).

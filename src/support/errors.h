@@ -15,13 +15,13 @@
 namespace torchneuron {
 
 class CompileError : public std::runtime_error {
- public:
+public:
   using std::runtime_error::runtime_error;
 };
 
 class EnvironmentError : public std::runtime_error {
- public:
+public:
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace torchneuron
+} // namespace torchneuron

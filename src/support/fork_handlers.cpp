@@ -23,12 +23,12 @@ constexpr int kCapacity = 64;
 // is usable whatever the order of static initialization.
 std::mutex registry_mutex;
 Registered registered[kCapacity];
-int count = 0;  // entries sorted by rank, ties in registration order
+int count = 0; // entries sorted by rank, ties in registration order
 std::atomic<bool> forked_child{false};
 pthread_once_t installed = PTHREAD_ONCE_INIT;
 
 void prepare() {
-  settings();  // its function-local static is made before the fork, never during it
+  settings(); // its function-local static is made before the fork, never during it
   registry_mutex.lock();
   for (int i = 0; i < count; ++i)
     if (registered[i].handlers.prepare) registered[i].handlers.prepare();
@@ -47,14 +47,13 @@ void child() {
   registry_mutex.unlock();
 }
 
-}  // namespace
+} // namespace
 
 void registerForkHandlers(ForkRank rank, ForkHandlers handlers) {
   // pthread_once (unlike a function-local static) is reset in a child forked during it.
   pthread_once(&installed, [] { pthread_atfork(&prepare, &parent, &child); });
   std::lock_guard<std::mutex> lock(registry_mutex);
-  if (count == kCapacity)
-    throw std::logic_error("[support] more than 64 fork handlers registered");
+  if (count == kCapacity) throw std::logic_error("[support] more than 64 fork handlers registered");
   int at = count++;
   for (; at > 0 && static_cast<int>(registered[at - 1].rank) > static_cast<int>(rank); --at)
     registered[at] = registered[at - 1];
@@ -63,4 +62,4 @@ void registerForkHandlers(ForkRank rank, ForkHandlers handlers) {
 
 bool inForkedChild() { return forked_child.load(); }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -18,22 +18,22 @@
 namespace torchneuron {
 
 enum class ForkRank : int {
-  kWarmStartItem = 10,     // device/warm_start.cpp: the kernel or block the thread works on
-  kKernelCacheTable = 20,  // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
-  kStoreLocks = 30,        // cache/persistent_store.cpp: descriptors of held flock() locks
-  kCompiler = 40,          // fusion/compiler.cpp: the MLIR context and target machine
-  kLinker = 50,            // launcher/object_loader.cpp: the ORC JIT
-  kLaunchArenas = 60,      // launcher/parallel_launch.cpp: the TBB arena table
-  kMetrics = 70,           // device/metrics.cpp: the launch counter table
-  kWarnOnce = 80,          // warn-once sets (fallbacks, compile failures)
-  kCacheWarnings = 90,     // cache/cache_warnings.cpp: warned kinds and the warning queue
-  kWarmStartStats = 95,    // device/warm_start.cpp: the warm start's statistics
+  kWarmStartItem = 10,    // device/warm_start.cpp: the kernel or block the thread works on
+  kKernelCacheTable = 20, // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
+  kStoreLocks = 30,       // cache/persistent_store.cpp: descriptors of held flock() locks
+  kCompiler = 40,         // fusion/compiler.cpp: the MLIR context and target machine
+  kLinker = 50,           // launcher/object_loader.cpp: the ORC JIT
+  kLaunchArenas = 60,     // launcher/parallel_launch.cpp: the TBB arena table
+  kMetrics = 70,          // device/metrics.cpp: the launch counter table
+  kWarnOnce = 80,         // warn-once sets (fallbacks, compile failures)
+  kCacheWarnings = 90,    // cache/cache_warnings.cpp: warned kinds and the warning queue
+  kWarmStartStats = 95,   // device/warm_start.cpp: the warm start's statistics
 };
 
 struct ForkHandlers {
-  void (*prepare)() = nullptr;  // takes the lock (waits for its holder)
-  void (*parent)() = nullptr;   // releases it
-  void (*child)() = nullptr;    // releases it, or re-creates the state
+  void (*prepare)() = nullptr; // takes the lock (waits for its holder)
+  void (*parent)() = nullptr;  // releases it
+  void (*child)() = nullptr;   // releases it, or re-creates the state
 };
 
 // Registers one lock's handlers (thread-safe; at most 64 registrations per process). Call it
@@ -43,4 +43,4 @@ void registerForkHandlers(ForkRank rank, ForkHandlers handlers);
 // True in a process forked from the one that registered handlers here.
 bool inForkedChild();
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -32,11 +32,11 @@ void readSetting(const std::function<const char*(const char*)>& lookup, const ch
     value = *parsed;
     return;
   }
-  out.warnings.push_back(std::string(name) + "=" + raw + " is not " + type +
-                         "; the default (" + default_text + ") is used");
+  out.warnings.push_back(std::string(name) + "=" + raw + " is not " + type + "; the default (" +
+                         default_text + ") is used");
 }
 
-}  // namespace
+} // namespace
 
 std::optional<bool> parseBoolean(const std::string& text) {
   const std::string value = lowercase(text);
@@ -47,16 +47,30 @@ std::optional<bool> parseBoolean(const std::string& text) {
 
 std::optional<int64_t> parseByteCount(const std::string& text) {
   size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9')
+    ++digits;
   if (digits == 0) return std::nullopt;
   int shift = 0;
   if (digits + 1 == text.size()) {
     switch (text.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      case 'T': case 't': shift = 40; break;
-      default: return std::nullopt;
+    case 'K':
+    case 'k':
+      shift = 10;
+      break;
+    case 'M':
+    case 'm':
+      shift = 20;
+      break;
+    case 'G':
+    case 'g':
+      shift = 30;
+      break;
+    case 'T':
+    case 't':
+      shift = 40;
+      break;
+    default:
+      return std::nullopt;
     }
   } else if (digits != text.size()) {
     return std::nullopt;
@@ -65,7 +79,7 @@ std::optional<int64_t> parseByteCount(const std::string& text) {
   int64_t value = 0;
   for (size_t i = 0; i < digits; ++i) {
     const int digit = text[i] - '0';
-    if (value > (kMax - digit) / 10) return std::nullopt;  // beyond int64: rejected, not clamped
+    if (value > (kMax - digit) / 10) return std::nullopt; // beyond int64: rejected, not clamped
     value = value * 10 + digit;
   }
   if (value > (kMax >> shift)) return std::nullopt;
@@ -94,9 +108,8 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
 }
 
 const Settings& settings() {
-  static const Settings* parsed = new Settings(parseSettings([](const char* name) {
-    return static_cast<const char*>(std::getenv(name));
-  }));
+  static const Settings* parsed = new Settings(
+      parseSettings([](const char* name) { return static_cast<const char*>(std::getenv(name)); }));
   return *parsed;
 }
 
@@ -107,9 +120,10 @@ FallbackMode parseFallbackMode(const char* value) {
   if (mode == "silent") return FallbackMode::kSilent;
   if (mode == "error") return FallbackMode::kError;
   throw std::invalid_argument("[fallback] NEURON_FALLBACK must be 'warn', 'silent' or 'error', "
-                              "got '" + mode + "'");
+                              "got '" +
+                              mode + "'");
 }
 
 FallbackMode fallbackMode() { return parseFallbackMode(std::getenv("NEURON_FALLBACK")); }
 
-}  // namespace torchneuron
+} // namespace torchneuron

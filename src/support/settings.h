@@ -21,13 +21,13 @@ namespace torchneuron {
 enum class FallbackMode { kWarn, kSilent, kError };
 
 struct Settings {
-  bool cache_enabled = true;         // NEURON_CACHE
-  std::string cache_dir_raw;         // NEURON_CACHE_DIR as given; "" when unset or empty
-  int64_t cache_max_bytes = 0;       // NEURON_CACHE_MAX_BYTES; 0: no cap
-  int64_t cache_memory_max_bytes = int64_t{256} << 20;  // NEURON_CACHE_MEMORY_MAX_BYTES
-  bool cache_retry_failed = false;   // NEURON_CACHE_RETRY_FAILED
-  bool warm_start = true;            // NEURON_WARM_START
-  int64_t warm_start_max_bytes = int64_t{1} << 30;  // NEURON_WARM_START_MAX_BYTES
+  bool cache_enabled = true;   // NEURON_CACHE
+  std::string cache_dir_raw;   // NEURON_CACHE_DIR as given; "" when unset or empty
+  int64_t cache_max_bytes = 0; // NEURON_CACHE_MAX_BYTES; 0: no cap
+  int64_t cache_memory_max_bytes = int64_t{256} << 20; // NEURON_CACHE_MEMORY_MAX_BYTES
+  bool cache_retry_failed = false;                     // NEURON_CACHE_RETRY_FAILED
+  bool warm_start = true;                              // NEURON_WARM_START
+  int64_t warm_start_max_bytes = int64_t{1} << 30;     // NEURON_WARM_START_MAX_BYTES
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;
@@ -49,4 +49,4 @@ FallbackMode parseFallbackMode(const char* value);
 std::optional<bool> parseBoolean(const std::string& text);
 std::optional<int64_t> parseByteCount(const std::string& text);
 
-}  // namespace torchneuron
+} // namespace torchneuron

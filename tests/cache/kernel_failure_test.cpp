@@ -19,7 +19,7 @@ namespace torchneuron {
 namespace {
 
 class KernelFailureTest : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     char pattern[] = "/tmp/neuron-failure-test-XXXXXX";
     directory_ = mkdtemp(pattern);
@@ -39,7 +39,10 @@ class KernelFailureTest : public ::testing::Test {
 TEST_F(KernelFailureTest, CompileFailureIsRememberedInMemoryAndInTheStore) {
   const std::string mlir = "module { func.func @kernel(%a: i64) { bogus.op } }";
   int builds = 0;
-  auto build = [&] { ++builds; return mlir; };
+  auto build = [&] {
+    ++builds;
+    return mlir;
+  };
   const KernelHandle failed = kernelFor(101, build);
   EXPECT_EQ(failed->function, nullptr);
   EXPECT_FALSE(failed->environmental);
@@ -63,16 +66,18 @@ TEST_F(KernelFailureTest, LinkFailureFallsBackInThisProcessAndIsNotPersisted) {
       "  }\n"
       "}\n";
   int builds = 0;
-  auto build = [&] { ++builds; return mlir; };
+  auto build = [&] {
+    ++builds;
+    return mlir;
+  };
   const KernelHandle failed = kernelFor(202, build);
   EXPECT_EQ(failed->function, nullptr);
   EXPECT_TRUE(failed->environmental);
   EXPECT_NE(failed->failure.find("[launcher]"), std::string::npos) << failed->failure;
-  EXPECT_NE(failed->failure.find("the next process retries"), std::string::npos)
-      << failed->failure;
-  EXPECT_EQ(kernelFor(202, build)->function, nullptr);  // this process falls back
+  EXPECT_NE(failed->failure.find("the next process retries"), std::string::npos) << failed->failure;
+  EXPECT_EQ(kernelFor(202, build)->function, nullptr); // this process falls back
   EXPECT_EQ(builds, 1);
-  EXPECT_FALSE(store_->failure(persistentKeyFor(202, mlir)));  // the next one tries again
+  EXPECT_FALSE(store_->failure(persistentKeyFor(202, mlir))); // the next one tries again
   EXPECT_FALSE(store_->get(persistentKeyFor(202, mlir)));
 }
 
@@ -90,10 +95,10 @@ TEST_F(KernelFailureTest, InternalErrorPropagatesToEveryCallAndIsNotRemembered) 
       EXPECT_NE(std::string(error.what()).find("a kernel builder bug"), std::string::npos);
     }
   }
-  EXPECT_EQ(builds, 2);  // not remembered: each call tries again
+  EXPECT_EQ(builds, 2); // not remembered: each call tries again
   EXPECT_EQ(kernelCacheStats().compile_failures, 0);
   EXPECT_EQ(kernelCacheStats().entries, 0);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -43,9 +43,12 @@ def main():
     hog = fill_until_failure(int(sys.argv[1]))
     filled = len(hog)
     starved = new_kernel_ops(0)
-    del hog[len(hog) // 2:]  # half the address space back
+    del hog[len(hog) // 2:]
+    torchneuron.empty_cache()  # half the address space back to the OS
+    compiles = torchneuron.metrics()["compiles"]
     relieved = new_kernel_ops(1)
-    print(json.dumps({"chunks": filled, "starved": starved, "relieved": relieved}))
+    print(json.dumps({"chunks": filled, "starved": starved, "relieved": relieved,
+                      "relieved_compiles": torchneuron.metrics()["compiles"] - compiles}))
 
 
 if __name__ == "__main__":

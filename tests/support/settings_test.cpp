@@ -83,10 +83,11 @@ TEST(Settings, ByteCountsBeyondInt64OrNegativeOrMalformedAreRejectedNotSaturated
   EXPECT_EQ(s.cache_memory_max_bytes, int64_t{256} << 20);
   EXPECT_EQ(s.cache_max_bytes, 0);
   ASSERT_EQ(s.warnings.size(), 2u);
-  EXPECT_NE(s.warnings[0].find("NEURON_CACHE_MAX_BYTES=-5 is not a byte count"),
-            std::string::npos) << s.warnings[0];
+  EXPECT_NE(s.warnings[0].find("NEURON_CACHE_MAX_BYTES=-5 is not a byte count"), std::string::npos)
+      << s.warnings[0];
   EXPECT_NE(s.warnings[1].find("NEURON_CACHE_MEMORY_MAX_BYTES=99999999999999999999999"),
-            std::string::npos) << s.warnings[1];
+            std::string::npos)
+      << s.warnings[1];
   EXPECT_NE(s.warnings[1].find("the default (256M) is used"), std::string::npos) << s.warnings[1];
 }
 
@@ -111,11 +112,13 @@ TEST(Settings, FallbackModeIsStrict) {
     parseFallbackMode("loud");
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("NEURON_FALLBACK must be 'warn', 'silent' or "
-                                             "'error', got 'loud'"),
-              std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what())
+                  .find("NEURON_FALLBACK must be 'warn', 'silent' or "
+                        "'error', got 'loud'"),
+              std::string::npos)
+        << error.what();
   }
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron
