@@ -10,11 +10,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "device/caching_allocator.h"
-#include "device/device.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/persistent_store.h"
+#include "device/caching_allocator.h"
+#include "device/device.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
@@ -90,9 +90,14 @@ py::dict cacheStats(const std::string& directory) {
   auto store = storeAt(directory);
   const torchneuron::PersistentStoreStats s = store->stats();
   py::dict result;
-  for (auto [name, value] : {std::pair<const char*, int64_t>{"entries", s.entries}, {"bytes", s.bytes},
-                             {"hits", s.hits}, {"misses", s.misses}, {"corrupt", s.corrupt},
-                             {"evicted", s.evicted}, {"foreign", s.foreign}, {"forged", s.forged}})
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"entries", s.entries},
+                             {"bytes", s.bytes},
+                             {"hits", s.hits},
+                             {"misses", s.misses},
+                             {"corrupt", s.corrupt},
+                             {"evicted", s.evicted},
+                             {"foreign", s.foreign},
+                             {"forged", s.forged}})
     result[name] = value;
   result["database_problem"] = s.database_problem;
   result["key_id"] = store->keyId();
@@ -123,21 +128,34 @@ void defineCacheCommands(py::module_& m) {
   m.def("cache_default_directory", &torchneuron::defaultCacheDirectory);
   m.def("cache_stats", &cacheStats, py::arg("directory"));
   m.def("cache_list", &cacheList, py::arg("directory"));
-  m.def("cache_prune", [](const std::string& d, int64_t max_bytes) { return storeAt(d)->prune(max_bytes); },
-        py::arg("directory"), py::arg("max_bytes"));
-  m.def("cache_clear", [](const std::string& d) {
-    const torchneuron::ClearReport r = storeAt(d)->clear();
-    return py::make_tuple(r.cleared, r.profiles, r.lock_files, r.kept_key, r.problem);
-  }, py::arg("directory"));
-  m.def("cache_repair", [](const std::string& d) { return storeAt(d)->repair(); }, py::arg("directory"));
-  m.def("cache_export", [](const std::string& d, const std::string& file) {
-    const torchneuron::ExportReport r = storeAt(d)->exportTo(file);
-    return py::make_tuple(r.exported, r.skipped, r.problem);
-  }, py::arg("directory"), py::arg("file"));
-  m.def("cache_import", [](const std::string& d, const std::string& file, bool trust) {
-    const torchneuron::ImportReport r = storeAt(d)->importFrom(file, trust);
-    return py::make_tuple(r.imported, r.resigned, r.damaged, r.untrusted, r.problem);
-  }, py::arg("directory"), py::arg("file"), py::arg("trust"));
+  m.def(
+      "cache_prune",
+      [](const std::string& d, int64_t max_bytes) { return storeAt(d)->prune(max_bytes); },
+      py::arg("directory"), py::arg("max_bytes"));
+  m.def(
+      "cache_clear",
+      [](const std::string& d) {
+        const torchneuron::ClearReport r = storeAt(d)->clear();
+        return py::make_tuple(r.cleared, r.profiles, r.lock_files, r.kept_key, r.problem);
+      },
+      py::arg("directory"));
+  m.def(
+      "cache_repair", [](const std::string& d) { return storeAt(d)->repair(); },
+      py::arg("directory"));
+  m.def(
+      "cache_export",
+      [](const std::string& d, const std::string& file) {
+        const torchneuron::ExportReport r = storeAt(d)->exportTo(file);
+        return py::make_tuple(r.exported, r.skipped, r.problem);
+      },
+      py::arg("directory"), py::arg("file"));
+  m.def(
+      "cache_import",
+      [](const std::string& d, const std::string& file, bool trust) {
+        const torchneuron::ImportReport r = storeAt(d)->importFrom(file, trust);
+        return py::make_tuple(r.imported, r.resigned, r.damaged, r.untrusted, r.problem);
+      },
+      py::arg("directory"), py::arg("file"), py::arg("trust"));
   m.def("cache_keygen", &torchneuron::writeNewKeyFile, py::arg("file"));
   // The CLI's own warnings: one line each on stderr.
   m.def("cache_warnings_to_stderr", [] {
@@ -177,7 +195,7 @@ void checkSettings() {
   }
 }
 
-}  // namespace
+} // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchneuron device runtime";

@@ -12,11 +12,11 @@
 
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
-#include "fusion/compiler.h"
-#include "launcher/object_loader.h"
 #include "device/device.h"
+#include "fusion/compiler.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
+#include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
 
 namespace {
@@ -39,9 +39,14 @@ void BM_DispatchAdd(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * 12);
 }
-BENCHMARK(BM_DispatchAdd)->ArgNames({"neuron", "n", "threads"})
-    ->Args({0, 8, 1})->Args({1, 8, 1})
-    ->Args({0, 16 << 20, 1})->Args({1, 16 << 20, 1})->Args({0, 16 << 20, 2})->Args({1, 16 << 20, 2})
+BENCHMARK(BM_DispatchAdd)
+    ->ArgNames({"neuron", "n", "threads"})
+    ->Args({0, 8, 1})
+    ->Args({1, 8, 1})
+    ->Args({0, 16 << 20, 1})
+    ->Args({1, 16 << 20, 1})
+    ->Args({0, 16 << 20, 2})
+    ->Args({1, 16 << 20, 2})
     ->UseRealTime();
 
 // The compiled add kernel called through the launcher alone (no dispatcher, no allocation).
@@ -71,8 +76,12 @@ void BM_KernelLaunch(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * 12);
 }
-BENCHMARK(BM_KernelLaunch)->ArgNames({"n", "threads"})->Args({8, 1})->Args({16 << 20, 1})
-    ->Args({16 << 20, 2})->UseRealTime();
+BENCHMARK(BM_KernelLaunch)
+    ->ArgNames({"n", "threads"})
+    ->Args({8, 1})
+    ->Args({16 << 20, 1})
+    ->Args({16 << 20, 2})
+    ->UseRealTime();
 
 // Allocate 64 MB, touch it (a fill), free it; the caching allocator keeps the block.
 void BM_Alloc64MB(benchmark::State& state) {
@@ -84,7 +93,11 @@ void BM_Alloc64MB(benchmark::State& state) {
     benchmark::DoNotOptimize(t.data_ptr());
   }
 }
-BENCHMARK(BM_Alloc64MB)->ArgNames({"neuron"})->Arg(0)->Arg(1)->UseRealTime()
+BENCHMARK(BM_Alloc64MB)
+    ->ArgNames({"neuron"})
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // a[i] = b[i] + s * c[i] over three 16M-float arrays, split across `threads` std::threads;
@@ -98,14 +111,16 @@ void BM_StreamTriad(benchmark::State& state) {
     float* __restrict out = a.data();
     const float* __restrict x = b.data();
     const float* __restrict y = c.data();
-    for (int64_t i = begin; i < end; ++i) out[i] = x[i] + s * y[i];
+    for (int64_t i = begin; i < end; ++i)
+      out[i] = x[i] + s * y[i];
   };
   for (auto _ : state) {
     std::vector<std::thread> workers;
     for (int t = 1; t < threads; ++t)
       workers.emplace_back(run, n * t / threads, n * (t + 1) / threads);
     run(0, n / threads);
-    for (std::thread& w : workers) w.join();
+    for (std::thread& w : workers)
+      w.join();
     benchmark::DoNotOptimize(a.data());
   }
   state.SetBytesProcessed(state.iterations() * n * 12);
@@ -125,21 +140,29 @@ void BM_CacheLoad(benchmark::State& state) {
   const std::string mlir = fusion::buildElementwiseKernel(s);
   const fusion::TargetDescription& target = fusion::hostTarget();
   std::vector<std::vector<char>> containers;
-  static int generation = 0;  // Google Benchmark may run this function more than once
+  static int generation = 0; // Google Benchmark may run this function more than once
   ++generation;
   for (int64_t i = 0; i < state.max_iterations; ++i) {
-    const std::string symbol =
-        "bench_load_" + std::to_string(generation) + "_" + std::to_string(i);
+    const std::string symbol = "bench_load_" + std::to_string(generation) + "_" + std::to_string(i);
     const fusion::ObjectCode object = fusion::compileKernel(mlir, symbol);
-    ExecutableContainer c{kEngineVersion, target.llvm_version, target.triple, target.cpu,
-                          target.features, "bench", mlir, {{symbol, "slots-v1"}}, object.bytes,
-                          Program{}, {}, {}};
+    ExecutableContainer c{kEngineVersion,
+                          target.llvm_version,
+                          target.triple,
+                          target.cpu,
+                          target.features,
+                          "bench",
+                          mlir,
+                          {{symbol, "slots-v1"}},
+                          object.bytes,
+                          Program{},
+                          {},
+                          {}};
     containers.push_back(c.serialize());
   }
-  const LoadRequirements wanted{kEngineVersion, target.llvm_version, target.triple,
-                                target.features, "bench", mlir};
+  const LoadRequirements wanted{
+      kEngineVersion, target.llvm_version, target.triple, target.features, "bench", mlir};
   size_t next = 0;
-  std::vector<std::shared_ptr<LoadedCode>> loaded;  // unlinked after the timing, not inside it
+  std::vector<std::shared_ptr<LoadedCode>> loaded; // unlinked after the timing, not inside it
   for (auto _ : state) {
     std::optional<ExecutableContainer> c = parseContainer(containers[next++], nullptr);
     if (!c || !verifyContainer(*c, wanted).empty()) state.SkipWithError("container rejected");
@@ -148,6 +171,6 @@ void BM_CacheLoad(benchmark::State& state) {
 }
 BENCHMARK(BM_CacheLoad)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-}  // namespace
+} // namespace
 
 BENCHMARK_MAIN();

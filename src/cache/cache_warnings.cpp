@@ -137,5 +137,4 @@ const Settings& cacheSettings() {
   return s;
 }
 
-
 } // namespace torchneuron

@@ -53,4 +53,4 @@ std::vector<std::string> takeQueuedCacheWarnings();
 // are sent through this channel, once each, at the first call.
 const Settings& cacheSettings();
 
-}  // namespace torchneuron
+} // namespace torchneuron

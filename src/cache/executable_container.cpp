@@ -24,7 +24,7 @@ constexpr uint32_t kMaxOperands = 256, kMaxSizeSlots = 16, kMaxSlotId = 65535;
 constexpr size_t kMaxLibraryOpBytes = 128;
 
 class Writer {
- public:
+public:
   void u8(uint8_t v) { raw(&v, sizeof v); }
   void u32(uint32_t v) { raw(&v, sizeof v); }
   void u64(uint64_t v) { raw(&v, sizeof v); }
@@ -41,13 +41,25 @@ class Writer {
 
 // Bounds-checked reads: any read past the end marks the reader failed and returns zeros.
 class Reader {
- public:
+public:
   Reader(const char* data, size_t size) : data_(data), size_(size) {}
   bool ok() const { return ok_; }
   bool done() const { return at_ == size_; }
-  uint8_t u8() { uint8_t v = 0; raw(&v, sizeof v); return v; }
-  uint32_t u32() { uint32_t v = 0; raw(&v, sizeof v); return v; }
-  uint64_t u64() { uint64_t v = 0; raw(&v, sizeof v); return v; }
+  uint8_t u8() {
+    uint8_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  uint32_t u32() {
+    uint32_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  uint64_t u64() {
+    uint64_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
   std::string str() {
     const uint64_t n = u64();
     if (!ok_ || n > size_ - at_) return fail(), std::string();
@@ -68,7 +80,7 @@ class Reader {
   }
   void fail() { ok_ = false; }
 
- private:
+private:
   const char* data_;
   size_t size_, at_ = 0;
   bool ok_ = true;
@@ -93,16 +105,20 @@ void writeProgram(Writer& w, const Program& program) {
     } else {
       w.u64(b.element_bytes);
       w.u32(static_cast<uint32_t>(b.size_slots.size()));
-      for (uint32_t slot : b.size_slots) w.u32(slot);
+      for (uint32_t slot : b.size_slots)
+        w.u32(slot);
     }
   }
   w.u32(static_cast<uint32_t>(program.steps.size()));
   for (const ProgramStep& s : program.steps) {
     w.u8(static_cast<uint8_t>(s.kind));
-    if (s.kind == ProgramStep::Kind::kKernel) w.u32(s.kernel);
-    else w.str(s.library_op);
+    if (s.kind == ProgramStep::Kind::kKernel)
+      w.u32(s.kernel);
+    else
+      w.str(s.library_op);
     w.u32(static_cast<uint32_t>(s.operands.size()));
-    for (uint32_t operand : s.operands) w.u32(operand);
+    for (uint32_t operand : s.operands)
+      w.u32(operand);
   }
 }
 
@@ -148,7 +164,8 @@ std::string readProgram(Reader& r, size_t kernel_count, Program* program) {
     } else if (kind == static_cast<uint8_t>(ProgramStep::Kind::kLibrary)) {
       s.kind = ProgramStep::Kind::kLibrary;
       s.library_op = r.str();
-      if (r.ok() && !isLibraryOpName(s.library_op)) return "step " + std::to_string(i) + ": bad op name";
+      if (r.ok() && !isLibraryOpName(s.library_op))
+        return "step " + std::to_string(i) + ": bad op name";
     } else {
       return "step " + std::to_string(i) + ": unknown kind " + std::to_string(kind);
     }
@@ -188,14 +205,16 @@ std::string integrityProblem(const std::vector<char>& bytes) {
   return "";
 }
 
-size_t macOffset(const std::vector<char>& bytes) { return bytes.size() - kMacBytes - kChecksumBytes; }
+size_t macOffset(const std::vector<char>& bytes) {
+  return bytes.size() - kMacBytes - kChecksumBytes;
+}
 size_t keyIdOffset(const std::vector<char>& bytes) { return macOffset(bytes) - kKeyIdBytes; }
 
-}  // namespace
+} // namespace
 
 std::string describeProgram(const Program& program) {
-  std::string text = std::to_string(program.steps.size()) +
-                     (program.steps.size() == 1 ? " step:" : " steps:");
+  std::string text =
+      std::to_string(program.steps.size()) + (program.steps.size() == 1 ? " step:" : " steps:");
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const ProgramStep& s = program.steps[i];
     text += (i ? ", " : " ") + (s.kind == ProgramStep::Kind::kKernel
@@ -236,7 +255,8 @@ std::optional<uint32_t> containerFormatVersion(const std::vector<char>& bytes) {
   return version;
 }
 
-std::optional<ExecutableContainer> parseContainer(const std::vector<char>& bytes, std::string* why) {
+std::optional<ExecutableContainer> parseContainer(const std::vector<char>& bytes,
+                                                  std::string* why) {
   auto reject = [&](const std::string& reason) {
     if (why) *why = reason;
     return std::nullopt;
@@ -313,7 +333,8 @@ std::string verifyContainer(const ExecutableContainer& c, const LoadRequirements
   if (c.target_triple != w.target_triple) return "target " + c.target_triple;
   if (c.cpu_features != w.cpu_features) return "CPU features differ";
   if (c.compile_options != w.compile_options) return "compile options differ";
-  if (c.key_material != w.key_material) return "key material differs (a hash collision or a forged entry)";
+  if (c.key_material != w.key_material)
+    return "key material differs (a hash collision or a forged entry)";
   if (c.kernels.empty() || c.object.empty()) return "no kernel";
   const Program& p = c.program;
   if (p.steps.size() != 1 || p.steps[0].kind != ProgramStep::Kind::kKernel ||
@@ -322,4 +343,4 @@ std::string verifyContainer(const ExecutableContainer& c, const LoadRequirements
   return "";
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

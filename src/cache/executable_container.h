@@ -23,8 +23,8 @@ constexpr uint32_t kProgramEncodingVersion = 1;
 extern const char* const kEngineVersion;
 
 struct KernelTableEntry {
-  std::string symbol;  // exported entry point
-  std::string abi;     // "slots-v1": void(const int64_t* slots, int64_t begin, int64_t end)
+  std::string symbol; // exported entry point
+  std::string abi;    // "slots-v1": void(const int64_t* slots, int64_t begin, int64_t end)
 };
 
 // One buffer a program's steps use: a launch argument, named by its slot id, or scratch memory
@@ -33,9 +33,9 @@ struct KernelTableEntry {
 struct ProgramBuffer {
   enum class Kind : uint8_t { kSlot = 0, kScratch = 1 };
   Kind kind = Kind::kSlot;
-  uint32_t slot = 0;                  // kSlot
-  uint64_t element_bytes = 0;         // kScratch
-  std::vector<uint32_t> size_slots;   // kScratch
+  uint32_t slot = 0;                // kSlot
+  uint64_t element_bytes = 0;       // kScratch
+  std::vector<uint32_t> size_slots; // kScratch
 };
 
 // One step: a kernel of the kernel table, or a library op (an ATen op such as "aten::mm"), run
@@ -44,8 +44,8 @@ struct ProgramBuffer {
 struct ProgramStep {
   enum class Kind : uint8_t { kKernel = 0, kLibrary = 1 };
   Kind kind = Kind::kKernel;
-  uint32_t kernel = 0;         // kKernel
-  std::string library_op;      // kLibrary
+  uint32_t kernel = 0;    // kKernel
+  std::string library_op; // kLibrary
   std::vector<uint32_t> operands;
 };
 
@@ -65,11 +65,11 @@ struct ExecutableContainer {
   std::string target_triple;
   std::string cpu;
   std::string cpu_features;
-  std::string compile_options;  // the lowering pipeline and optimization level
-  std::string key_material;     // what was compiled (the kernel's MLIR module)
+  std::string compile_options; // the lowering pipeline and optimization level
+  std::string key_material;    // what was compiled (the kernel's MLIR module)
   std::vector<KernelTableEntry> kernels;
-  std::vector<char> object;     // ELF relocatable object
-  Program program;              // (serialized before the object; declared after it for brevity)
+  std::vector<char> object; // ELF relocatable object
+  Program program;          // (serialized before the object; declared after it for brevity)
   // The MAC slot: the signing key's id and the MAC, as parsed; zeros until sealContainer() fills
   // them in the serialized bytes.
   EntryAuthenticator::KeyId key_id{};
@@ -110,4 +110,4 @@ struct LoadRequirements {
 // Empty when `container` may be loaded here; else the first mismatch, named.
 std::string verifyContainer(const ExecutableContainer& container, const LoadRequirements& wanted);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -5,10 +5,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <new>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <shared_mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -29,10 +29,10 @@ namespace {
 
 struct Entry {
   KernelHandle kernel;
-  std::exception_ptr error;  // an internal error of the resolving call, rethrown to its waiters
-  bool ready = false;  // guarded by Table::mutex; waiters sleep on Table::compiled
-  int64_t bytes = 0;   // what it counts against the memory tier's cap, set with `ready`
-  std::atomic<uint64_t> last_use{0};  // Table::clock at the latest lookup
+  std::exception_ptr error; // an internal error of the resolving call, rethrown to its waiters
+  bool ready = false;       // guarded by Table::mutex; waiters sleep on Table::compiled
+  int64_t bytes = 0;        // what it counts against the memory tier's cap, set with `ready`
+  std::atomic<uint64_t> last_use{0}; // Table::clock at the latest lookup
 };
 
 // A stored kernel linked ahead of need (prefetchStoredKernel), until the kernelFor() whose store
@@ -40,8 +40,8 @@ struct Entry {
 // immutable.
 struct Prefetched {
   bool done = false;
-  bool rejected = false;              // the entry failed verification (already counted)
-  std::shared_ptr<LoadedCode> code;   // null when absent or rejected
+  bool rejected = false;            // the entry failed verification (already counted)
+  std::shared_ptr<LoadedCode> code; // null when absent or rejected
   std::string key_material;
 };
 
@@ -65,8 +65,8 @@ struct Table {
   std::atomic<int64_t> hits{0}, misses{0}, compiles{0}, failures{0};
   std::atomic<int64_t> compile_us{0};
   std::mutex latencies_mutex;
-  std::vector<double> latencies_ms;  // per compile since the last reset
-  std::vector<double> load_ms;       // per persistent load since the last reset
+  std::vector<double> latencies_ms; // per compile since the last reset
+  std::vector<double> load_ms;      // per persistent load since the last reset
   std::atomic<int64_t> persistent_hits{0}, persistent_rejected{0};
   // Prefetched kernels by store key, and the bytes of those not yet taken.
   std::mutex prefetch_mutex;
@@ -83,7 +83,10 @@ struct Table {
 // What an on-disk entry must match to be loaded here, but for its key material.
 LoadRequirements hostRequirements() {
   const fusion::TargetDescription& target = fusion::hostTarget();
-  return {kEngineVersion, target.llvm_version, target.triple, target.features,
+  return {kEngineVersion,
+          target.llvm_version,
+          target.triple,
+          target.features,
           std::string(fusion::kLoweringPipeline) + "; O3; libmvec; codegen " +
               fusion::codegenFingerprint(),
           ""};
@@ -111,8 +114,7 @@ bool retryFailedCompiles() { return cacheSettings().cache_retry_failed; }
 
 // Runs one store operation; a fault of the store (an exception: RocksDB or the container code
 // out of memory) is a miss, `fallback`, and one warning: the cache fails open.
-template <typename Fn, typename T>
-T storeCall(const char* what, T fallback, Fn&& fn) {
+template <typename Fn, typename T> T storeCall(const char* what, T fallback, Fn&& fn) {
   try {
     return fn();
   } catch (const std::exception& error) {
@@ -158,7 +160,7 @@ std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, cons
     }
     return true;
   });
-  if (!checked) return nullptr;  // a fault of this process, not of the entry
+  if (!checked) return nullptr; // a fault of this process, not of the entry
   std::shared_ptr<LoadedCode> code;
   if (why.empty()) {
     try {
@@ -178,14 +180,14 @@ std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, cons
 
 // Loads `key` from the store if a verified entry is there; `rejected` tells a damaged or
 // foreign entry (then recompiled and overwritten) from an absent one.
-std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store,
-                                          const std::string& key, const LoadRequirements& wanted,
+std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store, const std::string& key,
+                                          const LoadRequirements& wanted,
                                           bool* rejected = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   StoreRead read = StoreRead::kAbsent;
-  std::optional<std::vector<char>> bytes = storeCall(
-      "reading", std::optional<std::vector<char>>(), [&] { return store.get(key, &read); });
-  if (read == StoreRead::kRejected) {  // failed its checksum or MAC: counted, never mapped
+  std::optional<std::vector<char>> bytes = storeCall("reading", std::optional<std::vector<char>>(),
+                                                     [&] { return store.get(key, &read); });
+  if (read == StoreRead::kRejected) { // failed its checksum or MAC: counted, never mapped
     t.persistent_rejected.fetch_add(1);
     if (rejected) *rejected = true;
   }
@@ -307,8 +309,8 @@ CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const s
     if (auto code = loadFromStore(t, store, store_key, wanted, &rejected)) return loaded(code);
   }
   if (!retryFailedCompiles()) {
-    if (std::optional<std::string> reason = storeCall(
-            "reading", std::optional<std::string>(), [&] { return store.failure(store_key); })) {
+    if (std::optional<std::string> reason = storeCall("reading", std::optional<std::string>(),
+                                                      [&] { return store.failure(store_key); })) {
       CachedKernel result;
       result.failure = "remembered from an earlier run: " + *reason;
       return result;
@@ -336,7 +338,7 @@ CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& b
   return result;
 }
 
-Table* table_instance = nullptr;  // never destroyed: kernels stay callable at exit
+Table* table_instance = nullptr; // never destroyed: kernels stay callable at exit
 
 void prepareFork() {
   Table& t = *table_instance;
@@ -372,12 +374,17 @@ void resetInChild() {
 }
 
 Table& table() {
-  static std::once_flag made;  // std::call_once is pthread_once: a child may redo it
+  static std::once_flag made; // std::call_once is pthread_once: a child may redo it
   std::call_once(made, [] {
-    registerForkHandlers(ForkRank::kKernelCacheTable,
-                         {[] { if (table_instance) prepareFork(); },
-                          [] { if (table_instance) releaseAfterFork(); },
-                          [] { if (table_instance) resetInChild(); }});
+    registerForkHandlers(ForkRank::kKernelCacheTable, {[] {
+                                                         if (table_instance) prepareFork();
+                                                       },
+                                                       [] {
+                                                         if (table_instance) releaseAfterFork();
+                                                       },
+                                                       [] {
+                                                         if (table_instance) resetInChild();
+                                                       }});
     table_instance = new Table();
   });
   return *table_instance;
@@ -410,12 +417,12 @@ int64_t footprint(const CachedKernel& kernel) {
                      : static_cast<int64_t>(kernel.failure.size() + sizeof(CachedKernel));
 }
 
-}  // namespace
+} // namespace
 
 int64_t memoryTierCapacity() { return cacheSettings().cache_memory_max_bytes; }
 
 KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir) {
-  flushCacheWarnings();  // those queued by threads that cannot warn (the warm start)
+  flushCacheWarnings(); // those queued by threads that cannot warn (the warm start)
   Table& t = table();
   {
     std::shared_lock<std::shared_mutex> read(t.mutex);
@@ -431,7 +438,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
   {
     std::unique_lock<std::shared_mutex> write(t.mutex);
     auto [it, inserted] = t.entries.try_emplace(key, nullptr);
-    if (!inserted) {  // another thread compiles it, or just did
+    if (!inserted) { // another thread compiles it, or just did
       std::shared_ptr<Entry> pending = it->second;
       t.compiled.wait(write, [&] { return pending->ready; });
       if (pending->error) std::rethrow_exception(pending->error);
@@ -453,7 +460,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
     failHere(t, result, error.what());
   } catch (const std::bad_alloc&) {
     failHere(t, result, "[cache] out of memory while resolving the kernel");
-  } catch (...) {  // an internal error (TORCH_INTERNAL_ASSERT, a bug): the caller's error
+  } catch (...) { // an internal error (TORCH_INTERNAL_ASSERT, a bug): the caller's error
     internal = std::current_exception();
   }
   if (internal) {
@@ -462,7 +469,7 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
       entry->error = internal;
       entry->ready = true;
       if (auto it = t.entries.find(key); it != t.entries.end() && it->second == entry)
-        t.entries.erase(it);  // not remembered: the next call tries again
+        t.entries.erase(it); // not remembered: the next call tries again
     }
     t.compiled.notify_all();
     std::rethrow_exception(internal);
@@ -502,7 +509,7 @@ bool prefetchStoredKernel(const std::string& store_key) {
   const int64_t capacity = memoryTierCapacity();
   {
     std::lock_guard<std::mutex> lock(t.first_use_mutex);
-    if (t.first_use_seen.count(store_key)) return false;  // the program got there first
+    if (t.first_use_seen.count(store_key)) return false; // the program got there first
   }
   auto slot = std::make_shared<Prefetched>();
   {
@@ -589,4 +596,4 @@ void resetKernelCacheCounters() {
   t.load_ms.clear();
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -22,10 +22,10 @@
 namespace torchneuron {
 
 struct CachedKernel {
-  KernelFunction function = nullptr;  // null when the compile failed
-  std::string failure;                // why it failed ("" on success)
-  bool environmental = false;         // an environment failure: retried by the next process
-  std::shared_ptr<LoadedCode> code;   // keeps `function` mapped
+  KernelFunction function = nullptr; // null when the compile failed
+  std::string failure;               // why it failed ("" on success)
+  bool environmental = false;        // an environment failure: retried by the next process
+  std::shared_ptr<LoadedCode> code;  // keeps `function` mapped
 };
 
 // Hold it while calling the kernel: an evicted kernel is unlinked when its last holder lets go.
@@ -36,23 +36,23 @@ struct KernelCacheStats {
   int64_t misses = 0;
   int64_t compiles = 0;
   int64_t compile_failures = 0;
-  double compile_ms_total = 0;   // MLIR to loaded kernel, summed over compiles
-  double compile_ms_median = 0;  // of the compiles since the last reset
+  double compile_ms_total = 0;  // MLIR to loaded kernel, summed over compiles
+  double compile_ms_median = 0; // of the compiles since the last reset
   double compile_ms_max = 0;
   int64_t entries = 0;
-  int64_t memory_bytes = 0;      // object code held by the memory tier
-  int64_t memory_evictions = 0;  // kernels the memory tier dropped to stay under its cap
-  int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache, no compile
-  int64_t persistent_rejected = 0;  // on-disk entries that failed verification (then compiled)
-  double persistent_load_ms_median = 0;  // store read + verification + ORC link
-  int64_t prefetched = 0;  // loaded ahead of need by prefetchStoredKernel(), used or not
+  int64_t memory_bytes = 0;             // object code held by the memory tier
+  int64_t memory_evictions = 0;         // kernels the memory tier dropped to stay under its cap
+  int64_t persistent_hits = 0;          // kernels loaded from the on-disk cache, no compile
+  int64_t persistent_rejected = 0;      // on-disk entries that failed verification (then compiled)
+  double persistent_load_ms_median = 0; // store read + verification + ORC link
+  int64_t prefetched = 0; // loaded ahead of need by prefetchStoredKernel(), used or not
 };
 
-// Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the persistent store
-// (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s module, which
-// exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles of one key
-// are single-flight within the process and, through the store, across processes. A failed
-// compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null;
+// Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the
+// persistent store (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s
+// module, which exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles
+// of one key are single-flight within the process and, through the store, across processes. A
+// failed compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null;
 // throws what an internal error threw (to every caller waiting for that key). Delivers the
 // cache warnings queued by threads that cannot warn (cache_warnings.h) first.
 KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
@@ -72,11 +72,11 @@ std::vector<std::string> storedKernelsInFirstUseOrder();
 bool prefetchStoredKernel(const std::string& store_key);
 
 KernelCacheStats kernelCacheStats();
-void resetKernelCacheCounters();  // hits, misses, compiles, failures and time; keeps entries
+void resetKernelCacheCounters(); // hits, misses, compiles, failures and time; keeps entries
 
 // The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES
 // (support/settings.h; an unparsable value warns through the cache's warnings and keeps the
 // default).
 int64_t memoryTierCapacity();
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -20,8 +20,8 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 
 #include "cache/cache_archive.h"
 #include "cache/cache_warnings.h"
@@ -54,7 +54,7 @@ void registerForkHandler() {
   std::call_once(once, [] {
     pthread_atfork(nullptr, nullptr, [] {
       in_forked_child.store(true);
-      on_exit(exitForkedChild, nullptr);  // registered last, so it runs first
+      on_exit(exitForkedChild, nullptr); // registered last, so it runs first
     });
   });
 }
@@ -72,14 +72,15 @@ std::set<int>* held_locks = nullptr;
 std::unique_lock<std::mutex> lockHeldLocks() {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kStoreLocks, {[] { held_locks_mutex.lock(); },
-                                                 [] { held_locks_mutex.unlock(); },
-                                                 [] {
-                                                   if (held_locks)
-                                                     for (int fd : *held_locks) close(fd);
-                                                   if (held_locks) held_locks->clear();
-                                                   held_locks_mutex.unlock();
-                                                 }});
+    registerForkHandlers(ForkRank::kStoreLocks,
+                         {[] { held_locks_mutex.lock(); }, [] { held_locks_mutex.unlock(); },
+                          [] {
+                            if (held_locks)
+                              for (int fd : *held_locks)
+                                close(fd);
+                            if (held_locks) held_locks->clear();
+                            held_locks_mutex.unlock();
+                          }});
   });
   std::unique_lock<std::mutex> lock(held_locks_mutex);
   if (held_locks == nullptr) held_locks = new std::set<int>();
@@ -102,10 +103,13 @@ void closeLockFile(int fd) {
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
-std::string encodeTime(int64_t ms) { return std::string(reinterpret_cast<const char*>(&ms), sizeof ms); }
+std::string encodeTime(int64_t ms) {
+  return std::string(reinterpret_cast<const char*>(&ms), sizeof ms);
+}
 int64_t decodeTime(const std::string& s) {
   int64_t ms = 0;
   if (s.size() == sizeof ms) std::memcpy(&ms, s.data(), sizeof ms);
@@ -114,22 +118,22 @@ int64_t decodeTime(const std::string& s) {
 
 // An flock() held until destruction.
 class FileLock {
- public:
+public:
   FileLock(const std::string& path, int operation) {
     fd_ = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
     if (fd_ < 0 && errno != ELOOP)
-      fd_ = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);  // a read-only directory
+      fd_ = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); // a read-only directory
     if (fd_ >= 0 && flock(fd_, operation) != 0) {
       closeLockFile(fd_);
       fd_ = -1;
     }
   }
   ~FileLock() {
-    if (fd_ >= 0) closeLockFile(fd_);  // closing releases the lock
+    if (fd_ >= 0) closeLockFile(fd_); // closing releases the lock
   }
   bool held() const { return fd_ >= 0; }
 
- private:
+private:
   int fd_ = -1;
 };
 
@@ -137,7 +141,7 @@ class FileLock {
 // add to it, and Debian's RocksDB 7.8 (built with assertions) aborts the process when it logs
 // again after a failed write to that file (a full disk).
 class DiscardingLogger : public rocksdb::Logger {
- public:
+public:
   using rocksdb::Logger::Logv;
   void Logv(const char*, va_list) override {}
 };
@@ -153,28 +157,28 @@ rocksdb::Options baseOptions() {
   return options;
 }
 
-}  // namespace
+} // namespace
 
 struct PersistentStore::Impl {
   std::string db_path, lock_path, locks_dir;
-  std::string problem;  // why the store is off; set once, in the constructor
+  std::string problem; // why the store is off; set once, in the constructor
   std::unique_ptr<EntryAuthenticator> authenticator;
   std::string key_source;
-  std::string open_problem;  // the latest failure to open the database for reading
+  std::string open_problem; // the latest failure to open the database for reading
   // Entries and last-use times read in one pass at the first lookup, so a warm process opens
   // the database once rather than once per kernel. Keys missing from it are read afresh.
   bool snapshot_taken = false;
   std::unordered_map<std::string, std::string> snapshot_entries, snapshot_uses;
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
   std::atomic<int64_t> foreign{0}, forged{0};
-  std::mutex mutex;  // one store operation at a time per process (flock is per open file)
+  std::mutex mutex; // one store operation at a time per process (flock is per open file)
 
   // Opens the database read-only under a shared lock; nullptr when it does not exist or fails
   // (`open_problem` says why; warned unless the caller reports it itself).
   std::unique_ptr<rocksdb::DB> openReader(bool warn) {
     struct stat info;
     open_problem.clear();
-    if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr;  // nothing stored yet
+    if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr; // nothing stored yet
     rocksdb::Options options = baseOptions();
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
@@ -182,7 +186,8 @@ struct PersistentStore::Impl {
       open_problem = status.ToString();
       if (warn)
         warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" +
-                                  status.ToString() + "); it is bypassed, kernels compile as usual");
+                                  status.ToString() +
+                                  "); it is bypassed, kernels compile as usual");
       return nullptr;
     }
     return std::unique_ptr<rocksdb::DB>(db);
@@ -195,8 +200,9 @@ struct PersistentStore::Impl {
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::Open(options, db_path, &db);
     if (!status.ok()) {
-      warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" + status.ToString() +
-                            "); compiled kernels are not kept for later runs");
+      warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" +
+                                 status.ToString() +
+                                 "); compiled kernels are not kept for later runs");
       write_failures.fetch_add(1);
       return nullptr;
     }
@@ -207,12 +213,12 @@ struct PersistentStore::Impl {
     FileLock lock(lock_path, LOCK_EX);
     if (!lock.held()) {
       warnCacheOnce("lock", "cannot lock " + lock_path + " (" + std::strerror(errno) +
-                           "); compiled kernels are not kept for later runs");
+                                "); compiled kernels are not kept for later runs");
       write_failures.fetch_add(1);
       return false;
     }
     rocksdb::Status status;
-    try {  // RocksDB and the batch allocate: out of memory is a failed write, not an abort
+    try { // RocksDB and the batch allocate: out of memory is a failed write, not an abort
       std::unique_ptr<rocksdb::DB> db = openWriter();
       if (!db) return false;
       rocksdb::WriteBatch batch;
@@ -250,7 +256,10 @@ struct PersistentStore::Impl {
 
   // Deletes least recently used entries until the total is at most `max_bytes`.
   int64_t evict(rocksdb::DB& db, rocksdb::WriteBatch& batch, int64_t max_bytes, int64_t incoming) {
-    struct Item { int64_t used, bytes; std::string key; };
+    struct Item {
+      int64_t used, bytes;
+      std::string key;
+    };
     std::vector<Item> items;
     int64_t total = incoming;
     std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
@@ -261,7 +270,8 @@ struct PersistentStore::Impl {
       items.push_back({decodeTime(use), static_cast<int64_t>(it->value().size()), key});
       total += static_cast<int64_t>(it->value().size());
     }
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.used < b.used; });
+    std::sort(items.begin(), items.end(),
+              [](const Item& a, const Item& b) { return a.used < b.used; });
     int64_t removed = 0;
     for (const Item& item : items) {
       if (total <= max_bytes) break;
@@ -288,7 +298,7 @@ std::string PersistentStore::openTrusted() {
   std::string resolved;
   std::string problem = preparePrivateDirectory(directory_, &resolved);
   if (!problem.empty()) return problem;
-  directory_ = resolved;  // from here on, no link in the path is followed again
+  directory_ = resolved; // from here on, no link in the path is followed again
   for (const char* sub : {"/locks", "/db"})
     if (problem = preparePrivateSubdirectory(directory_ + sub); !problem.empty()) return problem;
   impl_->authenticator = EntryAuthenticator::forCacheDirectory(directory_, &problem);
@@ -313,7 +323,7 @@ bool PersistentStore::off() const { return !impl_->problem.empty() || in_forked_
 PersistentStore::~PersistentStore() = default;
 
 PersistentStore* PersistentStore::fromEnvironment() {
-  static PersistentStore* store = [] () -> PersistentStore* {
+  static PersistentStore* store = []() -> PersistentStore* {
     const Settings& settings = cacheSettings();
     if (!settings.cache_enabled) return nullptr;
     const std::string directory = defaultCacheDirectory();
@@ -345,7 +355,8 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
       for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry) && bytes < kSnapshotLimit;
            it->Next()) {
         bytes += it->value().size();
-        impl_->snapshot_entries[it->key().ToString().substr(kEntry.size())] = it->value().ToString();
+        impl_->snapshot_entries[it->key().ToString().substr(kEntry.size())] =
+            it->value().ToString();
       }
       for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
         impl_->snapshot_uses[it->key().ToString().substr(kUse.size())] = it->value().ToString();
@@ -357,12 +368,14 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
   if (auto it = impl_->snapshot_entries.find(key); it != impl_->snapshot_entries.end()) {
     found.emplace(it->second.begin(), it->second.end());
     auto use = impl_->snapshot_uses.find(key);
-    stale_use = use == impl_->snapshot_uses.end() || nowMs() - decodeTime(use->second) > kUseGranularityMs;
-    impl_->snapshot_entries.erase(it);  // loaded once per process; a repeat lookup reads afresh
+    stale_use =
+        use == impl_->snapshot_uses.end() || nowMs() - decodeTime(use->second) > kUseGranularityMs;
+    impl_->snapshot_entries.erase(it); // loaded once per process; a repeat lookup reads afresh
   } else {
     found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
       std::string value, use;
-      if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) return std::nullopt;
+      if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok())
+        return std::nullopt;
       stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &use).ok() ||
                   nowMs() - decodeTime(use) > kUseGranularityMs;
       return std::vector<char>(value.begin(), value.end());
@@ -386,21 +399,21 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
 StoreRead PersistentStore::authenticate(const std::string& key, const std::vector<char>& bytes) {
   std::string why;
   switch (checkSeal(bytes, *impl_->authenticator, &why)) {
-    case SealStatus::kAuthentic:
-      return StoreRead::kFound;
-    case SealStatus::kOtherFormat:
-    case SealStatus::kOtherKey:
-      impl_->foreign.fetch_add(1);
-      return StoreRead::kForeign;
-    case SealStatus::kDamaged:
-      noteCorrupt(key, why);
-      return StoreRead::kRejected;
-    case SealStatus::kForged:
-      impl_->forged.fetch_add(1);
-      warnCacheOnce("forged", "a cached kernel failed authentication (" + why +
-                                  "): it was forged or damaged after it was written; it was not "
-                                  "loaded and will be recompiled");
-      return StoreRead::kRejected;
+  case SealStatus::kAuthentic:
+    return StoreRead::kFound;
+  case SealStatus::kOtherFormat:
+  case SealStatus::kOtherKey:
+    impl_->foreign.fetch_add(1);
+    return StoreRead::kForeign;
+  case SealStatus::kDamaged:
+    noteCorrupt(key, why);
+    return StoreRead::kRejected;
+  case SealStatus::kForged:
+    impl_->forged.fetch_add(1);
+    warnCacheOnce("forged", "a cached kernel failed authentication (" + why +
+                                "): it was forged or damaged after it was written; it was not "
+                                "loaded and will be recompiled");
+    return StoreRead::kRejected;
   }
   return StoreRead::kRejected;
 }
@@ -430,7 +443,7 @@ bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char
 void PersistentStore::noteCorrupt(const std::string& key, const std::string& why) {
   impl_->corrupt.fetch_add(1);
   warnCacheOnce("corrupt", "a cached kernel failed verification (" + why +
-                          "); it was ignored and will be recompiled");
+                               "); it was ignored and will be recompiled");
 }
 
 std::optional<std::string> PersistentStore::failure(const std::string& key,
@@ -440,7 +453,8 @@ std::optional<std::string> PersistentStore::failure(const std::string& key,
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
     std::string value;
-    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &value).ok()) return std::nullopt;
+    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &value).ok())
+      return std::nullopt;
     const size_t split = value.find('\n');
     if (split == std::string::npos || value.substr(0, split) != version) return std::nullopt;
     return value.substr(split + 1);
@@ -461,8 +475,8 @@ PersistentStore::KeyLock::~KeyLock() {
   if (fd_ >= 0) closeLockFile(fd_);
 }
 
-std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::string& key,
-                                                                   std::chrono::milliseconds deadline) {
+std::unique_ptr<PersistentStore::KeyLock>
+PersistentStore::lockKey(const std::string& key, std::chrono::milliseconds deadline) {
   if (off()) return nullptr;
   const std::string path = impl_->locks_dir + "/" + key;
   const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
@@ -472,7 +486,7 @@ std::unique_ptr<PersistentStore::KeyLock> PersistentStore::lockKey(const std::st
     if (std::chrono::steady_clock::now() >= until) {
       closeLockFile(fd);
       warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
-                           "kernel; compiling here too");
+                                "kernel; compiling here too");
       return nullptr;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -487,38 +501,54 @@ std::vector<StoredEntryInfo> PersistentStore::list(std::string* database_problem
     return entries;
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const std::string problem = impl_->read([&](rocksdb::DB* db) -> std::string {
-    if (db == nullptr) return impl_->open_problem;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
-      StoredEntryInfo info;
-      info.key = it->key().ToString().substr(kEntry.size());
-      const std::vector<char> bytes(it->value().data(), it->value().data() + it->value().size());
-      info.bytes = static_cast<int64_t>(bytes.size());
-      info.format_version = containerFormatVersion(bytes).value_or(0);
-      if (auto id = sealKeyId(bytes)) info.key_id = keyIdHex(*id);
-      std::string why;
-      const SealStatus seal = checkSeal(bytes, *impl_->authenticator, &why);
-      std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
-      switch (seal) {
-        case SealStatus::kAuthentic: info.seal = "authentic"; break;
-        case SealStatus::kOtherKey: info.seal = "other key"; break;
-        case SealStatus::kOtherFormat: info.seal = "other format"; break;
-        case SealStatus::kDamaged: info.seal = "damaged"; break;
-        case SealStatus::kForged: info.seal = "FORGED"; break;
-      }
-      if (seal == SealStatus::kForged) info.problem = "its MAC does not verify (forged?)";
-      else if (seal != SealStatus::kOtherFormat && !container) info.problem = why;
-      if (container) {
-        info.kernels = static_cast<int64_t>(container->kernels.size());
-        info.program = describeProgram(container->program);
-      }
-      std::string use;
-      if (db->Get(rocksdb::ReadOptions(), kUse + info.key, &use).ok()) info.last_use_unix_ms = decodeTime(use);
-      entries.push_back(std::move(info));
-    }
-    return it->status().ok() ? "" : it->status().ToString();
-  }, /*warn=*/false);
+  const std::string problem = impl_->read(
+      [&](rocksdb::DB* db) -> std::string {
+        if (db == nullptr) return impl_->open_problem;
+        std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+        for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+          StoredEntryInfo info;
+          info.key = it->key().ToString().substr(kEntry.size());
+          const std::vector<char> bytes(it->value().data(),
+                                        it->value().data() + it->value().size());
+          info.bytes = static_cast<int64_t>(bytes.size());
+          info.format_version = containerFormatVersion(bytes).value_or(0);
+          if (auto id = sealKeyId(bytes)) info.key_id = keyIdHex(*id);
+          std::string why;
+          const SealStatus seal = checkSeal(bytes, *impl_->authenticator, &why);
+          std::optional<ExecutableContainer> container = parseContainer(bytes, &why);
+          switch (seal) {
+          case SealStatus::kAuthentic:
+            info.seal = "authentic";
+            break;
+          case SealStatus::kOtherKey:
+            info.seal = "other key";
+            break;
+          case SealStatus::kOtherFormat:
+            info.seal = "other format";
+            break;
+          case SealStatus::kDamaged:
+            info.seal = "damaged";
+            break;
+          case SealStatus::kForged:
+            info.seal = "FORGED";
+            break;
+          }
+          if (seal == SealStatus::kForged)
+            info.problem = "its MAC does not verify (forged?)";
+          else if (seal != SealStatus::kOtherFormat && !container)
+            info.problem = why;
+          if (container) {
+            info.kernels = static_cast<int64_t>(container->kernels.size());
+            info.program = describeProgram(container->program);
+          }
+          std::string use;
+          if (db->Get(rocksdb::ReadOptions(), kUse + info.key, &use).ok())
+            info.last_use_unix_ms = decodeTime(use);
+          entries.push_back(std::move(info));
+        }
+        return it->status().ok() ? "" : it->status().ToString();
+      },
+      /*warn=*/false);
   if (database_problem) *database_problem = problem;
   return entries;
 }
@@ -557,7 +587,7 @@ ClearReport PersistentStore::clear() {
     report.problem = impl_->problem;
     return report;
   }
-  report.profiles = removeProfiles(directory_);  // they name entries that are about to go
+  report.profiles = removeProfiles(directory_); // they name entries that are about to go
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->snapshot_taken = false;
   impl_->snapshot_entries.clear();
@@ -569,7 +599,8 @@ ClearReport PersistentStore::clear() {
   // DestroyDB removes RocksDB's own files only (and the directory once it is empty).
   const rocksdb::Status status = rocksdb::DestroyDB(impl_->db_path, baseOptions());
   if (!status.ok()) {
-    report.problem = "cannot remove the database " + impl_->db_path + " (" + status.ToString() + ")";
+    report.problem =
+        "cannot remove the database " + impl_->db_path + " (" + status.ToString() + ")";
     return report;
   }
   // A compile lock nobody holds is stale; one held by a compiling process stays.
@@ -595,7 +626,8 @@ std::string PersistentStore::repair() {
   impl_->snapshot_taken = false;
   impl_->snapshot_entries.clear();
   FileLock store_lock(impl_->lock_path, LOCK_EX);
-  if (!store_lock.held()) return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
+  if (!store_lock.held())
+    return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
   const rocksdb::Status status = rocksdb::RepairDB(impl_->db_path, baseOptions());
   return status.ok() ? "" : status.ToString();
 }
@@ -613,22 +645,27 @@ ExportReport PersistentStore::exportTo(const std::string& file) {
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   ArchiveWriter out(file);
-  const std::string problem = impl_->read([&](rocksdb::DB* db) -> std::string {
-    if (db == nullptr) return impl_->open_problem;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
-      const std::vector<char> bytes(it->value().data(), it->value().data() + it->value().size());
-      if (checkSeal(bytes, *impl_->authenticator) != SealStatus::kAuthentic) {
-        ++report.skipped;
-        continue;
-      }
-      out.add(it->key().ToString().substr(kEntry.size()), bytes.data(), bytes.size());
-      ++report.exported;
-    }
-    return it->status().ok() ? "" : it->status().ToString();
-  }, /*warn=*/false);
-  if (!problem.empty()) report.problem = "cannot read the cache (" + problem + ")";
-  else if (!out.finish()) report.problem = out.problem();
+  const std::string problem = impl_->read(
+      [&](rocksdb::DB* db) -> std::string {
+        if (db == nullptr) return impl_->open_problem;
+        std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+        for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+          const std::vector<char> bytes(it->value().data(),
+                                        it->value().data() + it->value().size());
+          if (checkSeal(bytes, *impl_->authenticator) != SealStatus::kAuthentic) {
+            ++report.skipped;
+            continue;
+          }
+          out.add(it->key().ToString().substr(kEntry.size()), bytes.data(), bytes.size());
+          ++report.exported;
+        }
+        return it->status().ok() ? "" : it->status().ToString();
+      },
+      /*warn=*/false);
+  if (!problem.empty())
+    report.problem = "cannot read the cache (" + problem + ")";
+  else if (!out.finish())
+    report.problem = out.problem();
   return report;
 }
 
@@ -644,21 +681,21 @@ ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
   ArchiveEntries accepted;
   for (auto& [key, value] : entries) {
     switch (checkSeal(value, *impl_->authenticator)) {
-      case SealStatus::kAuthentic:
-        break;
-      case SealStatus::kOtherFormat:
-      case SealStatus::kDamaged:
-        ++report.damaged;
+    case SealStatus::kAuthentic:
+      break;
+    case SealStatus::kOtherFormat:
+    case SealStatus::kDamaged:
+      ++report.damaged;
+      continue;
+    case SealStatus::kOtherKey:
+    case SealStatus::kForged:
+      if (!trust) {
+        ++report.untrusted;
         continue;
-      case SealStatus::kOtherKey:
-      case SealStatus::kForged:
-        if (!trust) {
-          ++report.untrusted;
-          continue;
-        }
-        sealContainer(value, *impl_->authenticator);  // intact: checkSeal said so
-        ++report.resigned;
-        break;
+      }
+      sealContainer(value, *impl_->authenticator); // intact: checkSeal said so
+      ++report.resigned;
+      break;
     }
     accepted.emplace_back(std::move(key), std::move(value));
   }
@@ -669,9 +706,11 @@ ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
       batch.Put(kUse + key, encodeTime(nowMs()));
     }
   });
-  if (!ok) report.problem = "cannot write the cache at " + directory_ + " (see the warning)";
-  else report.imported = static_cast<int64_t>(accepted.size());
+  if (!ok)
+    report.problem = "cannot write the cache at " + directory_ + " (see the warning)";
+  else
+    report.imported = static_cast<int64_t>(accepted.size());
   return report;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

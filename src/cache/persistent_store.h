@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/cache_warnings.h"  // setCacheWarningHandler, for users of the store
+#include "cache/cache_warnings.h" // setCacheWarningHandler, for users of the store
 
 namespace torchneuron {
 
@@ -33,12 +33,12 @@ struct PersistentStoreStats {
   int64_t bytes = 0;
   int64_t hits = 0;
   int64_t misses = 0;
-  int64_t corrupt = 0;   // entries that failed parsing or verification
+  int64_t corrupt = 0; // entries that failed parsing or verification
   int64_t evicted = 0;
   int64_t write_failures = 0;
-  int64_t foreign = 0;  // entries of another format version or key id: misses, no warning
-  int64_t forged = 0;   // entries whose MAC failed: never returned
-  std::string database_problem;  // "" unless the database cannot be read (damaged)
+  int64_t foreign = 0;          // entries of another format version or key id: misses, no warning
+  int64_t forged = 0;           // entries whose MAC failed: never returned
+  std::string database_problem; // "" unless the database cannot be read (damaged)
 };
 
 struct StoredEntryInfo {
@@ -46,11 +46,11 @@ struct StoredEntryInfo {
   int64_t bytes = 0;
   int64_t kernels = 0;
   int64_t last_use_unix_ms = 0;
-  std::string problem;  // "" when the entry parses, its checksum holds and its MAC verifies
+  std::string problem; // "" when the entry parses, its checksum holds and its MAC verifies
   uint32_t format_version = 0;
-  std::string key_id;   // the signing key's id (hex), "" when unreadable
-  std::string seal;     // "authentic", "other key", "other format", "damaged", "FORGED"
-  std::string program;  // describeProgram() of a parsed entry
+  std::string key_id;  // the signing key's id (hex), "" when unreadable
+  std::string seal;    // "authentic", "other key", "other format", "damaged", "FORGED"
+  std::string program; // describeProgram() of a parsed entry
 };
 
 // What get() found: an authentic entry; nothing; an entry of another format version or key id
@@ -59,28 +59,28 @@ enum class StoreRead { kFound, kAbsent, kForeign, kRejected };
 
 struct ExportReport {
   int64_t exported = 0;
-  int64_t skipped = 0;  // entries that are not authentic under this store's key
-  std::string problem;  // "" on success
+  int64_t skipped = 0; // entries that are not authentic under this store's key
+  std::string problem; // "" on success
 };
 
 struct ImportReport {
   int64_t imported = 0;
-  int64_t resigned = 0;   // foreign entries signed with this store's key (trusted import)
-  int64_t damaged = 0;    // failed their checksum or are of another format version
-  int64_t untrusted = 0;  // not authentic under this store's key, and not trusted
-  std::string problem;    // "" unless nothing could be imported
+  int64_t resigned = 0;  // foreign entries signed with this store's key (trusted import)
+  int64_t damaged = 0;   // failed their checksum or are of another format version
+  int64_t untrusted = 0; // not authentic under this store's key, and not trusted
+  std::string problem;   // "" unless nothing could be imported
 };
 
 struct ClearReport {
   bool cleared = false;
   int64_t profiles = 0;
   int64_t lock_files = 0;
-  std::string kept_key;  // the per-user key file, which clear() never removes
+  std::string kept_key; // the per-user key file, which clear() never removes
   std::string problem;
 };
 
 class PersistentStore {
- public:
+public:
   // The store for `directory` (created with mode 0700 when missing). `max_bytes` <= 0: no cap.
   // A directory or key that fails the trust checks turns the store off (problem() says why;
   // fromEnvironment() warns once).
@@ -112,18 +112,20 @@ class PersistentStore {
 
   // A remembered compile failure of `key` for `engine_version` (this engine's by default), or
   // nullopt: a failure recorded by another engine version is retried.
-  std::optional<std::string> failure(const std::string& key, const std::string& engine_version = "");
+  std::optional<std::string> failure(const std::string& key,
+                                     const std::string& engine_version = "");
   void recordFailure(const std::string& key, const std::string& reason,
                      const std::string& engine_version = "");
 
   // Holds the cross-process compile lock of one key until destroyed.
   class KeyLock {
-   public:
+  public:
     explicit KeyLock(int fd) : fd_(fd) {}
     ~KeyLock();
     KeyLock(const KeyLock&) = delete;
     KeyLock& operator=(const KeyLock&) = delete;
-   private:
+
+  private:
     int fd_;
   };
   // Waits up to `deadline` for the key's lock; nullptr when it cannot be had (the caller then
@@ -134,7 +136,7 @@ class PersistentStore {
   // `database_problem`, not as an empty cache.
   PersistentStoreStats stats();
   std::vector<StoredEntryInfo> list(std::string* database_problem = nullptr);
-  int64_t prune(int64_t max_bytes);  // returns the number of entries evicted
+  int64_t prune(int64_t max_bytes); // returns the number of entries evicted
   // Removes the database, the warm-start profiles and unheld lock files; keeps the key and any
   // file the cache did not write.
   ClearReport clear();
@@ -147,8 +149,8 @@ class PersistentStore {
   // this store's key; with `trust`, also re-signs intact foreign ones.
   ImportReport importFrom(const std::string& file, bool trust);
 
- private:
-  std::string openTrusted();  // the trust checks and the key: "" or why the store is off
+private:
+  std::string openTrusted(); // the trust checks and the key: "" or why the store is off
   bool off() const;
   StoreRead authenticate(const std::string& key, const std::vector<char>& bytes);
   struct Impl;
@@ -157,4 +159,4 @@ class PersistentStore {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -28,7 +28,8 @@ constexpr off_t kMaxProfileFileBytes = 16 << 20;
 // A file this module writes: "<32 hex>.profile", or its temporary "<32 hex>.profile.tmp.<...>".
 bool isProfileFileName(const std::string& name) {
   const std::string suffix = kProfileSuffix;
-  if (name.size() < 32 + suffix.size() || name.compare(32, suffix.size(), suffix) != 0) return false;
+  if (name.size() < 32 + suffix.size() || name.compare(32, suffix.size(), suffix) != 0)
+    return false;
   for (size_t i = 0; i < 32; ++i)
     if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
   const std::string rest = name.substr(32 + suffix.size());
@@ -44,7 +45,8 @@ bool isStoreKey(const std::string& line) {
 
 // A decimal number in [0, limit], digits only.
 bool parseNumber(const std::string& digits, size_t limit, size_t* value) {
-  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
+  if (digits.empty() || digits.size() > 12 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
     return false;
   *value = std::stoull(digits);
   return *value <= limit;
@@ -61,16 +63,18 @@ std::string checksumOf(const std::string& text) {
   return hashBytes128(text.data(), text.size()).hex();
 }
 
-}  // namespace
+} // namespace
 
 std::string serializeProfile(const WarmStartProfile& profile) {
   const size_t kernels = std::min(profile.kernel_keys.size(), kMaxProfileKernels);
   const size_t blocks = std::min(profile.block_bytes.size(), kMaxProfileBlocks);
   std::string text = std::string(kHeader) + "\nengine " + kEngineVersion + "\n";
   text += "kernels " + std::to_string(kernels) + "\n";
-  for (size_t i = 0; i < kernels; ++i) text += profile.kernel_keys[i] + "\n";
+  for (size_t i = 0; i < kernels; ++i)
+    text += profile.kernel_keys[i] + "\n";
   text += "blocks " + std::to_string(blocks) + "\n";
-  for (size_t i = 0; i < blocks; ++i) text += std::to_string(profile.block_bytes[i]) + "\n";
+  for (size_t i = 0; i < blocks; ++i)
+    text += std::to_string(profile.block_bytes[i]) + "\n";
   return sealedProfile(text);
 }
 
@@ -112,7 +116,8 @@ std::optional<WarmStartProfile> parseProfile(const std::string& text, std::strin
     return fail("bad block count line '" + line.substr(0, 64) + "'");
   for (size_t i = 0; i < count; ++i) {
     size_t bytes = 0;
-    if (!std::getline(lines, line) || !parseNumber(line, kMaxProfileBlockBytes, &bytes) || bytes == 0)
+    if (!std::getline(lines, line) || !parseNumber(line, kMaxProfileBlockBytes, &bytes) ||
+        bytes == 0)
       return fail("bad block size '" + line.substr(0, 64) + "' at position " + std::to_string(i));
     profile.block_bytes.push_back(bytes);
   }
@@ -144,7 +149,8 @@ std::optional<std::string> readProfileFile(const std::string& path) {
     text.emplace(static_cast<size_t>(info.st_size), '\0');
     size_t got = 0;
     ssize_t n = 0;
-    while (got < text->size() && (n = read(fd, text->data() + got, text->size() - got)) > 0) got += n;
+    while (got < text->size() && (n = read(fd, text->data() + got, text->size() - got)) > 0)
+      got += n;
     if (got != text->size()) text.reset();
   }
   close(fd);
@@ -178,7 +184,7 @@ int64_t removeProfiles(const std::string& cache_dir) {
   int64_t removed = 0;
   while (dirent* item = readdir(dir)) {
     const std::string name = item->d_name;
-    if (!isProfileFileName(name)) continue;  // not written here: left alone
+    if (!isProfileFileName(name)) continue; // not written here: left alone
     if (std::remove((directory + "/" + name).c_str()) == 0 &&
         name.find(".tmp.") == std::string::npos)
       ++removed;
@@ -187,4 +193,4 @@ int64_t removeProfiles(const std::string& cache_dir) {
   return removed;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -55,4 +55,4 @@ bool writeProfileFile(const std::string& path, const std::string& text);
 // Removes every profile under `cache_dir`; returns how many.
 int64_t removeProfiles(const std::string& cache_dir);
 
-}  // namespace torchneuron
+} // namespace torchneuron

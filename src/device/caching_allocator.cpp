@@ -20,10 +20,10 @@ constexpr size_t kSmallGranule = 512;          // size class step below kLargeTh
 constexpr size_t kLargeThreshold = 1 << 20;    // 1 MiB
 constexpr size_t kLargeGranule = 64 << 10;     // size class step from kLargeThreshold up
 constexpr size_t kPageBytes = 4096;            // the smallest page: one write faults it in
-constexpr size_t kMaxRecordedBlocks = 1 << 16;  // of blocksInFirstUseOrder()
-constexpr size_t kStaggerThreshold = 64 << 10;  // blocks from here up start at staggered offsets
-constexpr size_t kStaggerSlots = kPageBytes / kAlignment;  // cache-line offsets in a page
-constexpr size_t kStaggerStep = 23;  // coprime with kStaggerSlots: visits every offset
+constexpr size_t kMaxRecordedBlocks = 1 << 16; // of blocksInFirstUseOrder()
+constexpr size_t kStaggerThreshold = 64 << 10; // blocks from here up start at staggered offsets
+constexpr size_t kStaggerSlots = kPageBytes / kAlignment; // cache-line offsets in a page
+constexpr size_t kStaggerStep = 23; // coprime with kStaggerSlots: visits every offset
 
 // Large blocks start at staggered cache-line offsets within a page. The C library maps a large
 // block on its own pages, so the blocks made before its mmap threshold adapts (all of the warm
@@ -36,10 +36,9 @@ std::atomic<size_t> next_stagger{0};
 
 // A block of `capacity` bytes from the C library, or nullptr when there is no memory.
 DeviceBlock* newSystemBlock(size_t capacity) {
-  const size_t offset =
-      capacity < kStaggerThreshold
-          ? 0
-          : next_stagger.fetch_add(1) * kStaggerStep % kStaggerSlots * kAlignment;
+  const size_t offset = capacity < kStaggerThreshold
+                            ? 0
+                            : next_stagger.fetch_add(1) * kStaggerStep % kStaggerSlots * kAlignment;
   void* allocation = std::aligned_alloc(kAlignment, capacity + offset);
   if (allocation == nullptr) return nullptr;
   auto* block = new DeviceBlock();
@@ -59,7 +58,7 @@ void releaseDeviceBlock(void* context);
 // Locking: one mutex guards the free lists and the counters. Allocation is a map lookup, so
 // the critical section is short. pthread_atfork keeps the mutex usable in a forked child.
 class CachingAllocator final : public c10::Allocator {
- public:
+public:
   CachingAllocator() {
     pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
                    [] { instance().mutex_.unlock(); });
@@ -107,7 +106,8 @@ class CachingAllocator final : public c10::Allocator {
 
   void expectPrefaulted(const std::vector<size_t>& capacities) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t capacity : capacities) ++announced_[capacity];
+    for (size_t capacity : capacities)
+      ++announced_[capacity];
   }
 
   bool prefault(size_t capacity) const {
@@ -120,7 +120,8 @@ class CachingAllocator final : public c10::Allocator {
     DeviceBlock* block = newSystemBlock(capacity);
     if (block == nullptr) return false;
     auto* bytes = static_cast<volatile char*>(block->data);
-    for (size_t offset = 0; offset < capacity; offset += kPageBytes) bytes[offset] = 0;
+    for (size_t offset = 0; offset < capacity; offset += kPageBytes)
+      bytes[offset] = 0;
     std::lock_guard<std::mutex> lock(mutex_);
     countSystemBlockLocked(capacity);
     ++stats_.prefaulted_blocks;
@@ -129,7 +130,7 @@ class CachingAllocator final : public c10::Allocator {
     return true;
   }
 
- private:
+private:
   DeviceBlock* acquire(size_t nbytes) const {
     const size_t bytes = roundedBlockSize(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -168,8 +169,8 @@ class CachingAllocator final : public c10::Allocator {
       block = newSystemBlock(bytes);
     }
     TORCH_CHECK(block != nullptr, "[device] out of memory: tried to allocate ", bytes,
-                " bytes (allocated ", stats_.allocated_bytes, ", reserved ",
-                stats_.reserved_bytes, ")");
+                " bytes (allocated ", stats_.allocated_bytes, ", reserved ", stats_.reserved_bytes,
+                ")");
     countSystemBlockLocked(bytes);
     return block;
   }
@@ -194,7 +195,7 @@ class CachingAllocator final : public c10::Allocator {
   mutable std::multimap<size_t, DeviceBlock*> free_blocks_;
   mutable AllocatorStats stats_;
   mutable std::vector<size_t> first_uses_;
-  mutable std::unordered_map<size_t, int64_t> announced_;  // capacity -> blocks still to prefault
+  mutable std::unordered_map<size_t, int64_t> announced_; // capacity -> blocks still to prefault
 };
 
 // Never destroyed: tensors may be freed during interpreter shutdown after static destructors.
@@ -207,7 +208,7 @@ void releaseDeviceBlock(void* context) {
   if (context != nullptr) CachingAllocator::instance().release(static_cast<DeviceBlock*>(context));
 }
 
-}  // namespace
+} // namespace
 
 c10::Allocator* neuronAllocator() { return &CachingAllocator::instance(); }
 
@@ -241,4 +242,4 @@ void materializeStorage(const c10::Storage& storage) {
 
 REGISTER_ALLOCATOR(kNeuronDeviceType, &CachingAllocator::instance());
 
-}  // namespace torchneuron
+} // namespace torchneuron

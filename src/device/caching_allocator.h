@@ -15,7 +15,7 @@ namespace torchneuron {
 // Contents of a device storage that are not in memory yet (DESIGN.md decision 4): the lazy op
 // window that will produce them. Every host access of a storage materializes it first.
 class PendingContents {
- public:
+public:
   virtual ~PendingContents() = default;
   // Writes the storage's bytes; called once, before the first host access.
   virtual void materialize() = 0;
@@ -25,23 +25,23 @@ class PendingContents {
 // Locking: `pending` is set and cleared by the thread that records into the owning window.
 struct DeviceBlock {
   void* data = nullptr;
-  size_t bytes = 0;  // capacity: the request rounded up to its size class
-  void* allocation = nullptr;  // what the C library handed out; `data` lies at an offset in it
+  size_t bytes = 0;           // capacity: the request rounded up to its size class
+  void* allocation = nullptr; // what the C library handed out; `data` lies at an offset in it
   std::shared_ptr<PendingContents> pending;
-  bool used = false;  // a tensor has held it (a pre-faulted block has not, at first)
+  bool used = false; // a tensor has held it (a pre-faulted block has not, at first)
 };
 
 // Counters of the allocator. All byte counts are block capacities (see roundedBlockSize).
 struct AllocatorStats {
-  int64_t allocated_bytes = 0;       // in live tensors
-  int64_t peak_allocated_bytes = 0;  // since start or resetPeakAllocatorStats()
-  int64_t reserved_bytes = 0;        // held from the OS: allocated plus cached free blocks
+  int64_t allocated_bytes = 0;      // in live tensors
+  int64_t peak_allocated_bytes = 0; // since start or resetPeakAllocatorStats()
+  int64_t reserved_bytes = 0;       // held from the OS: allocated plus cached free blocks
   int64_t peak_reserved_bytes = 0;
-  int64_t allocations = 0;         // allocate() calls with a non-zero size
-  int64_t cache_hits = 0;          // of those, served from a cached block
-  int64_t system_allocations = 0;  // blocks obtained from the OS
-  int64_t system_frees = 0;        // blocks returned to the OS
-  int64_t prefaulted_blocks = 0;   // of system_allocations, made ahead of need (warm start)
+  int64_t allocations = 0;        // allocate() calls with a non-zero size
+  int64_t cache_hits = 0;         // of those, served from a cached block
+  int64_t system_allocations = 0; // blocks obtained from the OS
+  int64_t system_frees = 0;       // blocks returned to the OS
+  int64_t prefaulted_blocks = 0;  // of system_allocations, made ahead of need (warm start)
   int64_t prefaulted_bytes = 0;
 };
 
@@ -74,4 +74,4 @@ DeviceBlock* deviceBlockOf(const c10::Storage& storage);
 // Ensures the storage's bytes are in memory (runs a pending producer, if any).
 void materializeStorage(const c10::Storage& storage);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -14,14 +14,14 @@ namespace {
 std::mutex warned_mutex;
 std::unordered_set<Hash64>* warned = nullptr;
 
-}  // namespace
+} // namespace
 
 void warnCompileFailureOnce(Hash64 key, const std::string& signature, const std::string& reason) {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kWarnOnce, {[] { warned_mutex.lock(); },
-                                               [] { warned_mutex.unlock(); },
-                                               [] { warned_mutex.unlock(); }});
+    registerForkHandlers(ForkRank::kWarnOnce,
+                         {[] { warned_mutex.lock(); }, [] { warned_mutex.unlock(); },
+                          [] { warned_mutex.unlock(); }});
   });
   {
     std::lock_guard<std::mutex> lock(warned_mutex);
@@ -32,4 +32,4 @@ void warnCompileFailureOnce(Hash64 key, const std::string& signature, const std:
              " could not be compiled; this signature runs on the CPU. Reason: ", reason);
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -10,4 +10,4 @@ namespace torchneuron {
 // Warns once per kernel key (thread-safe), naming the signature and the compiler's reason.
 void warnCompileFailureOnce(Hash64 key, const std::string& signature, const std::string& reason);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -47,7 +47,7 @@ c10::optional<at::Tensor> catCompiled(const std::vector<at::Tensor>& tensors, in
     for (const at::Tensor& t : tensors)
       if (t.is_alias_of(result)) return c10::nullopt;
     at::native::resize_output(result, shape);
-    at::assert_no_internal_overlap(result);  // as ATen's cat.out
+    at::assert_no_internal_overlap(result); // as ATen's cat.out
   } else {
     result = at::empty(shape, first.options().dtype(dtype));
   }
@@ -61,7 +61,7 @@ c10::optional<at::Tensor> catCompiled(const std::vector<at::Tensor>& tensors, in
   return result;
 }
 
-}  // namespace
+} // namespace
 
 bool runCompiledCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const size_t count = handle.schema().arguments().size();
@@ -77,4 +77,4 @@ bool runCompiledCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   return true;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

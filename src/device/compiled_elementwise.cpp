@@ -41,13 +41,13 @@ std::unordered_map<const c10::FunctionSchema*, NativeOpBinding>& bindings() {
 
 // The call's arguments sorted into the registry op's roles.
 struct BoundCall {
-  c10::SmallVector<at::Tensor, 4> operands;  // present operands, in the op's order
+  c10::SmallVector<at::Tensor, 4> operands; // present operands, in the op's order
   c10::SmallVector<const fusion::OperandSpec*, 4> specs;
-  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalars;  // per operand: the Scalar given
-  std::vector<bool> present;                 // per optional operand
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalars; // per operand: the Scalar given
+  std::vector<bool> present;                               // per optional operand
   c10::SmallVector<c10::Scalar, 4> params;
   std::vector<int64_t> constants;
-  at::Tensor output;                         // the written argument, if any
+  at::Tensor output; // the written argument, if any
 };
 
 int64_t constantValue(const c10::IValue& value, const fusion::ConstantSpec& spec) {
@@ -57,7 +57,7 @@ int64_t constantValue(const c10::IValue& value, const fusion::ConstantSpec& spec
   const std::string text = value.toStringRef();
   for (size_t i = 0; i < spec.choices.size(); ++i)
     if (spec.choices[i] == text) return static_cast<int64_t>(i);
-  return -2;  // a value the lowering does not know: the CPU decides (and raises)
+  return -2; // a value the lowering does not know: the CPU decides (and raises)
 }
 
 at::Tensor wrappedScalar(const c10::Scalar& scalar) {
@@ -79,38 +79,38 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
     const BoundArgument& role = binding.arguments[i];
     const c10::IValue& value = args[i];
     switch (role.role) {
-      case ArgumentRole::kOutput:
-        call.output = value.toTensor();
-        break;
-      case ArgumentRole::kOperandAndOutput:
-        call.output = value.toTensor();
-        by_operand[role.index] = call.output;
-        given[role.index] = true;
-        break;
-      case ArgumentRole::kOperand:
-        if (value.isNone()) break;
-        if (value.isScalar()) {
-          const c10::Scalar scalar = value.toScalar();
-          if (scalar.isComplex()) return false;
-          // ATen's scalar kernels each treat a NaN number their own way (clamp(min=nan)
-          // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
-          if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
-          by_operand[role.index] = wrappedScalar(scalar);
-          scalar_of[role.index] = scalar;
-        } else {
-          by_operand[role.index] = value.toTensor();
-        }
-        given[role.index] = true;
-        break;
-      case ArgumentRole::kParam:
-        if (value.isNone()) break;
-        call.params[role.index] = value.toScalar();
-        param_given[role.index] = true;
-        break;
-      case ArgumentRole::kConstant:
-        call.constants[role.index] = constantValue(value, op.constants[role.index]);
-        if (call.constants[role.index] == -2) return false;
-        break;
+    case ArgumentRole::kOutput:
+      call.output = value.toTensor();
+      break;
+    case ArgumentRole::kOperandAndOutput:
+      call.output = value.toTensor();
+      by_operand[role.index] = call.output;
+      given[role.index] = true;
+      break;
+    case ArgumentRole::kOperand:
+      if (value.isNone()) break;
+      if (value.isScalar()) {
+        const c10::Scalar scalar = value.toScalar();
+        if (scalar.isComplex()) return false;
+        // ATen's scalar kernels each treat a NaN number their own way (clamp(min=nan)
+        // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
+        if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
+        by_operand[role.index] = wrappedScalar(scalar);
+        scalar_of[role.index] = scalar;
+      } else {
+        by_operand[role.index] = value.toTensor();
+      }
+      given[role.index] = true;
+      break;
+    case ArgumentRole::kParam:
+      if (value.isNone()) break;
+      call.params[role.index] = value.toScalar();
+      param_given[role.index] = true;
+      break;
+    case ArgumentRole::kConstant:
+      call.constants[role.index] = constantValue(value, op.constants[role.index]);
+      if (call.constants[role.index] == -2) return false;
+      break;
     }
   }
   for (size_t i = 0; i < op.params.size(); ++i)
@@ -128,16 +128,19 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
     call.specs.push_back(&op.operands[i]);
     call.scalars.push_back(scalar_of[i]);
   }
-  return any_optional_given;  // clamp() with neither bound is ATen's error to raise
+  return any_optional_given; // clamp() with neither bound is ATen's error to raise
 }
 
 // The value of a CPU 0-dim tensor (a Python number arrives as a wrapped one).
 c10::optional<double> cpuScalarValue(const at::Tensor& t) {
   if (!t.device().is_cpu() || t.dim() != 0) return c10::nullopt;
   switch (t.scalar_type()) {
-    case at::kDouble: return *t.data_ptr<double>();
-    case at::kLong: return static_cast<double>(*t.data_ptr<int64_t>());
-    default: return t.item<double>();
+  case at::kDouble:
+    return *t.data_ptr<double>();
+  case at::kLong:
+    return static_cast<double>(*t.data_ptr<int64_t>());
+  default:
+    return t.item<double>();
   }
 }
 
@@ -158,9 +161,8 @@ int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::Sc
 // Raises ATen's error ("value cannot be converted to type int8_t without overflow") when the
 // number does not fit `dtype`, as Scalar::to<T>() does in ATen's kernels.
 void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
-  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range", [&] {
-    (void)value.to<scalar_t>();
-  });
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range",
+                             [&] { (void)value.to<scalar_t>(); });
 }
 
 uint8_t computeClassOf(at::ScalarType dtype) {
@@ -168,7 +170,6 @@ uint8_t computeClassOf(at::ScalarType dtype) {
   if (dtype == at::kBool) return fusion::kBools;
   return fusion::kIntegers;
 }
-
 
 // Runs the call as a compiled kernel and returns its result, or nullopt when the kernels
 // cannot run it (the caller falls back to the CPU). Raises ATen's errors for bad shapes and
@@ -191,7 +192,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
       if (device && *device != t.device()) return c10::nullopt;
       device = t.device();
     } else if (!(t.device().is_cpu() && t.dim() == 0)) {
-      return c10::nullopt;  // the fallback raises PyTorch's same-device error
+      return c10::nullopt; // the fallback raises PyTorch's same-device error
     }
     if (spec.bool_only && t.scalar_type() != at::kBool) return c10::nullopt;
     if (spec.zero_dim_only && t.dim() != 0) return c10::nullopt;
@@ -202,12 +203,12 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   }
   if (!device) return c10::nullopt;
 
-  at::ScalarType common = any_promoting ? at::native::result_type(promotion)
-                                        : call.output.defined() ? call.output.scalar_type()
-                                                                : at::ScalarType::Undefined;
+  at::ScalarType common = any_promoting           ? at::native::result_type(promotion)
+                          : call.output.defined() ? call.output.scalar_type()
+                                                  : at::ScalarType::Undefined;
   if (common == at::ScalarType::Undefined) return c10::nullopt;
-  const bool stays_integral = op.integral_with_constant >= 0 &&
-                              call.constants[op.integral_with_constant] >= 0;
+  const bool stays_integral =
+      op.integral_with_constant >= 0 && call.constants[op.integral_with_constant] >= 0;
   if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true) &&
       !stays_integral)
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
@@ -228,8 +229,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   at::Tensor output = call.output;
   if (output.defined()) {
     TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, output.scalar_type()),
-                "result type ", result_dtype,
-                " can't be cast to the desired output type ", output.scalar_type());
+                "result type ", result_dtype, " can't be cast to the desired output type ",
+                output.scalar_type());
     if (binding.in_place) {
       shape = call.operands.empty() ? at::DimVector(output.sizes())
                                     : at::infer_size_dimvector(shape, output.sizes());
@@ -253,7 +254,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
     output = allocateLike(shape, result_dtype, call.operands, *device);
   }
   // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
-  for (const c10::Scalar& param : call.params) checkScalarFits(param, common);
+  for (const c10::Scalar& param : call.params)
+    checkScalarFits(param, common);
   for (size_t i = 0; i < call.operands.size(); ++i)
     if (call.scalars[i] && call.specs[i]->checked_scalar)
       checkScalarFits(*call.scalars[i], call.specs[i]->promotes ? common : output.scalar_type());
@@ -271,7 +273,8 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   signature.present.assign(call.present.begin(), call.present.end());
   signature.compute = common;
   signature.output = output.scalar_type();
-  for (const at::Tensor& t : call.operands) signature.inputs.push_back(t.scalar_type());
+  for (const at::Tensor& t : call.operands)
+    signature.inputs.push_back(t.scalar_type());
   signature.rank = plan.rank();
   signature.inner.assign(plan.inner.begin(), plan.inner.end());
   // An input that is the output element for element (in-place self) is read through it.
@@ -316,7 +319,7 @@ c10::optional<at::Tensor> runCompiled(const NativeOpBinding& binding, BoundCall&
   return output;
 }
 
-}  // namespace
+} // namespace
 
 bool runCompiledElementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const NativeOpBinding& binding = bindings().at(&handle.schema());
@@ -346,15 +349,16 @@ NativeOpBinding copyBinding(const char* name) {
   return binding;
 }
 
-}  // namespace
+} // namespace
 
 bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst, const char* op_name) {
   static const NativeOpBinding copy_binding = copyBinding("aten::copy_");
   static const NativeOpBinding cat_binding = copyBinding("aten::cat");
-  const NativeOpBinding& binding = std::strcmp(op_name, "aten::cat") == 0 ? cat_binding : copy_binding;
+  const NativeOpBinding& binding =
+      std::strcmp(op_name, "aten::cat") == 0 ? cat_binding : copy_binding;
   if (src.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
     return false;
-  if (src.is_alias_of(dst)) return false;  // overlapping copies keep ATen's own handling
+  if (src.is_alias_of(dst)) return false; // overlapping copies keep ATen's own handling
   BoundCall call;
   call.operands.push_back(src);
   call.specs.push_back(&binding.op->operands[0]);
@@ -388,4 +392,4 @@ std::vector<std::string> bindCompiledElementwiseOverloads() {
   return overloads;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -15,7 +15,7 @@ namespace {
 
 struct Rows {
   int64_t m = 1, n = 1;
-  std::vector<int64_t> stat_shape;  // input's leading dims, then 1 per normalized dim
+  std::vector<int64_t> stat_shape; // input's leading dims, then 1 per normalized dim
 };
 
 c10::optional<Rows> rowsOf(const at::Tensor& input, at::IntArrayRef normalized_shape) {
@@ -27,7 +27,7 @@ c10::optional<Rows> rowsOf(const at::Tensor& input, at::IntArrayRef normalized_s
       rows.m *= input.size(d);
       rows.stat_shape.push_back(input.size(d));
     } else {
-      if (input.size(d) != normalized_shape[d - axis]) return c10::nullopt;  // ATen's error
+      if (input.size(d) != normalized_shape[d - axis]) return c10::nullopt; // ATen's error
       rows.n *= input.size(d);
       rows.stat_shape.push_back(1);
     }
@@ -42,7 +42,8 @@ bool supported(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
   if (input.device().type() != kNeuronDeviceType || (dtype != at::kFloat && dtype != at::kDouble))
     return false;
   for (const c10::optional<at::Tensor>& t : {weight, bias})
-    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype)) return false;
+    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype))
+      return false;
   return true;
 }
 
@@ -69,7 +70,7 @@ c10::optional<TensorList> run(const char* op, TensorList inputs, int64_t dim,
   return launchReduction(call, launches);
 }
 
-}  // namespace
+} // namespace
 
 bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm");
@@ -81,7 +82,7 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const double eps = args[4].toDouble();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
   if (!rows || !supported(input, weight, bias)) return false;
-  if (rows->m == 0) {  // no rows: empty results, nothing to launch
+  if (rows->m == 0) { // no rows: empty results, nothing to launch
     torch::jit::drop(*stack, 5);
     torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
                      at::empty(rows->stat_shape, input.options()));
@@ -115,9 +116,10 @@ bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit:
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
   const bool has_weight = weight && weight->defined(), has_bias = bias && bias->defined();
   if (!rows || !supported(input, weight, bias) || grad_out.sizes() != input.sizes() ||
-      (mask[1] && !has_weight) || (mask[2] && !has_bias) || mean.scalar_type() != input.scalar_type())
+      (mask[1] && !has_weight) || (mask[2] && !has_bias) ||
+      mean.scalar_type() != input.scalar_type())
     return false;
-  if (rows->m == 0) {  // no rows: an empty input gradient and zero parameter gradients
+  if (rows->m == 0) { // no rows: an empty input gradient and zero parameter gradients
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, mask[0] ? at::empty_like(input) : at::Tensor(),
                      mask[1] ? at::zeros_like(*weight) : at::Tensor(),
@@ -146,4 +148,4 @@ bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit:
   return true;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

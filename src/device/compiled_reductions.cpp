@@ -34,8 +34,8 @@ using fusion::InnerStride;
 // How an ATen reduction overload maps onto a registry reduction.
 struct ReductionBinding {
   const fusion::ReductionOp* op;
-  std::string name;  // "aten::sum.dim_IntList"
-  bool all_dims_when_no_dim;  // an overload without `dim` reduces everything
+  std::string name;          // "aten::sum.dim_IntList"
+  bool all_dims_when_no_dim; // an overload without `dim` reduces everything
   LaunchCounter* launches;
 };
 
@@ -67,7 +67,6 @@ struct NamedArgs {
   }
 };
 
-
 bool isKernelInput(const at::Tensor& t) {
   return isKernelOperand(t) && t.device().type() == kNeuronDeviceType;
 }
@@ -80,9 +79,11 @@ c10::SmallVector<int64_t, 6> reducedDims(const at::Tensor& self, const c10::IVal
   if (dim != nullptr && dim->isInt()) {
     dims.push_back(at::maybe_wrap_dim(dim->toInt(), rank));
   } else if (dim != nullptr && dim->isIntList() && !dim->toIntList().empty()) {
-    for (int64_t d : dim->toIntList()) dims.push_back(at::maybe_wrap_dim(d, rank));
+    for (int64_t d : dim->toIntList())
+      dims.push_back(at::maybe_wrap_dim(d, rank));
   } else if (all_if_none || dim == nullptr || dim->isNone() || dim->isIntList()) {
-    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
   }
   std::sort(dims.begin(), dims.end());
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
@@ -106,14 +107,17 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
   if (args.has("dtype")) dtype = args.find("dtype")->toScalarType();
   const bool is_float = at::isFloatingType(input);
   if (name == "sum" || name == "prod") {
-    at::ScalarType result = dtype ? *dtype
-                            : !call.outputs.empty() ? call.outputs[0].scalar_type()
-                            : at::isIntegralType(input, true) ? at::kLong : input;
+    at::ScalarType result = dtype                             ? *dtype
+                            : !call.outputs.empty()           ? call.outputs[0].scalar_type()
+                            : at::isIntegralType(input, true) ? at::kLong
+                                                              : input;
     if (result == at::kBool) return false;
     call.compute = result;
     call.output_dtypes = {result};
   } else if (name == "mean") {
-    at::ScalarType result = dtype ? *dtype : !call.outputs.empty() ? call.outputs[0].scalar_type() : input;
+    at::ScalarType result = dtype                   ? *dtype
+                            : !call.outputs.empty() ? call.outputs[0].scalar_type()
+                                                    : input;
     if (!is_float || !at::isFloatingType(result)) return false;
     call.compute = result;
     call.output_dtypes = {result};
@@ -134,8 +138,10 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
     call.compute = input;
     call.output_dtypes = {input};
     double correction = 1;
-    if (args.has("correction")) correction = args.find("correction")->toScalar().toDouble();
-    else if (args.has("unbiased")) correction = args.find("unbiased")->toBool() ? 1 : 0;
+    if (args.has("correction"))
+      correction = args.find("correction")->toScalar().toDouble();
+    else if (args.has("unbiased"))
+      correction = args.find("unbiased")->toBool() ? 1 : 0;
     call.params = {correction};
   } else if (name == "vector_norm") {
     const at::ScalarType result = dtype ? *dtype : input;
@@ -153,7 +159,8 @@ bool decideTypes(const ReductionBinding& binding, const NamedArgs& args, Reducti
     call.compute = result;
     call.output_dtypes = {result};
   } else if (name == "softmax" || name == "log_softmax") {
-    if (!is_float || (args.has("half_to_float") && args.find("half_to_float")->toBool())) return false;
+    if (!is_float || (args.has("half_to_float") && args.find("half_to_float")->toBool()))
+      return false;
     call.compute = input;
     call.output_dtypes = {input};
   } else if (name == "softmax_backward" || name == "log_softmax_backward") {
@@ -182,7 +189,7 @@ using Dims = c10::SmallVector<int64_t, 6>;
 // Merges adjacent dimensions (outer first) of one group where every operand allows it.
 struct Group {
   Dims sizes;
-  c10::SmallVector<Dims, 4> strides;  // per operand
+  c10::SmallVector<Dims, 4> strides; // per operand
 };
 
 Group coalesce(const Dims& sizes, const c10::SmallVector<Dims, 4>& strides) {
@@ -195,26 +202,29 @@ Group coalesce(const Dims& sizes, const c10::SmallVector<Dims, 4>& strides) {
       mergeable = group.strides[i].back() == sizes[d] * strides[i][d];
     if (mergeable) {
       group.sizes.back() *= sizes[d];
-      for (size_t i = 0; i < strides.size(); ++i) group.strides[i].back() = strides[i][d];
+      for (size_t i = 0; i < strides.size(); ++i)
+        group.strides[i].back() = strides[i][d];
       continue;
     }
     group.sizes.push_back(sizes[d]);
-    for (size_t i = 0; i < strides.size(); ++i) group.strides[i].push_back(strides[i][d]);
+    for (size_t i = 0; i < strides.size(); ++i)
+      group.strides[i].push_back(strides[i][d]);
   }
   if (group.sizes.empty()) {
     group.sizes.push_back(1);
-    for (auto& s : group.strides) s.push_back(0);
+    for (auto& s : group.strides)
+      s.push_back(0);
   }
   return group;
 }
 
-
-}  // namespace
+} // namespace
 
 c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* launches) {
   const at::Tensor& self = call.inputs[0];
   for (const at::Tensor& t : call.inputs)
-    if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device()) return c10::nullopt;
+    if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device())
+      return c10::nullopt;
   // An out= tensor that shares memory with an input or with itself (expanded): ATen's
   // reductions do not check overlap, so the CPU's own element order decides the result; the
   // fallback reproduces it.
@@ -231,29 +241,34 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   auto strideOf = [&](const at::Tensor& t, int64_t d) { return t.dim() == 0 ? 0 : t.stride(d); };
   const int64_t rank = static_cast<int64_t>(in_sizes.size());
   c10::SmallVector<bool, 6> reduced(rank, false);
-  for (int64_t d : call.dims) reduced[d] = true;
+  for (int64_t d : call.dims)
+    reduced[d] = true;
   int64_t reduced_numel = 1;
-  for (int64_t d : call.dims) reduced_numel *= in_sizes[d];
+  for (int64_t d : call.dims)
+    reduced_numel *= in_sizes[d];
   const bool needs_elements = call.op->name == "amax" || call.op->name == "amin" ||
                               call.op->name == "argmax" || call.op->name == "argmin" ||
                               call.op->name == "max" || call.op->name == "min" ||
                               (call.op->name == "vector_norm" && call.constants[0] == 3);
-  if (reduced_numel == 0 && needs_elements) return c10::nullopt;  // ATen's error
+  if (reduced_numel == 0 && needs_elements) return c10::nullopt; // ATen's error
 
   Dims out_shape;
   if (call.op->row_output) {
     out_shape.assign(self.sizes().begin(), self.sizes().end());
   } else if (self.dim() > 0) {
     for (int64_t d = 0; d < rank; ++d)
-      if (!reduced[d]) out_shape.push_back(in_sizes[d]);
-      else if (call.keepdim) out_shape.push_back(1);
+      if (!reduced[d])
+        out_shape.push_back(in_sizes[d]);
+      else if (call.keepdim)
+        out_shape.push_back(1);
   }
   TensorList outputs = call.outputs;
   if (outputs.empty()) {
     for (at::ScalarType dtype : call.output_dtypes)
       outputs.push_back(at::empty(out_shape, self.options().dtype(dtype)));
   } else {
-    for (at::Tensor& out : outputs) at::native::resize_output(out, out_shape);
+    for (at::Tensor& out : outputs)
+      at::native::resize_output(out, out_shape);
   }
   if (outputs[0].numel() == 0 && !(call.op->row_output && self.numel() > 0)) return outputs;
 
@@ -285,12 +300,14 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   signature.op = call.op;
   signature.constants = call.constants;
   signature.compute = call.compute;
-  for (const at::Tensor& t : call.inputs) signature.inputs.push_back(t.scalar_type());
-  for (const at::Tensor& t : outputs) signature.outputs.push_back(t.scalar_type());
+  for (const at::Tensor& t : call.inputs)
+    signature.inputs.push_back(t.scalar_type());
+  for (const at::Tensor& t : outputs)
+    signature.outputs.push_back(t.scalar_type());
   signature.kept_rank = static_cast<int>(kept.sizes.size());
   signature.reduced_rank = static_cast<int>(red.sizes.size());
   auto strideClass = [](int64_t stride, bool may_broadcast) {
-    return stride == 1                      ? InnerStride::kContiguous
+    return stride == 1                    ? InnerStride::kContiguous
            : stride == 0 && may_broadcast ? InnerStride::kBroadcast
                                           : InnerStride::kStrided;
   };
@@ -315,7 +332,8 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
     signature.inner.push_back(strideClass(innermost, is_input));
   }
   const Hash64 key = signature.key();
-  const KernelHandle kernel = kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });
+  const KernelHandle kernel =
+      kernelFor(key, [&] { return fusion::buildReductionKernel(signature); });
   if (kernel->function == nullptr) {
     warnCompileFailureOnce(key, signature.describe(), kernel->failure);
     return c10::nullopt;
@@ -342,9 +360,11 @@ c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* la
   }
   slots.push_back(reduced_numel);
   int64_t kept_numel = 1;
-  for (int64_t s : kept.sizes) kept_numel *= s;
+  for (int64_t s : kept.sizes)
+    kept_numel *= s;
   launchKernel(kernel->function, slots.data(),
-               LaunchShape{kept.sizes[0], kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1),
+               LaunchShape{kept.sizes[0],
+                           kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1),
                            at::get_num_threads()});
   recordLaunch(launches);
   return outputs;
@@ -372,7 +392,8 @@ bool runCompiledReduction(const c10::OperatorHandle& handle, torch::jit::Stack* 
   if (decideTypes(binding, args, call)) result = launchReduction(call, binding.launches);
   if (!result) return false;
   torch::jit::drop(*stack, count);
-  for (at::Tensor& t : *result) torch::jit::push(*stack, std::move(t));
+  for (at::Tensor& t : *result)
+    torch::jit::push(*stack, std::move(t));
   return true;
 }
 
@@ -381,33 +402,64 @@ namespace {
 // ATen overload -> registry reduction. Overloads are listed explicitly: their argument
 // conventions differ (dim as int, int[] or int?; correction; ord or p).
 struct OverloadSpec {
-  const char* overload;  // "sum.dim_IntList"
+  const char* overload; // "sum.dim_IntList"
   const char* reduction;
 };
 
 constexpr OverloadSpec kReductionOverloads[] = {
-    {"sum", "sum"}, {"sum.dim_IntList", "sum"}, {"sum.IntList_out", "sum"},
-    {"mean", "mean"}, {"mean.dim", "mean"}, {"mean.out", "mean"},
-    {"prod", "prod"}, {"prod.dim_int", "prod"}, {"prod.int_out", "prod"},
-    {"amax", "amax"}, {"amax.out", "amax"}, {"amin", "amin"}, {"amin.out", "amin"},
-    {"max", "amax"}, {"min", "amin"},
-    {"argmax", "argmax"}, {"argmax.out", "argmax"}, {"argmin", "argmin"}, {"argmin.out", "argmin"},
-    {"max.dim", "max"}, {"max.dim_max", "max"}, {"min.dim", "min"}, {"min.dim_min", "min"},
-    {"all", "all"}, {"all.dim", "all"}, {"all.out", "all"}, {"all.all_out", "all"},
-    {"any", "any"}, {"any.dim", "any"}, {"any.out", "any"}, {"any.all_out", "any"},
-    {"var.correction", "var"}, {"var.correction_out", "var"},
-    {"std.correction", "std"}, {"std.correction_out", "std"},
-    {"linalg_vector_norm", "vector_norm"}, {"linalg_vector_norm.out", "vector_norm"},
-    {"norm.ScalarOpt_dim", "vector_norm"}, {"norm.out", "vector_norm"}, {"norm.Scalar", "vector_norm"},
-    {"logsumexp", "logsumexp"}, {"logsumexp.out", "logsumexp"},
-    {"_softmax", "softmax"}, {"_softmax.out", "softmax"},
-    {"_log_softmax", "log_softmax"}, {"_log_softmax.out", "log_softmax"},
-    {"_softmax_backward_data", "softmax_backward"}, {"_softmax_backward_data.out", "softmax_backward"},
+    {"sum", "sum"},
+    {"sum.dim_IntList", "sum"},
+    {"sum.IntList_out", "sum"},
+    {"mean", "mean"},
+    {"mean.dim", "mean"},
+    {"mean.out", "mean"},
+    {"prod", "prod"},
+    {"prod.dim_int", "prod"},
+    {"prod.int_out", "prod"},
+    {"amax", "amax"},
+    {"amax.out", "amax"},
+    {"amin", "amin"},
+    {"amin.out", "amin"},
+    {"max", "amax"},
+    {"min", "amin"},
+    {"argmax", "argmax"},
+    {"argmax.out", "argmax"},
+    {"argmin", "argmin"},
+    {"argmin.out", "argmin"},
+    {"max.dim", "max"},
+    {"max.dim_max", "max"},
+    {"min.dim", "min"},
+    {"min.dim_min", "min"},
+    {"all", "all"},
+    {"all.dim", "all"},
+    {"all.out", "all"},
+    {"all.all_out", "all"},
+    {"any", "any"},
+    {"any.dim", "any"},
+    {"any.out", "any"},
+    {"any.all_out", "any"},
+    {"var.correction", "var"},
+    {"var.correction_out", "var"},
+    {"std.correction", "std"},
+    {"std.correction_out", "std"},
+    {"linalg_vector_norm", "vector_norm"},
+    {"linalg_vector_norm.out", "vector_norm"},
+    {"norm.ScalarOpt_dim", "vector_norm"},
+    {"norm.out", "vector_norm"},
+    {"norm.Scalar", "vector_norm"},
+    {"logsumexp", "logsumexp"},
+    {"logsumexp.out", "logsumexp"},
+    {"_softmax", "softmax"},
+    {"_softmax.out", "softmax"},
+    {"_log_softmax", "log_softmax"},
+    {"_log_softmax.out", "log_softmax"},
+    {"_softmax_backward_data", "softmax_backward"},
+    {"_softmax_backward_data.out", "softmax_backward"},
     {"_log_softmax_backward_data", "log_softmax_backward"},
     {"_log_softmax_backward_data.out", "log_softmax_backward"},
 };
 
-}  // namespace
+} // namespace
 
 std::vector<std::string> bindCompiledReductionOverloads() {
   std::vector<std::string> overloads;
@@ -421,11 +473,12 @@ std::vector<std::string> bindCompiledReductionOverloads() {
     if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
     const fusion::ReductionOp* op = fusion::findReductionOp(spec.reduction);
     TORCH_INTERNAL_ASSERT(op != nullptr, "[device] no registry reduction ", spec.reduction);
-    reductionBindings().emplace(&handle->schema(), ReductionBinding{op, "aten::" + full, true,
-                                                 launchCounter(LaunchKind::kCompiled, "aten::" + full)});
+    reductionBindings().emplace(
+        &handle->schema(), ReductionBinding{op, "aten::" + full, true,
+                                            launchCounter(LaunchKind::kCompiled, "aten::" + full)});
     overloads.push_back(full);
   }
   return overloads;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -11,4 +11,4 @@ namespace torchneuron {
 // (warn once per op, silent, or error), counting it as a fallback launch.
 void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -20,4 +20,4 @@ c10::Device resolveNeuronDevice(c10::optional<c10::Device> requested) {
   return c10::Device(kNeuronDeviceType, requested->has_index() ? requested->index() : 0);
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -17,4 +17,4 @@ void checkNeuronDeviceIndex(c10::DeviceIndex index);
 // The device a tensor factory should use: `requested` if given (index checked), else device 0.
 c10::Device resolveNeuronDevice(c10::optional<c10::Device> requested);
 
-}  // namespace torchneuron
+} // namespace torchneuron

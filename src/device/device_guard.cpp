@@ -57,5 +57,5 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

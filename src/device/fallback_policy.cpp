@@ -17,14 +17,17 @@ namespace {
 std::mutex warned_mutex;
 std::unordered_set<std::string>* warned = nullptr;
 
-}  // namespace
+} // namespace
 
 FallbackPolicy currentFallbackPolicy() {
   try {
     switch (fallbackMode()) {
-      case FallbackMode::kWarn: return FallbackPolicy::kWarn;
-      case FallbackMode::kSilent: return FallbackPolicy::kSilent;
-      case FallbackMode::kError: return FallbackPolicy::kError;
+    case FallbackMode::kWarn:
+      return FallbackPolicy::kWarn;
+    case FallbackMode::kSilent:
+      return FallbackPolicy::kSilent;
+    case FallbackMode::kError:
+      return FallbackPolicy::kError;
     }
   } catch (const std::invalid_argument& error) {
     TORCH_CHECK(false, error.what());
@@ -35,13 +38,13 @@ FallbackPolicy currentFallbackPolicy() {
 bool firstFallbackOf(const std::string& op_name) {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kWarnOnce, {[] { warned_mutex.lock(); },
-                                               [] { warned_mutex.unlock(); },
-                                               [] { warned_mutex.unlock(); }});
+    registerForkHandlers(ForkRank::kWarnOnce,
+                         {[] { warned_mutex.lock(); }, [] { warned_mutex.unlock(); },
+                          [] { warned_mutex.unlock(); }});
   });
   std::lock_guard<std::mutex> lock(warned_mutex);
   if (warned == nullptr) warned = new std::unordered_set<std::string>();
   return warned->insert(op_name).second;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

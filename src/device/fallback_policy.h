@@ -14,4 +14,4 @@ FallbackPolicy currentFallbackPolicy();
 // True the first time it is called for `op_name` in this process (thread-safe).
 bool firstFallbackOf(const std::string& op_name);
 
-}  // namespace torchneuron
+} // namespace torchneuron

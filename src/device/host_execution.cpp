@@ -46,11 +46,10 @@ bool isOptionalTensorList(const c10::IValue& value) {
 
 // The per-call state: host aliases, the device tensors behind host arguments, written args.
 class HostCall {
- public:
+public:
   explicit HostCall(const c10::OperatorHandle& op)
-      : op_(op),
-        is_copy_(op.schema().name() == "aten::_copy_from" ||
-                 op.schema().name() == "aten::_copy_from_and_resize") {}
+      : op_(op), is_copy_(op.schema().name() == "aten::_copy_from" ||
+                          op.schema().name() == "aten::_copy_from_and_resize") {}
 
   // _copy_from(self, dst) of sparse tensors reaches the fallback: it mixes devices by
   // definition, writes `dst` without saying so in its schema, and has no CPU kernel (the CPU
@@ -68,7 +67,8 @@ class HostCall {
           checkSameDevice(t, false, op_, arguments[i], device_);
       } else if (isOptionalTensorList(value)) {
         for (const c10::IValue& element : value.toListRef())
-          if (element.isTensor()) checkSameDevice(element.toTensor(), true, op_, arguments[i], device_);
+          if (element.isTensor())
+            checkSameDevice(element.toTensor(), true, op_, arguments[i], device_);
       } else if (value.isDevice() && value.toDevice().type() == kNeuronDeviceType) {
         checkNeuronDeviceIndex(value.toDevice().index());
         if (!device_) device_ = c10::Device(kNeuronDeviceType, 0);
@@ -86,13 +86,15 @@ class HostCall {
         value = toHost(value.toTensor(), written);
       } else if (value.isTensorList()) {
         c10::List<at::Tensor> host_list;
-        for (const at::Tensor& t : value.toTensorList().vec()) host_list.push_back(toHost(t, written));
+        for (const at::Tensor& t : value.toTensorList().vec())
+          host_list.push_back(toHost(t, written));
         value = host_list;
       } else if (isOptionalTensorList(value)) {
         c10::List<c10::optional<at::Tensor>> host_list;
         for (const c10::IValue& element : value.toListRef())
-          host_list.push_back(element.isTensor() ? c10::optional<at::Tensor>(toHost(element.toTensor(), written))
-                                                 : c10::nullopt);
+          host_list.push_back(element.isTensor()
+                                  ? c10::optional<at::Tensor>(toHost(element.toTensor(), written))
+                                  : c10::nullopt);
         value = host_list;
       } else if (value.isDevice() && value.toDevice().type() == kNeuronDeviceType) {
         value = c10::Device(c10::kCPU);
@@ -117,13 +119,14 @@ class HostCall {
         value = toDevice(value.toTensor());
       } else if (value.isTensorList()) {
         c10::List<at::Tensor> device_list;
-        for (const at::Tensor& t : value.toTensorList().vec()) device_list.push_back(toDevice(t));
+        for (const at::Tensor& t : value.toTensorList().vec())
+          device_list.push_back(toDevice(t));
         value = device_list;
       }
     }
   }
 
- private:
+private:
   at::Tensor toHost(const at::Tensor& tensor, bool written) {
     if (!tensor.defined() || tensor.device().type() != kNeuronDeviceType) return tensor;
     at::Tensor host =
@@ -176,14 +179,14 @@ class HostCall {
   }
 
   const c10::OperatorHandle& op_;
-  const bool is_copy_;  // the schema name is compared once per call, not once per argument
+  const bool is_copy_; // the schema name is compared once per call, not once per argument
   std::optional<c10::Device> device_;
   HostAliasSet aliases_;
   std::unordered_map<const c10::TensorImpl*, at::Tensor> device_of_host_;
   std::vector<std::pair<at::Tensor, at::Tensor>> written_;
 };
 
-}  // namespace
+} // namespace
 
 void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
@@ -204,4 +207,4 @@ void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call.moveResultsToDevice(stack, stack->size() - num_returns);
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -16,4 +16,4 @@ void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // runBoxedOnHost, counted as a library launch of the op (library_ops.cpp).
 void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -32,8 +32,8 @@ c10::Storage makeHostStorage(const c10::Storage& device_storage) {
 }
 
 at::Tensor viewOver(const c10::Storage& storage, const at::Tensor& like, c10::DispatchKeySet keys) {
-  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), keys,
-                                                             like.dtype());
+  at::Tensor view =
+      at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), keys, like.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
                                                     like.storage_offset());
   if (like.is_conj()) view._set_conj(true);
@@ -48,7 +48,7 @@ at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::S
   return at::detail::empty_strided_generic(sizes, strides, neuronAllocator(), kDeviceKeys, dtype);
 }
 
-}  // namespace
+} // namespace
 
 at::Tensor hostView(const at::Tensor& device_tensor) {
   TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
@@ -68,8 +68,8 @@ at::Tensor HostAliasSet::toHost(const at::Tensor& device_tensor) {
 
 at::Tensor HostAliasSet::toDevice(const at::Tensor& host, c10::Device device) const {
   auto alias = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
-  const bool still_aliases = alias != device_storage_of_.end() &&
-                             host.storage().data() == alias->second.data();
+  const bool still_aliases =
+      alias != device_storage_of_.end() && host.storage().data() == alias->second.data();
   if (still_aliases) return viewOver(alias->second, host, kDeviceKeys);
   return copyHostToNewDeviceTensor(host, device);
 }
@@ -107,10 +107,10 @@ at::Tensor copyHostToNewDeviceTensor(const at::Tensor& host, c10::Device device)
     if (nbytes > 0) std::memcpy(result.data_ptr(), host.data_ptr(), nbytes);
     return result;
   }
-  at::Tensor result = newDeviceTensor(host.sizes(), c10::contiguous_strides(host.sizes()),
-                                      host.scalar_type());
+  at::Tensor result =
+      newDeviceTensor(host.sizes(), c10::contiguous_strides(host.sizes()), host.scalar_type());
   hostView(result).copy_(host);
   return result;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -16,7 +16,7 @@ at::Tensor hostView(const at::Tensor& device_tensor);
 // that overlap on the device also overlap on the host (ATen's overlap checks stay correct),
 // and maps host results back to device tensors.
 class HostAliasSet {
- public:
+public:
   at::Tensor toHost(const at::Tensor& device_tensor);
 
   // The device tensor for a host result: an alias of a device storage when `host` lives in
@@ -27,7 +27,7 @@ class HostAliasSet {
   // the tensor, apply the same to the device tensor.
   void writeBack(const at::Tensor& host, const at::Tensor& device_tensor) const;
 
- private:
+private:
   // Host storage impl -> device storage it aliases.
   std::unordered_map<const c10::StorageImpl*, c10::Storage> device_storage_of_;
   // Device storage impl -> its host alias.
@@ -37,4 +37,4 @@ class HostAliasSet {
 // A new device tensor with the same values, sizes and (when dense) strides as a CPU tensor.
 at::Tensor copyHostToNewDeviceTensor(const at::Tensor& host, c10::Device device);
 
-}  // namespace torchneuron
+} // namespace torchneuron

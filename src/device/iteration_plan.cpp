@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <numeric>
 
-
 namespace torchneuron {
 namespace {
 
@@ -19,7 +18,7 @@ DimVector broadcastStrides(at::IntArrayRef shape, const at::Tensor& tensor) {
   return strides;
 }
 
-}  // namespace
+} // namespace
 
 int64_t IterationPlan::numel() const {
   return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
@@ -28,7 +27,8 @@ int64_t IterationPlan::numel() const {
 DimVector layoutOrder(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   c10::SmallVector<DimVector, 4> strides;
-  for (const at::Tensor& t : operands) strides.push_back(broadcastStrides(shape, t));
+  for (const at::Tensor& t : operands)
+    strides.push_back(broadcastStrides(shape, t));
   DimVector order(rank);
   std::iota(order.begin(), order.end(), 0);
   // a goes outside b when the first operand that strides both moves slower along a.
@@ -63,7 +63,8 @@ at::Tensor allocateLike(at::IntArrayRef shape, at::ScalarType dtype,
 // is a single broadcast element. Such a call is one rank-1 loop.
 bool planFlat(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands, IterationPlan& plan) {
   int64_t numel = 1;
-  for (int64_t size : shape) numel *= size;
+  for (int64_t size : shape)
+    numel *= size;
   for (size_t i = 0; i < operands.size(); ++i) {
     const at::Tensor& t = operands[i];
     const bool full = t.sizes() == shape && t.is_contiguous();
@@ -83,7 +84,8 @@ IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> oper
   }
   const DimVector order = layoutOrder(shape, operands);
   c10::SmallVector<DimVector, 4> full;
-  for (const at::Tensor& t : operands) full.push_back(broadcastStrides(shape, t));
+  for (const at::Tensor& t : operands)
+    full.push_back(broadcastStrides(shape, t));
 
   IterationPlan plan;
   plan.strides.resize(operands.size());
@@ -98,12 +100,14 @@ IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> oper
         mergeable = plan.strides[i].back() == size * full[i][dim];
       if (mergeable) {
         plan.sizes.back() *= size;
-        for (size_t i = 0; i < operands.size(); ++i) plan.strides[i].back() = full[i][dim];
+        for (size_t i = 0; i < operands.size(); ++i)
+          plan.strides[i].back() = full[i][dim];
         continue;
       }
     }
     plan.sizes.push_back(size);
-    for (size_t i = 0; i < operands.size(); ++i) plan.strides[i].push_back(full[i][dim]);
+    for (size_t i = 0; i < operands.size(); ++i)
+      plan.strides[i].push_back(full[i][dim]);
   }
   if (plan.sizes.empty()) {
     // One element: classify operands as for larger shapes (a lower-rank operand, such as a
@@ -123,4 +127,4 @@ IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> oper
   return plan;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

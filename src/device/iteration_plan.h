@@ -16,8 +16,8 @@ namespace torchneuron {
 using DimVector = c10::SmallVector<int64_t, 6>;
 
 struct IterationPlan {
-  DimVector sizes;                               // coalesced, outermost first, rank >= 1
-  c10::SmallVector<DimVector, 4> strides;        // per operand, in elements, like `sizes`
+  DimVector sizes;                        // coalesced, outermost first, rank >= 1
+  c10::SmallVector<DimVector, 4> strides; // per operand, in elements, like `sizes`
   c10::SmallVector<fusion::InnerStride, 4> inner;
 
   int rank() const { return static_cast<int>(sizes.size()); }
@@ -36,4 +36,4 @@ at::Tensor allocateLike(at::IntArrayRef shape, at::ScalarType dtype,
 // The plan for operands (output first) broadcast to `shape`.
 IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands);
 
-}  // namespace torchneuron
+} // namespace torchneuron

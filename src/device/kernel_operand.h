@@ -14,4 +14,4 @@ inline bool isKernelOperand(const at::Tensor& t) {
          !t.is_conj() && !t.is_neg();
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

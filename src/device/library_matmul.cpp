@@ -26,7 +26,7 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
   for (const at::Tensor* t : tensors)
     if (!onDevice(*t) || t->scalar_type() != first.scalar_type() || t->device() != first.device())
       return false;
-  auto it = tensors.end() - 2;  // the two matrix (batch) operands are the last two
+  auto it = tensors.end() - 2; // the two matrix (batch) operands are the last two
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
 }
 
@@ -45,9 +45,8 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
 at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 2)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
-  return intoDevice(launches, {self.size(0), mat2.size(1)}, self, [&](at::Tensor& out) {
-    at::mm_out(out, hostView(self), hostView(mat2));
-  });
+  return intoDevice(launches, {self.size(0), mat2.size(1)}, self,
+                    [&](at::Tensor& out) { at::mm_out(out, hostView(self), hostView(mat2)); });
 }
 
 at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
@@ -71,11 +70,10 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
                              const c10::Scalar& alpha) {
   if (!plainOperands({&self, &batch1, &batch2}, 3)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::baddbmm");
-  return intoDevice(launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
-                    [&](at::Tensor& out) {
-                      at::baddbmm_out(out, hostView(self), hostView(batch1), hostView(batch2),
-                                      beta, alpha);
-                    });
+  return intoDevice(
+      launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1, [&](at::Tensor& out) {
+        at::baddbmm_out(out, hostView(self), hostView(batch1), hostView(batch2), beta, alpha);
+      });
 }
 
 // The boxed entry: the fast path above, or the generic library path (mixed devices, wrong
@@ -92,23 +90,29 @@ void runMatmul(const c10::OperatorHandle& op, torch::jit::Stack* stack, Fast fas
   torch::jit::push(*stack, std::move(result));
 }
 
-}  // namespace
+} // namespace
 
 void runLibraryMm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return mmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+    return mmIntoDevice(a[0].toTensor(), a[1].toTensor());
+  });
 }
 void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
-    return addmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
+    return addmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(),
+                           a[4].toScalar());
   });
 }
 void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) { return bmmIntoDevice(a[0].toTensor(), a[1].toTensor()); });
+  runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+    return bmmIntoDevice(a[0].toTensor(), a[1].toTensor());
+  });
 }
 void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runMatmul(op, stack, [](c10::ArrayRef<c10::IValue> a) {
-    return baddbmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(), a[4].toScalar());
+    return baddbmmIntoDevice(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toScalar(),
+                             a[4].toScalar());
   });
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

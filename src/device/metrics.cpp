@@ -21,25 +21,25 @@ CounterTable* table = nullptr;
 CounterTable& lockedTable(std::unique_lock<std::mutex>& lock) {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kMetrics, {[] { table_mutex.lock(); },
-                                              [] { table_mutex.unlock(); },
-                                              [] { table_mutex.unlock(); }});
+    registerForkHandlers(
+        ForkRank::kMetrics,
+        {[] { table_mutex.lock(); }, [] { table_mutex.unlock(); }, [] { table_mutex.unlock(); }});
   });
   lock = std::unique_lock<std::mutex>(table_mutex);
   if (table == nullptr) table = new CounterTable();
   return *table;
 }
 
-}  // namespace
+} // namespace
 
 const char* launchKindName(LaunchKind kind) {
   switch (kind) {
-    case LaunchKind::kCompiled:
-      return "compiled";
-    case LaunchKind::kLibrary:
-      return "library";
-    case LaunchKind::kFallback:
-      return "fallback";
+  case LaunchKind::kCompiled:
+    return "compiled";
+  case LaunchKind::kLibrary:
+    return "library";
+  case LaunchKind::kFallback:
+    return "fallback";
   }
   return "unknown";
 }
@@ -93,9 +93,10 @@ void resetMetrics() {
   {
     std::unique_lock<std::mutex> lock;
     for (auto& [kind, ops] : lockedTable(lock))
-      for (auto& [op, counter] : ops) counter->store(0, std::memory_order_relaxed);
+      for (auto& [op, counter] : ops)
+        counter->store(0, std::memory_order_relaxed);
   }
   resetKernelCacheCounters();
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -34,17 +34,17 @@ struct CompileMetrics {
   double compile_ms_max = 0;
   int64_t kernel_cache_hits = 0;
   int64_t kernel_cache_misses = 0;
-  int64_t kernels_loaded = 0;  // in the memory tier now, not reset
-  int64_t kernel_cache_bytes = 0;      // object code in the memory tier now
-  int64_t kernel_cache_evictions = 0;  // kernels the memory tier dropped (LRU, over its cap)
-  int64_t persistent_hits = 0;      // kernels loaded from the on-disk cache
-  int64_t persistent_rejected = 0;  // on-disk entries that failed verification
+  int64_t kernels_loaded = 0;         // in the memory tier now, not reset
+  int64_t kernel_cache_bytes = 0;     // object code in the memory tier now
+  int64_t kernel_cache_evictions = 0; // kernels the memory tier dropped (LRU, over its cap)
+  int64_t persistent_hits = 0;        // kernels loaded from the on-disk cache
+  int64_t persistent_rejected = 0;    // on-disk entries that failed verification
   double persistent_load_ms_median = 0;
 };
 
 struct MetricsSnapshot {
-  std::map<std::string, int64_t> launches;  // kind name -> count
-  std::map<std::string, std::map<std::string, int64_t>> ops_by_kind;  // kind -> op -> count
+  std::map<std::string, int64_t> launches;                           // kind name -> count
+  std::map<std::string, std::map<std::string, int64_t>> ops_by_kind; // kind -> op -> count
   CompileMetrics compile;
 };
 
@@ -52,4 +52,4 @@ MetricsSnapshot metricsSnapshot();
 // Resets launch, compile and kernel-cache counters (compiled kernels stay loaded).
 void resetMetrics();
 
-}  // namespace torchneuron
+} // namespace torchneuron

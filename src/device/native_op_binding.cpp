@@ -5,36 +5,35 @@
 namespace torchneuron {
 namespace {
 
-template <typename Specs>
-int indexOf(const Specs& specs, const std::string& name) {
+template <typename Specs> int indexOf(const Specs& specs, const std::string& name) {
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].arg == name) return static_cast<int>(i);
   return -1;
 }
 
 bool isTensorOrScalar(const c10::TypePtr& type) {
-  const c10::TypePtr base =
-      type->kind() == c10::TypeKind::OptionalType ? type->castRaw<c10::OptionalType>()->getElementType()
-                                                  : type;
+  const c10::TypePtr base = type->kind() == c10::TypeKind::OptionalType
+                                ? type->castRaw<c10::OptionalType>()->getElementType()
+                                : type;
   return base->kind() == c10::TypeKind::TensorType || base->kind() == c10::TypeKind::NumberType;
 }
 
 bool isScalar(const c10::TypePtr& type) {
-  const c10::TypePtr base =
-      type->kind() == c10::TypeKind::OptionalType ? type->castRaw<c10::OptionalType>()->getElementType()
-                                                  : type;
+  const c10::TypePtr base = type->kind() == c10::TypeKind::OptionalType
+                                ? type->castRaw<c10::OptionalType>()->getElementType()
+                                : type;
   return base->kind() == c10::TypeKind::NumberType;
 }
 
 bool isConstantType(const c10::TypePtr& type) {
-  const c10::TypePtr base =
-      type->kind() == c10::TypeKind::OptionalType ? type->castRaw<c10::OptionalType>()->getElementType()
-                                                  : type;
+  const c10::TypePtr base = type->kind() == c10::TypeKind::OptionalType
+                                ? type->castRaw<c10::OptionalType>()->getElementType()
+                                : type;
   return base->kind() == c10::TypeKind::StringType || base->kind() == c10::TypeKind::BoolType ||
          base->kind() == c10::TypeKind::IntType;
 }
 
-}  // namespace
+} // namespace
 
 const fusion::ElementwiseOp* registryOpFor(const std::string& aten_name) {
   if (aten_name.rfind("aten::", 0) != 0) return nullptr;
@@ -45,7 +44,8 @@ const fusion::ElementwiseOp* registryOpFor(const std::string& aten_name) {
 
 c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
                                           const fusion::ElementwiseOp& op) {
-  if (schema.returns().size() != 1 || schema.returns()[0].type()->kind() != c10::TypeKind::TensorType)
+  if (schema.returns().size() != 1 ||
+      schema.returns()[0].type()->kind() != c10::TypeKind::TensorType)
     return c10::nullopt;
   NativeOpBinding binding;
   binding.op = &op;
@@ -83,7 +83,7 @@ c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
       binding.arguments.push_back({ArgumentRole::kConstant, constant});
       continue;
     }
-    return c10::nullopt;  // an argument the registry does not describe
+    return c10::nullopt; // an argument the registry does not describe
   }
   if (outputs > 1) return c10::nullopt;
   binding.writes_output = outputs == 1;
@@ -95,4 +95,4 @@ c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
   return binding;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -18,17 +18,17 @@ enum class ArgumentRole : uint8_t { kOperand, kParam, kConstant, kOutput, kOpera
 
 struct BoundArgument {
   ArgumentRole role;
-  int index;  // into the op's operands, params or constants
+  int index; // into the op's operands, params or constants
 };
 
 struct NativeOpBinding {
   const fusion::ElementwiseOp* op = nullptr;
-  std::string name;  // "aten::add.Tensor", for metrics and messages
-  std::vector<BoundArgument> arguments;  // one per schema argument
-  bool writes_output = false;            // in-place or out=: the output is an argument
-  bool in_place = false;                 // the output is `self`: operands broadcast to its shape
-  bool casts_freely = false;             // copy_: any dtype converts to the output's
-  LaunchCounter* launches = nullptr;     // compiled launches of this overload
+  std::string name;                     // "aten::add.Tensor", for metrics and messages
+  std::vector<BoundArgument> arguments; // one per schema argument
+  bool writes_output = false;           // in-place or out=: the output is an argument
+  bool in_place = false;                // the output is `self`: operands broadcast to its shape
+  bool casts_freely = false;            // copy_: any dtype converts to the output's
+  LaunchCounter* launches = nullptr;    // compiled launches of this overload
 };
 
 c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
@@ -37,4 +37,4 @@ c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
 // The registry op an ATen operator name belongs to ("aten::add_" -> add), or nullptr.
 const fusion::ElementwiseOp* registryOpFor(const std::string& aten_name);
 
-}  // namespace torchneuron
+} // namespace torchneuron

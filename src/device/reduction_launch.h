@@ -18,11 +18,11 @@ using TensorList = c10::SmallVector<at::Tensor, 4>;
 struct ReductionCall {
   const fusion::ReductionOp* op = nullptr;
   TensorList inputs;                 // all of one shape (broadcast operands come in expanded)
-  c10::SmallVector<int64_t, 6> dims;  // reduced dimensions of inputs[0], sorted, unique
+  c10::SmallVector<int64_t, 6> dims; // reduced dimensions of inputs[0], sorted, unique
   bool keepdim = false;
   at::ScalarType compute = at::kFloat;
   c10::SmallVector<at::ScalarType, 2> output_dtypes;
-  TensorList outputs;  // given (out=) or empty: allocated here
+  TensorList outputs; // given (out=) or empty: allocated here
   c10::SmallVector<int64_t, 2> constants;
   c10::SmallVector<double, 2> params;
 };
@@ -31,4 +31,4 @@ struct ReductionCall {
 // (the caller falls back to the CPU). Counts one launch on `launches`.
 c10::optional<TensorList> launchReduction(ReductionCall& call, LaunchCounter* launches);
 
-}  // namespace torchneuron
+} // namespace torchneuron

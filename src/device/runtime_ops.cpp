@@ -12,8 +12,8 @@
 
 #include "device/runtime_ops.h"
 
-#include "device/compiled_ops.h"
 #include "device/caching_allocator.h"
+#include "device/compiled_ops.h"
 #include "device/device.h"
 #include "device/host_view.h"
 
@@ -29,7 +29,7 @@ void checkFactoryOptions(c10::optional<at::Layout> layout, c10::optional<bool> p
               "[device] pin_memory applies to CPU tensors only, not to neuron tensors");
 }
 
-}  // namespace
+} // namespace
 
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
                              c10::optional<at::Layout> layout, c10::optional<at::Device> device,
@@ -73,7 +73,7 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
   return tensor;
 }
 
-}  // namespace
+} // namespace
 
 // Copies between CPU and device, or within the device: both sides are host memory, so ATen's
 // CPU copy does it (dtype conversion, strides, broadcasting, overlap) with no staging buffer.
@@ -114,7 +114,7 @@ void checkStorageOnDevice(const at::Storage& source) {
               "[device] set_ expects a neuron storage, got a storage on ", source.device().str());
 }
 
-}  // namespace
+} // namespace
 
 at::Tensor& setStorage(at::Tensor& self, at::Storage source, int64_t storage_offset,
                        at::IntArrayRef size, at::IntArrayRef stride) {
@@ -137,4 +137,4 @@ at::Scalar localScalarDense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(hostView(self));
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

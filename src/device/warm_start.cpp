@@ -40,7 +40,7 @@ std::vector<size_t> blocksWithin(const std::vector<size_t>& listed, int64_t budg
   std::vector<size_t> chosen;
   int64_t total = 0;
   for (size_t bytes : listed) {
-    if (bytes != roundedBlockSize(bytes)) continue;  // not a capacity this allocator makes
+    if (bytes != roundedBlockSize(bytes)) continue; // not a capacity this allocator makes
     if (total + static_cast<int64_t>(bytes) > budget) break;
     total += static_cast<int64_t>(bytes);
     chosen.push_back(bytes);
@@ -59,16 +59,16 @@ struct WarmStart {
   WarmStartStats stats;
   std::string program;
   std::string directory;
-  std::string text_read;  // the profile as read, so an unchanged one is not rewritten
+  std::string text_read; // the profile as read, so an unchanged one is not rewritten
   std::atomic<bool> stop{false};
   std::thread thread;
-  int64_t max_bytes = 0;  // NEURON_WARM_START_MAX_BYTES, read on the importing thread
-  pid_t owner = 0;  // a forked child neither joins the parent's thread nor writes a profile
+  int64_t max_bytes = 0; // NEURON_WARM_START_MAX_BYTES, read on the importing thread
+  pid_t owner = 0;       // a forked child neither joins the parent's thread nor writes a profile
   bool started = false, finished = false;
 };
 
 WarmStart& state() {
-  static auto* instance = new WarmStart();  // never destroyed: finishWarmStart may run at exit
+  static auto* instance = new WarmStart(); // never destroyed: finishWarmStart may run at exit
   return *instance;
 }
 
@@ -92,7 +92,8 @@ void warmUpProfile(WarmStart& w) {
       w.stats.profile_found = true;
       w.stats.kernels_listed = static_cast<int64_t>(profile->kernel_keys.size());
       w.stats.blocks_listed = static_cast<int64_t>(profile->block_bytes.size());
-      for (size_t bytes : profile->block_bytes) w.stats.bytes_listed += static_cast<int64_t>(bytes);
+      for (size_t bytes : profile->block_bytes)
+        w.stats.bytes_listed += static_cast<int64_t>(bytes);
     }
     // Kernels first: the first op needs one, while memory is needed a block at a time.
     for (const std::string& key : profile->kernel_keys) {
@@ -145,13 +146,14 @@ void joinAtExit() {
   if (w.thread.joinable()) w.thread.join();
 }
 
-}  // namespace
+} // namespace
 
 void startWarmStart() {
   WarmStart& w = state();
   if (w.started) return;
-  PersistentStore* store = cacheSettings().warm_start ? PersistentStore::fromEnvironment() : nullptr;
-  if (store == nullptr) {  // off: nothing will happen, so a caller polling `done` goes on
+  PersistentStore* store =
+      cacheSettings().warm_start ? PersistentStore::fromEnvironment() : nullptr;
+  if (store == nullptr) { // off: nothing will happen, so a caller polling `done` goes on
     std::lock_guard<std::mutex> lock(w.mutex);
     w.stats.done = true;
     return;
@@ -164,12 +166,12 @@ void startWarmStart() {
   // fork() waits for the item in hand. The allocator registered its own handler when the device
   // library loaded, so its prepare step runs after these: the item may need its lock to finish.
   neuronAllocator();
-  registerForkHandlers(ForkRank::kWarmStartItem, {[] { state().item.lock(); },
-                                                  [] { state().item.unlock(); },
-                                                  [] { state().item.unlock(); }});
-  registerForkHandlers(ForkRank::kWarmStartStats, {[] { state().mutex.lock(); },
-                                                   [] { state().mutex.unlock(); },
-                                                   [] { state().mutex.unlock(); }});
+  registerForkHandlers(
+      ForkRank::kWarmStartItem,
+      {[] { state().item.lock(); }, [] { state().item.unlock(); }, [] { state().item.unlock(); }});
+  registerForkHandlers(ForkRank::kWarmStartStats,
+                       {[] { state().mutex.lock(); }, [] { state().mutex.unlock(); },
+                        [] { state().mutex.unlock(); }});
   w.thread = std::thread([&w] { warmUp(w); });
   // A program that exits without finishWarmStart() (no interpreter atexit) still joins the
   // thread before the static destructors of everything constructed so far (the store, the
@@ -185,7 +187,7 @@ void finishWarmStart() {
   WarmStartProfile used;
   used.kernel_keys = storedKernelsInFirstUseOrder();
   used.block_bytes = blocksInFirstUseOrder();
-  if (used.kernel_keys.empty() && used.block_bytes.empty()) return;  // nothing worth keeping
+  if (used.kernel_keys.empty() && used.block_bytes.empty()) return; // nothing worth keeping
   const std::string text = serializeProfile(used);
   std::string read;
   {
@@ -196,7 +198,7 @@ void finishWarmStart() {
   const std::string path = profilePath(w.directory, w.program);
   if (!writeProfileFile(path, text))
     warnCacheIfFirst("profile-write", "cannot write the warm-start profile " + path +
-                                       "; the next run of this program starts cold");
+                                          "; the next run of this program starts cold");
 }
 
 WarmStartStats warmStartStats() {
@@ -205,4 +207,4 @@ WarmStartStats warmStartStats() {
   return w.stats;
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -19,14 +19,14 @@
 namespace torchneuron {
 
 struct WarmStartStats {
-  bool profile_found = false;    // a usable profile of this program was read
-  int64_t kernels_listed = 0;    // in that profile
+  bool profile_found = false; // a usable profile of this program was read
+  int64_t kernels_listed = 0; // in that profile
   int64_t kernels_prefetched = 0;
   int64_t blocks_listed = 0;
   int64_t bytes_listed = 0;
   int64_t bytes_prefaulted = 0;
-  double background_ms = 0;      // the thread's wall time, once it is done
-  bool done = false;  // nothing more will happen: the thread ended, or the warm start is off
+  double background_ms = 0; // the thread's wall time, once it is done
+  bool done = false;        // nothing more will happen: the thread ended, or the warm start is off
 };
 
 // Starts the background thread (at most once per process; a no-op when turned off).
@@ -37,4 +37,4 @@ void finishWarmStart();
 
 WarmStartStats warmStartStats();
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -34,28 +34,36 @@ Value zeroWhere(ScalarEmitter& e, const Value& condition, const Value& value) {
   return e.select(condition, constant(e, 0, value), value);
 }
 
-}  // namespace
+} // namespace
 
 void addActivationOps(std::vector<ElementwiseOp>& ops) {
   // relu is ATen's clamp_min(x, 0): (x < 0) ? 0 : x, so -0 and NaN stay.
-  ops.push_back(activation("relu", {{"self"}}, {}, [](LoweringContext& c) {
-    return c.emit.stdMax(c.operands[0], constant(c.emit, 0, c.operands[0]));
-  }, kFloats | kIntegers));
-  ops.push_back(activation("threshold", {{"self"}}, {{"threshold"}, {"value"}}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    return e.select(e.le(c.operands[0], c.params[0]), c.params[1], c.operands[0]);
-  }, kFloats | kIntegers));
-  ops.push_back(activation("threshold_backward", {{"grad_output"}, {"self"}}, {{"threshold"}},
-                           [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    return zeroWhere(e, e.le(c.operands[1], c.params[0]), c.operands[0]);
-  }, kFloats | kIntegers));
+  ops.push_back(activation(
+      "relu", {{"self"}}, {},
+      [](LoweringContext& c) {
+        return c.emit.stdMax(c.operands[0], constant(c.emit, 0, c.operands[0]));
+      },
+      kFloats | kIntegers));
+  ops.push_back(activation(
+      "threshold", {{"self"}}, {{"threshold"}, {"value"}},
+      [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        return e.select(e.le(c.operands[0], c.params[0]), c.params[1], c.operands[0]);
+      },
+      kFloats | kIntegers));
+  ops.push_back(activation(
+      "threshold_backward", {{"grad_output"}, {"self"}}, {{"threshold"}},
+      [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        return zeroWhere(e, e.le(c.operands[1], c.params[0]), c.operands[0]);
+      },
+      kFloats | kIntegers));
 
   ElementwiseOp gelu = activation("gelu", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     const Value half = constant(e, 0.5, x), one = constant(e, 1, x);
-    if (c.constants[0] == 1) {  // tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    if (c.constants[0] == 1) { // tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
       const Value cube = e.mul(e.mul(x, x), x);
       const Value inner = e.mul(constant(e, M_SQRT2 * M_2_SQRTPI * 0.5, x),
                                 e.add(x, e.mul(constant(e, 0.044715, x), cube)));
@@ -67,31 +75,33 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   gelu.constants = {{"approximate", {"none", "tanh"}}};
   ops.push_back(gelu);
 
-  ElementwiseOp gelu_backward = activation("gelu_backward", {{"grad_output"}, {"self"}}, {},
-                                           [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value half = constant(e, 0.5, x), one = constant(e, 1, x);
-    if (c.constants[0] == 1) {
-      const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
-      const Value x_sq = e.mul(x, x);
-      const Value x_cube = e.mul(x_sq, x);
-      const Value inner = e.mul(constant(e, beta, x), e.add(x, e.mul(constant(e, kappa, x), x_cube)));
-      const Value tanh_inner = e.libm("tanh", {inner});
-      const Value left = e.mul(half, x);
-      const Value right = e.add(one, tanh_inner);
-      const Value left_derivative = e.mul(half, right);
-      const Value tanh_derivative = e.sub(one, e.mul(tanh_inner, tanh_inner));
-      const Value inner_derivative =
-          e.mul(constant(e, beta, x), e.add(one, e.mul(constant(e, 3 * kappa, x), x_sq)));
-      const Value right_derivative = e.mul(e.mul(left, tanh_derivative), inner_derivative);
-      return e.mul(dy, e.add(left_derivative, right_derivative));
-    }
-    const Value cdf = e.mul(half, e.add(one, e.libm("erf", {e.mul(x, constant(e, M_SQRT1_2, x))})));
-    const Value pdf = e.mul(e.unary("math.exp", e.mul(constant(e, -0.5, x), e.mul(x, x))),
-                            constant(e, M_2_SQRTPI * M_SQRT1_2 * 0.5, x));
-    return e.mul(dy, e.add(cdf, e.mul(x, pdf)));
-  });
+  ElementwiseOp gelu_backward =
+      activation("gelu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &x = c.operands[1];
+        const Value half = constant(e, 0.5, x), one = constant(e, 1, x);
+        if (c.constants[0] == 1) {
+          const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+          const Value x_sq = e.mul(x, x);
+          const Value x_cube = e.mul(x_sq, x);
+          const Value inner =
+              e.mul(constant(e, beta, x), e.add(x, e.mul(constant(e, kappa, x), x_cube)));
+          const Value tanh_inner = e.libm("tanh", {inner});
+          const Value left = e.mul(half, x);
+          const Value right = e.add(one, tanh_inner);
+          const Value left_derivative = e.mul(half, right);
+          const Value tanh_derivative = e.sub(one, e.mul(tanh_inner, tanh_inner));
+          const Value inner_derivative =
+              e.mul(constant(e, beta, x), e.add(one, e.mul(constant(e, 3 * kappa, x), x_sq)));
+          const Value right_derivative = e.mul(e.mul(left, tanh_derivative), inner_derivative);
+          return e.mul(dy, e.add(left_derivative, right_derivative));
+        }
+        const Value cdf =
+            e.mul(half, e.add(one, e.libm("erf", {e.mul(x, constant(e, M_SQRT1_2, x))})));
+        const Value pdf = e.mul(e.unary("math.exp", e.mul(constant(e, -0.5, x), e.mul(x, x))),
+                                constant(e, M_2_SQRTPI * M_SQRT1_2 * 0.5, x));
+        return e.mul(dy, e.add(cdf, e.mul(x, pdf)));
+      });
   gelu_backward.constants = {{"approximate", {"none", "tanh"}}};
   ops.push_back(gelu_backward);
 
@@ -100,124 +110,134 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
     const Value& x = c.operands[0];
     return e.div(x, e.add(constant(e, 1, x), e.unary("math.exp", e.neg(x))));
   }));
-  ops.push_back(activation("silu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value one = constant(e, 1, x);
-    const Value sigmoid = sigmoidOf(e, x);
-    return e.mul(e.mul(dy, sigmoid), e.add(one, e.mul(x, e.sub(one, sigmoid))));
-  }));
+  ops.push_back(
+      activation("silu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &x = c.operands[1];
+        const Value one = constant(e, 1, x);
+        const Value sigmoid = sigmoidOf(e, x);
+        return e.mul(e.mul(dy, sigmoid), e.add(one, e.mul(x, e.sub(one, sigmoid))));
+      }));
   ops.push_back(activation("mish", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     return e.mul(x, e.libm("tanh", {e.libm("log1p", {e.unary("math.exp", x)})}));
   }));
-  ops.push_back(activation("mish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value one = constant(e, 1, x);
-    const Value sigmoid = sigmoidOf(e, x);
-    const Value tanh_softplus = e.libm("tanh", {e.libm("log1p", {e.unary("math.exp", x)})});
-    const Value slope = e.mul(e.mul(x, sigmoid), e.sub(one, e.mul(tanh_softplus, tanh_softplus)));
-    return e.mul(dy, e.add(tanh_softplus, slope));
-  }));
-  ops.push_back(activation("sigmoid_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &y = c.operands[1];
-    return e.mul(e.mul(dy, e.sub(constant(e, 1, y), y)), y);
-  }));
-  ops.push_back(activation("tanh_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &y = c.operands[1];
-    return e.mul(dy, e.sub(constant(e, 1, y), e.mul(y, y)));
-  }));
-  ops.push_back(activation("softplus", {{"self"}}, {{"beta", 1}, {"threshold", 20}},
-                           [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value& x = c.operands[0];
-    const Value scaled = e.mul(x, c.params[0]);
-    const Value smooth = e.div(e.libm("log1p", {e.unary("math.exp", scaled)}), c.params[0]);
-    return e.select(e.gt(scaled, c.params[1]), x, smooth);
-  }));
-  ops.push_back(activation("softplus_backward", {{"grad_output"}, {"self"}},
-                           {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value scaled = e.mul(x, c.params[0]);
-    const Value z = e.unary("math.exp", scaled);
-    const Value smooth = e.div(e.mul(dy, z), e.add(z, constant(e, 1, z)));
-    return e.select(e.gt(scaled, c.params[1]), dy, smooth);
-  }));
-  ops.push_back(activation("elu", {{"self"}}, {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}},
-                           [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value& x = c.operands[0];
-    // ATen 1.13: (exp(x * input_scale) - 1) * negcoef, not expm1 (elu(-0) is +0).
-    const Value negcoef = e.mul(c.params[0], c.params[1]);
-    const Value exp = e.unary("math.exp", e.mul(x, c.params[2]));
-    const Value negative = e.mul(e.sub(exp, constant(e, 1, x)), negcoef);
-    return e.select(e.le(x, constant(e, 0, x)), negative, e.mul(x, c.params[1]));
-  }));
-  ElementwiseOp elu_backward = activation(
-      "elu_backward", {{"grad_output"}, {"self_or_result"}},
-      {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
-        ScalarEmitter& e = c.emit;
-        const Value &dy = c.operands[0], &b = c.operands[1];
-        const Value negcoef = e.mul(c.params[0], c.params[1]);
-        const Value &poscoef = c.params[1], &negiptcoef = c.params[2];
-        Value negative;
-        if (c.constants[0] == 1) {  // b is the forward result
-          negative = e.mul(e.mul(dy, negiptcoef), e.add(b, negcoef));
-        } else {
-          negative = e.mul(e.mul(e.mul(dy, negiptcoef), negcoef),
-                           e.unary("math.exp", e.mul(b, negiptcoef)));
-        }
-        return e.select(e.le(b, constant(e, 0, b)), negative, e.mul(dy, poscoef));
-      });
-  elu_backward.constants = {{"is_result", {}}};
-  ops.push_back(elu_backward);
-  ops.push_back(activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value& x = c.operands[0];
-    return e.select(e.gt(x, constant(e, 0, x)), x, e.mul(x, c.params[0]));
-  }));
-  ElementwiseOp leaky_relu_backward = activation(
-      "leaky_relu_backward", {{"grad_output"}, {"self"}}, {{"negative_slope", 0.01}},
-      [](LoweringContext& c) {
+  ops.push_back(
+      activation("mish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value &dy = c.operands[0], &x = c.operands[1];
-        return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
-      });
+        const Value one = constant(e, 1, x);
+        const Value sigmoid = sigmoidOf(e, x);
+        const Value tanh_softplus = e.libm("tanh", {e.libm("log1p", {e.unary("math.exp", x)})});
+        const Value slope =
+            e.mul(e.mul(x, sigmoid), e.sub(one, e.mul(tanh_softplus, tanh_softplus)));
+        return e.mul(dy, e.add(tanh_softplus, slope));
+      }));
+  ops.push_back(
+      activation("sigmoid_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &y = c.operands[1];
+        return e.mul(e.mul(dy, e.sub(constant(e, 1, y), y)), y);
+      }));
+  ops.push_back(
+      activation("tanh_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &y = c.operands[1];
+        return e.mul(dy, e.sub(constant(e, 1, y), e.mul(y, y)));
+      }));
+  ops.push_back(
+      activation("softplus", {{"self"}}, {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value& x = c.operands[0];
+        const Value scaled = e.mul(x, c.params[0]);
+        const Value smooth = e.div(e.libm("log1p", {e.unary("math.exp", scaled)}), c.params[0]);
+        return e.select(e.gt(scaled, c.params[1]), x, smooth);
+      }));
+  ops.push_back(activation("softplus_backward", {{"grad_output"}, {"self"}},
+                           {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
+                             ScalarEmitter& e = c.emit;
+                             const Value &dy = c.operands[0], &x = c.operands[1];
+                             const Value scaled = e.mul(x, c.params[0]);
+                             const Value z = e.unary("math.exp", scaled);
+                             const Value smooth = e.div(e.mul(dy, z), e.add(z, constant(e, 1, z)));
+                             return e.select(e.gt(scaled, c.params[1]), dy, smooth);
+                           }));
+  ops.push_back(activation(
+      "elu", {{"self"}}, {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value& x = c.operands[0];
+        // ATen 1.13: (exp(x * input_scale) - 1) * negcoef, not expm1 (elu(-0) is +0).
+        const Value negcoef = e.mul(c.params[0], c.params[1]);
+        const Value exp = e.unary("math.exp", e.mul(x, c.params[2]));
+        const Value negative = e.mul(e.sub(exp, constant(e, 1, x)), negcoef);
+        return e.select(e.le(x, constant(e, 0, x)), negative, e.mul(x, c.params[1]));
+      }));
+  ElementwiseOp elu_backward =
+      activation("elu_backward", {{"grad_output"}, {"self_or_result"}},
+                 {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
+                   ScalarEmitter& e = c.emit;
+                   const Value &dy = c.operands[0], &b = c.operands[1];
+                   const Value negcoef = e.mul(c.params[0], c.params[1]);
+                   const Value &poscoef = c.params[1], &negiptcoef = c.params[2];
+                   Value negative;
+                   if (c.constants[0] == 1) { // b is the forward result
+                     negative = e.mul(e.mul(dy, negiptcoef), e.add(b, negcoef));
+                   } else {
+                     negative = e.mul(e.mul(e.mul(dy, negiptcoef), negcoef),
+                                      e.unary("math.exp", e.mul(b, negiptcoef)));
+                   }
+                   return e.select(e.le(b, constant(e, 0, b)), negative, e.mul(dy, poscoef));
+                 });
+  elu_backward.constants = {{"is_result", {}}};
+  ops.push_back(elu_backward);
+  ops.push_back(
+      activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value& x = c.operands[0];
+        return e.select(e.gt(x, constant(e, 0, x)), x, e.mul(x, c.params[0]));
+      }));
+  ElementwiseOp leaky_relu_backward =
+      activation("leaky_relu_backward", {{"grad_output"}, {"self"}}, {{"negative_slope", 0.01}},
+                 [](LoweringContext& c) {
+                   ScalarEmitter& e = c.emit;
+                   const Value &dy = c.operands[0], &x = c.operands[1];
+                   return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
+                 });
   leaky_relu_backward.constants = {{"self_is_result", {}}};
   ops.push_back(leaky_relu_backward);
-  ops.push_back(activation("hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
-                           [](LoweringContext& c) {
-    // ATen's clamp(x, min_val, max_val): std::min(std::max(x, lo), hi), NaN if a bound is.
-    ScalarEmitter& e = c.emit;
-    const Value clamped = e.stdMin(e.stdMax(c.operands[0], c.params[0]), c.params[1]);
-    return e.nanIfAnyNan(clamped, {c.params[0], c.params[1]});
-  }, kFloats | kIntegers));
+  ops.push_back(activation(
+      "hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
+      [](LoweringContext& c) {
+        // ATen's clamp(x, min_val, max_val): std::min(std::max(x, lo), hi), NaN if a bound is.
+        ScalarEmitter& e = c.emit;
+        const Value clamped = e.stdMin(e.stdMax(c.operands[0], c.params[0]), c.params[1]);
+        return e.nanIfAnyNan(clamped, {c.params[0], c.params[1]});
+      },
+      kFloats | kIntegers));
   ops.push_back(activation("hardtanh_backward", {{"grad_output"}, {"self"}},
                            {{"min_val", -1}, {"max_val", 1}}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value& x = c.operands[1];
-    const Value outside = e.binary("arith.ori", e.le(x, c.params[0]), e.le(c.params[1], x));
-    return zeroWhere(e, outside, c.operands[0]);
-  }));
+                             ScalarEmitter& e = c.emit;
+                             const Value& x = c.operands[1];
+                             const Value outside =
+                                 e.binary("arith.ori", e.le(x, c.params[0]), e.le(c.params[1], x));
+                             return zeroWhere(e, outside, c.operands[0]);
+                           }));
   ops.push_back(activation("hardswish", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    const Value relu6 = e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
-                                 constant(e, 6, x));
+    const Value relu6 =
+        e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)), constant(e, 6, x));
     return e.div(e.mul(x, relu6), constant(e, 6, x));
   }));
-  ops.push_back(activation("hardswish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value middle = e.mul(dy, e.add(e.div(x, constant(e, 3, x)), constant(e, 0.5, x)));
-    const Value upper = e.select(e.le(x, constant(e, 3, x)), middle, dy);
-    return zeroWhere(e, e.lt(x, constant(e, -3, x)), upper);
-  }));
+  ops.push_back(
+      activation("hardswish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &x = c.operands[1];
+        const Value middle = e.mul(dy, e.add(e.div(x, constant(e, 3, x)), constant(e, 0.5, x)));
+        const Value upper = e.select(e.le(x, constant(e, 3, x)), middle, dy);
+        return zeroWhere(e, e.lt(x, constant(e, -3, x)), upper);
+      }));
   // ATen rounds each step of it in half and bfloat16 (the referee found 2-ulp differences).
   ops.back().matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>&) {
     return dtype != c10::kHalf && dtype != c10::kBFloat16;
@@ -225,17 +245,18 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(activation("hardsigmoid", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    const Value relu6 = e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)),
-                                 constant(e, 6, x));
+    const Value relu6 =
+        e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)), constant(e, 6, x));
     return e.div(relu6, constant(e, 6, x));
   }));
-  ops.push_back(activation("hardsigmoid_backward", {{"grad_output"}, {"self"}}, {},
-                           [](LoweringContext& c) {
-    ScalarEmitter& e = c.emit;
-    const Value &dy = c.operands[0], &x = c.operands[1];
-    const Value inside = e.binary("arith.andi", e.gt(x, constant(e, -3, x)), e.lt(x, constant(e, 3, x)));
-    return e.select(inside, e.div(dy, constant(e, 6, x)), constant(e, 0, x));
-  }));
+  ops.push_back(
+      activation("hardsigmoid_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
+        ScalarEmitter& e = c.emit;
+        const Value &dy = c.operands[0], &x = c.operands[1];
+        const Value inside =
+            e.binary("arith.andi", e.gt(x, constant(e, -3, x)), e.lt(x, constant(e, 3, x)));
+        return e.select(inside, e.div(dy, constant(e, 6, x)), constant(e, 0, x));
+      }));
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -45,13 +45,13 @@ ElementwiseOp withAlpha(const char* name, bool subtract, bool reversed) {
   return op;
 }
 
-ElementwiseOp comparison(const char* name, const char* float_predicate, const char* signed_predicate,
-                         const char* unsigned_predicate) {
+ElementwiseOp comparison(const char* name, const char* float_predicate,
+                         const char* signed_predicate, const char* unsigned_predicate) {
   return binary(name, "other", TypePromotion::kAlwaysBool, kAllClasses,
                 [=](ScalarEmitter& e, const Value& a, const Value& b) {
-                  const char* predicate = a.type.isFloat()                       ? float_predicate
+                  const char* predicate = a.type.isFloat()                     ? float_predicate
                                           : a.type.kind == NumberKind::kSigned ? signed_predicate
-                                                                                 : unsigned_predicate;
+                                                                               : unsigned_predicate;
                   return e.compare(predicate, a, b);
                 });
 }
@@ -106,34 +106,39 @@ bool notHalfOrBFloat16(c10::ScalarType dtype, const std::vector<int64_t>&) {
   return dtype != c10::kHalf && dtype != c10::kBFloat16;
 }
 
-}  // namespace
+} // namespace
 
 void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(withAlpha("add", /*subtract=*/false, /*reversed=*/false));
   ops.push_back(withAlpha("sub", /*subtract=*/true, /*reversed=*/false));
   ops.push_back(withAlpha("rsub", /*subtract=*/true, /*reversed=*/true));
-  ops.push_back(arithmetic("mul", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return a.type.kind == NumberKind::kBool ? e.binary("arith.andi", a, b) : e.mul(a, b);
-  }, kAllClasses));
+  ops.push_back(arithmetic(
+      "mul",
+      [](ScalarEmitter& e, const Value& a, const Value& b) {
+        return a.type.kind == NumberKind::kBool ? e.binary("arith.andi", a, b) : e.mul(a, b);
+      },
+      kAllClasses));
 
   // div: rounding_mode None (true division), "trunc" or "floor". With a rounding mode integers
   // keep their dtype (ATen's result type) and go to the CPU, which raises ZeroDivisionError.
-  ElementwiseOp div = floatBinary("div", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.div(a, b);
-  });
+  ElementwiseOp div = floatBinary(
+      "div", "other", [](ScalarEmitter& e, const Value& a, const Value& b) { return e.div(a, b); });
   div.constants = {{"rounding_mode", {"trunc", "floor"}}};
   div.integral_with_constant = 0;
   div.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
-    return constants[0] < 0 || notHalfOrBFloat16(dtype, constants);  // true division is exact
+    return constants[0] < 0 || notHalfOrBFloat16(dtype, constants); // true division is exact
   };
   div.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& a = c.operands[0];
     const Value& b = c.operands[1];
     switch (c.constants[0]) {
-      case 0: return e.unary("math.trunc", e.div(a, b));
-      case 1: return floatFloorDivide(e, a, b);
-      default: return e.div(a, b);
+    case 0:
+      return e.unary("math.trunc", e.div(a, b));
+    case 1:
+      return floatFloorDivide(e, a, b);
+    default:
+      return e.div(a, b);
     }
   };
   ops.push_back(div);
@@ -141,9 +146,10 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.back().matches_cpu = notHalfOrBFloat16;
   ops.push_back(arithmetic("remainder", floatRemainder, kFloats));
   ops.back().matches_cpu = notHalfOrBFloat16;
-  ops.push_back(arithmetic("fmod", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.binary("arith.remf", a, b);
-  }, kFloats));
+  ops.push_back(arithmetic(
+      "fmod",
+      [](ScalarEmitter& e, const Value& a, const Value& b) { return e.binary("arith.remf", a, b); },
+      kFloats));
   ops.back().matches_cpu = notHalfOrBFloat16;
   // pow with a scalar exponent of 2, 3, 0.5, -0.5, -1, -2, 1 or 0 computes what ATen does for
   // those exponents (products, sqrt, reciprocals, a copy, ones: autograd's pow backward asks for
@@ -157,15 +163,24 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     const Value& x = c.operands[0];
     const Value one = e.floatConstant(1, x.type);
     switch (c.constants.empty() ? -1 : c.constants.back()) {
-      case 0: return e.mul(x, x);
-      case 1: return e.mul(e.mul(x, x), x);
-      case 2: return e.unary("math.sqrt", x);
-      case 3: return e.div(one, e.unary("math.sqrt", x));
-      case 4: return e.div(one, x);
-      case 5: return e.div(one, e.mul(x, x));
-      case 6: return x;
-      case 7: return one;
-      default: return e.binary("math.powf", x, c.operands[1]);
+    case 0:
+      return e.mul(x, x);
+    case 1:
+      return e.mul(e.mul(x, x), x);
+    case 2:
+      return e.unary("math.sqrt", x);
+    case 3:
+      return e.div(one, e.unary("math.sqrt", x));
+    case 4:
+      return e.div(one, x);
+    case 5:
+      return e.div(one, e.mul(x, x));
+    case 6:
+      return x;
+    case 7:
+      return one;
+    default:
+      return e.binary("math.powf", x, c.operands[1]);
     }
   };
   ops.push_back(pow);
@@ -175,27 +190,35 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatBinary("hypot", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.libm("hypot", {a, b});
   }));
-  ops.push_back(floatBinary("copysign", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.binary("math.copysign", a, b);
-  }));
-  ops.push_back(floatBinary("logaddexp", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    // ATen: m + log1p(exp(-|a - b|)), and a itself when both are the same infinity.
-    const Value m = e.maximum(a, b);
-    const Value d = e.unary("math.absf", e.sub(a, b));
-    const Value result = e.add(m, e.libm("log1p", {e.unary("math.exp", e.neg(d))}));
-    const Value inf = e.floatConstant(INFINITY, a.type);
-    const Value same_inf = e.binary("arith.andi", e.compare("oeq", e.unary("math.absf", a), inf),
-                                    e.compare("oeq", a, b));
-    return e.select(same_inf, a, result);
-  }));
+  ops.push_back(
+      floatBinary("copysign", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+        return e.binary("math.copysign", a, b);
+      }));
+  ops.push_back(
+      floatBinary("logaddexp", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+        // ATen: m + log1p(exp(-|a - b|)), and a itself when both are the same infinity.
+        const Value m = e.maximum(a, b);
+        const Value d = e.unary("math.absf", e.sub(a, b));
+        const Value result = e.add(m, e.libm("log1p", {e.unary("math.exp", e.neg(d))}));
+        const Value inf = e.floatConstant(INFINITY, a.type);
+        const Value same_inf = e.binary(
+            "arith.andi", e.compare("oeq", e.unary("math.absf", a), inf), e.compare("oeq", a, b));
+        return e.select(same_inf, a, result);
+      }));
   // ATen's scalar kernels: NaN if either is NaN, else std::max / std::min (of two zeros the
   // first wins). fmax/fmin return the other operand where one is NaN.
-  ops.push_back(arithmetic("maximum", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.nanIfAnyNan(e.stdMax(a, b), {a, b});
-  }, kAllClasses));
-  ops.push_back(arithmetic("minimum", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.nanIfAnyNan(e.stdMin(a, b), {a, b});
-  }, kAllClasses));
+  ops.push_back(arithmetic(
+      "maximum",
+      [](ScalarEmitter& e, const Value& a, const Value& b) {
+        return e.nanIfAnyNan(e.stdMax(a, b), {a, b});
+      },
+      kAllClasses));
+  ops.push_back(arithmetic(
+      "minimum",
+      [](ScalarEmitter& e, const Value& a, const Value& b) {
+        return e.nanIfAnyNan(e.stdMin(a, b), {a, b});
+      },
+      kAllClasses));
   ops.push_back(arithmetic("fmax", [](ScalarEmitter& e, const Value& a, const Value& b) {
     if (!a.type.isFloat()) return e.maximum(a, b);
     return e.select(e.isNan(b), a, e.select(e.isNan(a), b, e.stdMax(a, b)));
@@ -248,7 +271,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     Value result = c.operands[0];
     std::vector<Value> bounds;
     size_t next = 1;
-    if (c.present[0]) {  // present: {min, max}
+    if (c.present[0]) { // present: {min, max}
       bounds.push_back(c.operands[next++]);
       result = e.stdMax(result, bounds.back());
     }
@@ -315,4 +338,4 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(masked_fill);
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

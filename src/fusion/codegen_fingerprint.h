@@ -10,4 +10,4 @@ namespace torchneuron::fusion {
 // 32 hexadecimal digits.
 const char* codegenFingerprint();
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

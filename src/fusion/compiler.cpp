@@ -32,8 +32,8 @@
 #include <chrono>
 #include <deque>
 #include <fstream>
-#include <new>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 
 #include "support/errors.h"
@@ -102,12 +102,13 @@ void checkCompileHeadroom() {
 // Vector variants glibc's libmvec (2.35+) exports but LLVM 19's LIBMVEC-X86 table omits:
 // without them a tanh or erf loop calls libm once per element. Only ISAs the host has.
 class VectorMathTable {
- public:
+public:
   explicit VectorMathTable(const TargetDescription& target) {
     const bool avx2 = target.features.find("+avx2") != std::string::npos;
     const bool avx512 = target.features.find("+avx512f") != std::string::npos;
-    const char* unary[] = {"tanh", "erf", "erfc", "expm1", "log1p", "atanh", "asinh", "acosh",
-                           "sinh", "cosh", "tan", "atan", "asin", "acos", "cbrt", "log10", "log2"};
+    const char* unary[] = {"tanh",  "erf",   "erfc", "expm1", "log1p", "atanh",
+                           "asinh", "acosh", "sinh", "cosh",  "tan",   "atan",
+                           "asin",  "acos",  "cbrt", "log10", "log2"};
     const char* binary[] = {"atan2", "hypot"};
     auto add = [&](const std::string& name, const char* params) {
       if (avx2) {
@@ -119,8 +120,10 @@ class VectorMathTable {
         variant(name, "_ZGVeN8" + std::string(params) + "_" + name, 8, params);
       }
     };
-    for (const char* name : unary) add(name, "v");
-    for (const char* name : binary) add(name, "vv");
+    for (const char* name : unary)
+      add(name, "v");
+    for (const char* name : binary)
+      add(name, "vv");
     for (size_t i = 0; i < scalar_.size(); ++i)
       descriptions_.emplace_back(scalar_[i], vector_[i], llvm::ElementCount::getFixed(widths_[i]),
                                  /*Masked=*/false, prefixes_[i]);
@@ -128,7 +131,7 @@ class VectorMathTable {
 
   llvm::ArrayRef<llvm::VecDesc> descriptions() const { return descriptions_; }
 
- private:
+private:
   void variant(const std::string& scalar, const std::string& vector, unsigned width,
                const char* params) {
     scalar_.push_back(scalar);
@@ -137,7 +140,7 @@ class VectorMathTable {
     prefixes_.push_back("_ZGV_LLVM_N" + std::to_string(width) + params);
   }
 
-  std::deque<std::string> scalar_, vector_, prefixes_;  // VecDesc keeps StringRefs to these
+  std::deque<std::string> scalar_, vector_, prefixes_; // VecDesc keeps StringRefs to these
   std::vector<unsigned> widths_;
   std::vector<llvm::VecDesc> descriptions_;
 };
@@ -167,7 +170,7 @@ struct CompilerState {
   }
 
   static mlir::DialectRegistry registry() {
-    mlir::registerAllPasses();  // once: the state is made once, under compiler_mutex
+    mlir::registerAllPasses(); // once: the state is made once, under compiler_mutex
     mlir::DialectRegistry registry;
     mlir::registerAllDialects(registry);
     mlir::registerAllExtensions(registry);
@@ -182,7 +185,7 @@ struct CompilerState {
 // initialization), not a function-local static: a child forked while another thread made the
 // state would otherwise wait forever on the static's initialization guard.
 std::mutex compiler_mutex;
-CompilerState* compiler_state = nullptr;  // never destroyed: kernels outlive exit
+CompilerState* compiler_state = nullptr; // never destroyed: kernels outlive exit
 
 // The state, made at first use, with `compiler_mutex` held by `lock`.
 CompilerState& lockedState(std::unique_lock<std::mutex>& lock) {
@@ -190,14 +193,14 @@ CompilerState& lockedState(std::unique_lock<std::mutex>& lock) {
   std::call_once(fork_handlers, [] {
     registerForkHandlers(ForkRank::kCompiler,
                          {[] {
-                            hostTarget();  // its static is made before the fork, not during it
+                            hostTarget(); // its static is made before the fork, not during it
                             compiler_mutex.lock();
                           },
                           [] { compiler_mutex.unlock(); }, [] { compiler_mutex.unlock(); }});
   });
   lock = std::unique_lock<std::mutex>(compiler_mutex);
   if (compiler_state == nullptr) {
-    llvm::remove_bad_alloc_error_handler();  // the launcher installs the same one
+    llvm::remove_bad_alloc_error_handler(); // the launcher installs the same one
     llvm::install_bad_alloc_error_handler(throwBadAlloc);
     compiler_state = new CompilerState();
   }
@@ -211,7 +214,8 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::str
     diagnostics += diagnostic.str() + "\n";
     return mlir::success();
   });
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(text, &s.context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, &s.context);
   if (!module) fail("kernel MLIR does not parse", diagnostics);
   mlir::PassManager pm(&s.context);
   std::string pipeline_error;
@@ -241,10 +245,14 @@ void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   for (unsigned i = 0; i + 2 < count; ++i) {
     llvm::Value* slot = b.CreateLoad(i64, b.CreateConstGEP1_64(i64, function->getArg(0), i));
     llvm::Type* wanted = kernel->getArg(i)->getType();
-    if (wanted->isPointerTy()) arguments.push_back(b.CreateIntToPtr(slot, wanted));
-    else if (wanted->isDoubleTy()) arguments.push_back(b.CreateBitCast(slot, wanted));
-    else if (wanted->isIntegerTy(64)) arguments.push_back(slot);
-    else failInternal("kernel argument " + std::to_string(i) + " has no slot encoding", "");
+    if (wanted->isPointerTy())
+      arguments.push_back(b.CreateIntToPtr(slot, wanted));
+    else if (wanted->isDoubleTy())
+      arguments.push_back(b.CreateBitCast(slot, wanted));
+    else if (wanted->isIntegerTy(64))
+      arguments.push_back(slot);
+    else
+      failInternal("kernel argument " + std::to_string(i) + " has no slot encoding", "");
   }
   arguments.push_back(function->getArg(1));
   arguments.push_back(function->getArg(2));
@@ -275,7 +283,7 @@ void optimize(llvm::Module& module, llvm::TargetMachine& machine,
   builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, modules);
 }
 
-}  // namespace
+} // namespace
 
 // Host queries only: loading a cached kernel needs the target, not an MLIR context. Features
 // are sorted, so the description (part of every persistent key) is canonical.
@@ -359,4 +367,4 @@ ObjectCode compileKernel(const std::string& mlir_module, const std::string& entr
   return object;
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -15,15 +15,15 @@ extern const char* const kLoweringPipeline;
 struct TargetDescription {
   std::string triple;
   std::string cpu;
-  std::string features;  // "+avx2,+fma,..." as LLVM spells them
+  std::string features; // "+avx2,+fma,..." as LLVM spells them
   std::string llvm_version;
 };
 
 const TargetDescription& hostTarget();
 
 struct ObjectCode {
-  std::vector<char> bytes;  // an ELF relocatable object
-  std::string entry;        // its exported kernel symbol
+  std::vector<char> bytes; // an ELF relocatable object
+  std::string entry;       // its exported kernel symbol
 };
 
 // Compiles a module holding `func.func @kernel(...)` (see kernel_builder.h) and wraps it in
@@ -42,4 +42,4 @@ std::string lowerToLLVMDialect(const std::string& mlir_module);
 // The optimized LLVM IR that compileKernel turns into object code (tests and debugging).
 std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry);
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

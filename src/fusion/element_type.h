@@ -12,8 +12,8 @@ enum class NumberKind { kFloat, kSigned, kUnsigned, kBool };
 
 struct ElementType {
   NumberKind kind;
-  int bits;                 // width of the MLIR value (1 for bool values)
-  std::string mlir;         // MLIR type of a value: f32, f64, bf16, i64, i1, ...
+  int bits;         // width of the MLIR value (1 for bool values)
+  std::string mlir; // MLIR type of a value: f32, f64, bf16, i64, i1, ...
   bool isFloat() const { return kind == NumberKind::kFloat; }
   // A bfloat16 in memory: kernels load and store its 16 bits as i16 and convert with integer
   // operations (exact widening, c10's round-to-nearest-even narrowing), so no bf16 value ever
@@ -33,4 +33,4 @@ ElementType storageType(c10::ScalarType dtype);
 // "opmath"), bool in i1, everything else in itself.
 ElementType computeType(c10::ScalarType dtype);
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -21,7 +21,8 @@ std::string memrefType(int rank, const std::string& element, InnerStride inner) 
 
 std::string dimList(int count) {
   std::string dims;
-  for (int d = 0; d < count; ++d) dims += (d ? ", d" : "d") + std::to_string(d);
+  for (int d = 0; d < count; ++d)
+    dims += (d ? ", d" : "d") + std::to_string(d);
   return dims;
 }
 
@@ -31,7 +32,8 @@ std::string indexingMap(int rank, InnerStride inner) {
 
 // The view of operand `i` restricted to rows [begin, end) of the outer dimension.
 std::string rangeView(const std::string& name, const std::string& type, int dims) {
-  if (dims == 0) return "    %s" + name + " = memref.cast %a" + name + " : " + type + " to " + type + "\n";
+  if (dims == 0)
+    return "    %s" + name + " = memref.cast %a" + name + " : " + type + " to " + type + "\n";
   std::string offsets = "%begin", sizes = "%n", strides = "1";
   for (int d = 1; d < dims; ++d) {
     offsets += ", 0";
@@ -49,7 +51,8 @@ std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
   size_t optional = 0;
   for (const OperandSpec& spec : op.operands) {
     bool is_optional = false;
-    for (const std::string& name : op.optional_operands) is_optional |= name == spec.arg;
+    for (const std::string& name : op.optional_operands)
+      is_optional |= name == spec.arg;
     if (is_optional && !s.present[optional++]) continue;
     specs.push_back(&spec);
   }
@@ -58,7 +61,7 @@ std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
   return specs;
 }
 
-}  // namespace
+} // namespace
 
 int kernelArgumentSlots(const ElementwiseSignature& s) {
   int slots = static_cast<int>(s.op->params.size());
@@ -78,8 +81,7 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   const ElementType param_type = compute.isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
                                                    : ElementType{NumberKind::kSigned, 64, "i64"};
 
-  TORCH_INTERNAL_ASSERT(s.aliased_input < 0 ||
-                            s.inputs[s.aliased_input] == s.output,
+  TORCH_INTERNAL_ASSERT(s.aliased_input < 0 || s.inputs[s.aliased_input] == s.output,
                         "[fusion] an aliased input must have the output's dtype");
   // Operands with a memref of their own: the output (0) and each input i (i + 1) but the
   // aliased one, which is read through the output.
@@ -91,7 +93,8 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     types.push_back(memrefType(s.rank, storageType(s.inputs[i]).mlir, s.inner[i + 1]));
 
   std::string arguments;
-  for (size_t i : memrefs) arguments += "%a" + std::to_string(i) + ": " + types[i] + ", ";
+  for (size_t i : memrefs)
+    arguments += "%a" + std::to_string(i) + ": " + types[i] + ", ";
   for (size_t i = 0; i < op.params.size(); ++i)
     arguments += "%p" + std::to_string(i) + ": " + param_type.mlir + ", ";
   arguments += "%begin: index, %end: index";
@@ -119,13 +122,14 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
                           std::vector<int64_t>(s.constants.begin(), s.constants.end()),
                           std::vector<bool>(s.present.begin(), s.present.end())};
   for (size_t i = 0; i < s.inputs.size(); ++i) {
-    const std::string name = static_cast<int>(i) == s.aliased_input ? "%out" : "%in" + std::to_string(i);
+    const std::string name =
+        static_cast<int>(i) == s.aliased_input ? "%out" : "%in" + std::to_string(i);
     const Value loaded{name, storageType(s.inputs[i])};
     const c10::ScalarType common = specs[i]->promotes ? s.compute : s.inputs[i];
     // As ATen's TensorIterator: an input is cast to the common dtype first (a 0-dim float32
     // operand of a bfloat16 op rounds to bfloat16), then widened to the compute type.
-    context.operands.push_back(body.convert(body.convert(loaded, storageType(common)),
-                                            computeType(common)));
+    context.operands.push_back(
+        body.convert(body.convert(loaded, storageType(common)), computeType(common)));
   }
   const Value stored = body.convert(op.lower(context), storageType(s.output));
 
@@ -137,15 +141,19 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     in_types += std::string(k > 1 ? ", " : "") + types[i];
     block_args += "%in" + std::to_string(i - 1) + ": " + storageType(s.inputs[i - 1]).mlir + ", ";
   }
-  maps += indexingMap(s.rank, s.inner[0]);  // linalg lists ins before outs
-  for (int d = 0; d < s.rank; ++d) iterators += std::string(d ? ", " : "") + "\"parallel\"";
+  maps += indexingMap(s.rank, s.inner[0]); // linalg lists ins before outs
+  for (int d = 0; d < s.rank; ++d)
+    iterators += std::string(d ? ", " : "") + "\"parallel\"";
   block_args += "%out: " + storageType(s.output).mlir;
 
   std::string text = "module {\n";
-  for (const std::string& declaration : scalars.declarations()) text += "  " + declaration + "\n";
-  for (const std::string& declaration : body.declarations()) text += "  " + declaration + "\n";
+  for (const std::string& declaration : scalars.declarations())
+    text += "  " + declaration + "\n";
+  for (const std::string& declaration : body.declarations())
+    text += "  " + declaration + "\n";
   text += "  func.func @kernel(" + arguments + ") {\n" + prologue + scalars.body();
-  text += "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" + iterators + "]}\n";
+  text +=
+      "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" + iterators + "]}\n";
   if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";
   text += "        outs(%s0 : " + types[0] + ") {\n";
   text += "    ^bb0(" + block_args + "):\n" + body.body();
@@ -154,4 +162,4 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   return text;
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -19,4 +19,4 @@ std::string buildReductionKernel(const ReductionSignature& signature);
 // (each rank-r memref takes 3 + 2r: allocated and aligned pointer, offset, sizes, strides).
 int kernelArgumentSlots(const ElementwiseSignature& signature);
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -7,27 +7,34 @@ namespace {
 
 const char* strideCode(InnerStride stride) {
   switch (stride) {
-    case InnerStride::kContiguous: return "c";
-    case InnerStride::kBroadcast: return "b";
-    case InnerStride::kStrided: return "s";
+  case InnerStride::kContiguous:
+    return "c";
+  case InnerStride::kBroadcast:
+    return "b";
+  case InnerStride::kStrided:
+    return "s";
   }
   return "?";
 }
 
-}  // namespace
+} // namespace
 
 Hash64 ElementwiseSignature::key() const {
   Hasher h;
   h.str("elementwise").str(op->name);
   h.u64(constants.size());
-  for (int64_t c : constants) h.i64(c);
+  for (int64_t c : constants)
+    h.i64(c);
   h.u64(present.size());
-  for (bool p : present) h.u64(p);
+  for (bool p : present)
+    h.u64(p);
   h.i64(static_cast<int64_t>(compute)).i64(static_cast<int64_t>(output));
   h.u64(inputs.size());
-  for (c10::ScalarType t : inputs) h.i64(static_cast<int64_t>(t));
+  for (c10::ScalarType t : inputs)
+    h.i64(static_cast<int64_t>(t));
   h.i64(rank);
-  for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  for (InnerStride s : inner)
+    h.u64(static_cast<uint64_t>(s));
   h.i64(aliased_input);
   return h.digest();
 }
@@ -37,9 +44,11 @@ std::string ElementwiseSignature::describe() const {
   for (size_t i = 0; i < inputs.size(); ++i)
     text += std::string(i ? "," : "") + c10::toString(inputs[i]);
   text += std::string("->") + c10::toString(output) + ") rank " + std::to_string(rank) + " [";
-  for (size_t i = 0; i < inner.size(); ++i) text += std::string(i ? "," : "") + strideCode(inner[i]);
+  for (size_t i = 0; i < inner.size(); ++i)
+    text += std::string(i ? "," : "") + strideCode(inner[i]);
   text += "]";
-  for (int64_t c : constants) text += " " + std::to_string(c);
+  for (int64_t c : constants)
+    text += " " + std::to_string(c);
   return text;
 }
 
@@ -47,14 +56,18 @@ Hash64 ReductionSignature::key() const {
   Hasher h;
   h.str("reduction").str(op->name);
   h.u64(constants.size());
-  for (int64_t c : constants) h.i64(c);
+  for (int64_t c : constants)
+    h.i64(c);
   h.i64(static_cast<int64_t>(compute));
   h.u64(inputs.size());
-  for (c10::ScalarType t : inputs) h.i64(static_cast<int64_t>(t));
+  for (c10::ScalarType t : inputs)
+    h.i64(static_cast<int64_t>(t));
   h.u64(outputs.size());
-  for (c10::ScalarType t : outputs) h.i64(static_cast<int64_t>(t));
+  for (c10::ScalarType t : outputs)
+    h.i64(static_cast<int64_t>(t));
   h.i64(kept_rank).i64(reduced_rank);
-  for (InnerStride s : inner) h.u64(static_cast<uint64_t>(s));
+  for (InnerStride s : inner)
+    h.u64(static_cast<uint64_t>(s));
   h.u64(column_order);
   return h.digest();
 }
@@ -76,4 +89,4 @@ bool columnOrderSupported(const ReductionOp& op) {
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

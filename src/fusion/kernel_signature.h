@@ -23,13 +23,13 @@ enum class InnerStride : uint8_t { kContiguous, kBroadcast, kStrided };
 // Built on every dispatch, so its lists live inline (no allocation for common ops).
 struct ElementwiseSignature {
   const ElementwiseOp* op = nullptr;
-  c10::SmallVector<int64_t, 2> constants;        // values of op->constants
-  c10::SmallVector<bool, 2> present;             // optional operands given (op->optional_operands)
-  c10::ScalarType compute = c10::kFloat;         // promoted dtype (before opmath widening)
+  c10::SmallVector<int64_t, 2> constants; // values of op->constants
+  c10::SmallVector<bool, 2> present;      // optional operands given (op->optional_operands)
+  c10::ScalarType compute = c10::kFloat;  // promoted dtype (before opmath widening)
   c10::ScalarType output = c10::kFloat;
-  c10::SmallVector<c10::ScalarType, 4> inputs;   // dtypes of the operands that are present
-  int rank = 1;                                  // iteration rank after coalescing, >= 1
-  c10::SmallVector<InnerStride, 5> inner;        // output first, then inputs
+  c10::SmallVector<c10::ScalarType, 4> inputs; // dtypes of the operands that are present
+  int rank = 1;                                // iteration rank after coalescing, >= 1
+  c10::SmallVector<InnerStride, 5> inner;      // output first, then inputs
   // The input that is the output itself (an in-place op's self), or -1. The kernel reads it
   // through the output, so it has one pointer less and needs no aliasing check to vectorize.
   int aliased_input = -1;
@@ -51,8 +51,8 @@ struct ReductionSignature {
   c10::ScalarType compute = c10::kFloat;
   c10::SmallVector<c10::ScalarType, 4> inputs;
   c10::SmallVector<c10::ScalarType, 2> outputs;
-  int kept_rank = 1;     // >= 1
-  int reduced_rank = 1;  // >= 1
+  int kept_rank = 1;    // >= 1
+  int reduced_rank = 1; // >= 1
   // Outputs first, then inputs: the stride class of the innermost dimension (of an input: the
   // innermost reduced one, or in column order the innermost kept one).
   c10::SmallVector<InnerStride, 6> inner;
@@ -72,4 +72,4 @@ bool columnOrderSupported(const ReductionOp& op);
 // The exported symbol of the kernel with this key.
 std::string kernelEntryName(Hash64 key);
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

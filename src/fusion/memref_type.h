@@ -24,4 +24,4 @@ inline std::string stridedMemrefType(int dims, const std::string& element, Inner
   return "memref<" + shape + element + ", strided<[" + strides + "], offset: ?>>";
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -29,7 +29,7 @@ const Registry& registry() {
   return instance;
 }
 
-}  // namespace
+} // namespace
 
 const ElementwiseOp* findElementwiseOp(const std::string& name) {
   const Registry& r = registry();
@@ -45,4 +45,4 @@ const ReductionOp* findReductionOp(const std::string& name) {
   return nullptr;
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -16,9 +16,9 @@ namespace torchneuron::fusion {
 // How the dtype an op computes in, and its result dtype, follow from its operands' dtypes
 // (PyTorch's ELEMENTWISE_TYPE_PROMOTION_KIND).
 enum class TypePromotion {
-  kDefault,     // result_type of the promoting operands
-  kIntToFloat,  // same, but integer and bool promote to the default float dtype
-  kAlwaysBool,  // computes in the promoted dtype, the result is bool
+  kDefault,    // result_type of the promoting operands
+  kIntToFloat, // same, but integer and bool promote to the default float dtype
+  kAlwaysBool, // computes in the promoted dtype, the result is bool
 };
 
 // Which compute dtypes an op supports; others fall back to the CPU.
@@ -27,9 +27,9 @@ enum ComputeClass : uint8_t { kFloats = 1, kIntegers = 2, kBools = 4, kAllClasse
 // A tensor (or Scalar, treated as a 0-dim tensor) argument of the ATen op, by schema name.
 struct OperandSpec {
   std::string arg;
-  bool promotes = true;  // false: does not take part in type promotion (a mask, a condition)
-  bool bool_only = false;  // the op requires a bool tensor here (else ATen's error on the CPU)
-  bool zero_dim_only = false;  // the op requires a 0-dim tensor here (a fill value)
+  bool promotes = true;       // false: does not take part in type promotion (a mask, a condition)
+  bool bool_only = false;     // the op requires a bool tensor here (else ATen's error on the CPU)
+  bool zero_dim_only = false; // the op requires a 0-dim tensor here (a fill value)
   // A Python number given here is converted by ATen with Scalar::to<T>(), which raises when it
   // overflows the dtype (fill values, clamp bounds), not cast like a wrapped number.
   bool checked_scalar = false;
@@ -65,7 +65,7 @@ struct LoweringContext {
 using ElementwiseLowering = std::function<Value(LoweringContext&)>;
 
 struct ElementwiseOp {
-  std::string name;  // ATen base name: "add" covers add.Tensor, add.Scalar, add_.Tensor, add.out
+  std::string name; // ATen base name: "add" covers add.Tensor, add.Scalar, add_.Tensor, add.out
   std::vector<OperandSpec> operands;
   std::vector<ParamSpec> params;
   std::vector<ConstantSpec> constants;
@@ -93,12 +93,12 @@ struct ElementwiseOp {
 // elements, and the values each finished pass produced.
 struct ReduceContext {
   ScalarEmitter& emit;
-  ElementType compute;  // inputs are converted to this type
-  ElementType wide;     // f64 for floats, i64 for integers and bool: sums and products
-  std::vector<Value> params;  // run-time scalars, f64 (float compute) or i64
-  Value count;                // reduced elements, as `wide`
+  ElementType compute;       // inputs are converted to this type
+  ElementType wide;          // f64 for floats, i64 for integers and bool: sums and products
+  std::vector<Value> params; // run-time scalars, f64 (float compute) or i64
+  Value count;               // reduced elements, as `wide`
   std::vector<int64_t> constants;
-  std::vector<std::vector<Value>> results;  // accumulators after each finished pass
+  std::vector<std::vector<Value>> results; // accumulators after each finished pass
 };
 
 // A reduction over some dimensions of its inputs (all of the same shape), in passes over each
@@ -106,7 +106,7 @@ struct ReduceContext {
 // of the row (a reduction), or, for a row-wise op like softmax, one output element per input
 // element.
 struct ReductionOp {
-  std::string name;  // registry name: "sum", "amax", "softmax", ...
+  std::string name; // registry name: "sum", "amax", "softmax", ...
   int passes = 1;
   int num_outputs = 1;
   bool row_output = false;  // outputs have the input's shape (softmax), not the reduced shape
@@ -135,4 +135,4 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops);
 void addBinaryOps(std::vector<ElementwiseOp>& ops);
 void addActivationOps(std::vector<ElementwiseOp>& ops);
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

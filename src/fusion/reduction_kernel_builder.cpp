@@ -16,18 +16,20 @@ namespace {
 
 std::string join(const std::vector<std::string>& parts) {
   std::string text;
-  for (size_t i = 0; i < parts.size(); ++i) text += (i ? ", " : "") + parts[i];
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += (i ? ", " : "") + parts[i];
   return text;
 }
 
 std::string typeList(const std::vector<Value>& values) {
   std::vector<std::string> types;
-  for (const Value& v : values) types.push_back(v.type.mlir);
+  for (const Value& v : values)
+    types.push_back(v.type.mlir);
   return join(types);
 }
 
 class ReductionEmitter {
- public:
+public:
   explicit ReductionEmitter(const ReductionSignature& s)
       : s_(s), op_(*s.op), e_("    ", "v"), k_(s.kept_rank), m_(s.reduced_rank) {
     compute_ = computeType(s.compute);
@@ -50,7 +52,8 @@ class ReductionEmitter {
     for (size_t i = 0; i < input_types_.size(); ++i)
       arguments.push_back("%x" + std::to_string(i) + ": " + input_types_[i]);
     const size_t params = paramCount();
-    for (size_t i = 0; i < params; ++i) arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
+    for (size_t i = 0; i < params; ++i)
+      arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
     arguments.push_back("%count: i64");
     arguments.push_back("%begin: index");
     arguments.push_back("%end: index");
@@ -62,7 +65,8 @@ class ReductionEmitter {
       e_.line("%dim" + std::to_string(d) + " = arith.constant " + std::to_string(d) + " : index");
       e_.line(name + " = memref.dim %x0, %dim" + std::to_string(d) + " : " + input_types_[0]);
     }
-    ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()}, {}};
+    ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()},
+                          {}};
     for (size_t i = 0; i < params; ++i)
       context.params.push_back(Value{"%p" + std::to_string(i), wide_});
     context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
@@ -76,17 +80,19 @@ class ReductionEmitter {
     for (int d = 0; d < k_; ++d)
       e_.line("scf.for %i" + std::to_string(d) + " = " + lowerBound(d) + " to " + upperBound(d) +
               " step %c1 {");
-    for (int pass = 0; pass < op_.passes; ++pass) context.results.push_back(emitPass(context, pass));
+    for (int pass = 0; pass < op_.passes; ++pass)
+      context.results.push_back(emitPass(context, pass));
     if (op_.row_output) {
       emitRowWrite(context);
     } else {
       storeRowOutputs(context);
     }
-    for (int d = 0; d < k_; ++d) e_.line("}");
+    for (int d = 0; d < k_; ++d)
+      e_.line("}");
     return module(arguments);
   }
 
- private:
+private:
   static constexpr int kColumnTile = 64;
 
   // The input dimension whose stride class the signature records: the innermost reduced one,
@@ -112,7 +118,8 @@ class ReductionEmitter {
 
   std::string module(const std::vector<std::string>& arguments) const {
     std::string text = "module {\n";
-    for (const std::string& declaration : e_.declarations()) text += "  " + declaration + "\n";
+    for (const std::string& declaration : e_.declarations())
+      text += "  " + declaration + "\n";
     text += "  func.func @kernel(" + join(arguments) + ") {\n" + e_.body() + "    return\n  }\n}\n";
     return text;
   }
@@ -122,7 +129,7 @@ class ReductionEmitter {
   // outside, the column loop inside, so consecutive iterations read consecutive elements and
   // update independent accumulators: LLVM vectorizes across columns with no reassociation.
   void emitColumnOrder(ReduceContext& context) {
-    const int inner = k_ - 1;  // the tiled kept dimension
+    const int inner = k_ - 1; // the tiled kept dimension
     std::vector<Value> init = op_.init(context, 0);
     std::vector<std::string> buffers;
     for (size_t a = 0; a < init.size(); ++a) {
@@ -146,8 +153,8 @@ class ReductionEmitter {
     overColumns("%u0", [&] {
       const std::vector<Value> fresh = op_.init(context, 0);
       for (size_t a = 0; a < fresh.size(); ++a)
-        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] + "[%u0] : " +
-                accumulatorType(fresh[a].type));
+        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] +
+                "[%u0] : " + accumulatorType(fresh[a].type));
     });
     const std::string prefix = "%j0_";
     for (int j = 0; j < m_; ++j)
@@ -158,16 +165,18 @@ class ReductionEmitter {
       const std::vector<Value> x = loadInputs(prefix);
       const std::vector<Value> updated = op_.combine(context, 0, accumulators, x, Value{});
       for (size_t a = 0; a < updated.size(); ++a)
-        e_.line("memref.store " + updated[a].name + ", " + buffers[a] + "[%u1] : " +
-                accumulatorType(updated[a].type));
+        e_.line("memref.store " + updated[a].name + ", " + buffers[a] +
+                "[%u1] : " + accumulatorType(updated[a].type));
     });
-    for (int j = 0; j < m_; ++j) e_.line("}");
+    for (int j = 0; j < m_; ++j)
+      e_.line("}");
     overColumns("%u2", [&] {
       context.results = {loadAccumulators(buffers, init, "%u2")};
       storeRowOutputs(context);
     });
     e_.line("}");
-    for (int d = 0; d < inner; ++d) e_.line("}");
+    for (int d = 0; d < inner; ++d)
+      e_.line("}");
   }
 
   std::vector<Value> loadAccumulators(const std::vector<std::string>& buffers,
@@ -175,8 +184,8 @@ class ReductionEmitter {
     std::vector<Value> values;
     for (size_t a = 0; a < buffers.size(); ++a) {
       const std::string name = e_.freshName();
-      e_.line(name + " = memref.load " + buffers[a] + "[" + u + "] : " +
-              accumulatorType(like[a].type));
+      e_.line(name + " = memref.load " + buffers[a] + "[" + u +
+              "] : " + accumulatorType(like[a].type));
       values.push_back(Value{name, like[a].type});
     }
     return values;
@@ -186,13 +195,15 @@ class ReductionEmitter {
 
   std::vector<std::string> keptIndices() const {
     std::vector<std::string> indices;
-    for (int d = 0; d < k_; ++d) indices.push_back("%i" + std::to_string(d));
+    for (int d = 0; d < k_; ++d)
+      indices.push_back("%i" + std::to_string(d));
     return indices;
   }
 
   std::vector<std::string> allIndices(const std::string& prefix) const {
     std::vector<std::string> indices = keptIndices();
-    for (int j = 0; j < m_; ++j) indices.push_back(prefix + std::to_string(j));
+    for (int j = 0; j < m_; ++j)
+      indices.push_back(prefix + std::to_string(j));
     return indices;
   }
 
@@ -203,10 +214,11 @@ class ReductionEmitter {
     std::vector<Value> values;
     for (size_t i = 0; i < s_.inputs.size(); ++i) {
       std::vector<std::string> indices = allIndices(prefix);
-      if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast) indices[classifiedDim()] = "%c0";
+      if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast)
+        indices[classifiedDim()] = "%c0";
       const std::string name = e_.freshName();
-      e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(indices) + "] : " +
-              input_types_[i]);
+      e_.line(name + " = memref.load %x" + std::to_string(i) + "[" + join(indices) +
+              "] : " + input_types_[i]);
       values.push_back(e_.convert(Value{name, storageType(s_.inputs[i])}, compute_));
     }
     return values;
@@ -242,8 +254,8 @@ class ReductionEmitter {
       }
       const std::string upper = "%R" + std::to_string(j);
       e_.line(result + ":" + std::to_string(n) + " = scf.for " + prefix + std::to_string(j) +
-              " = %c0 to " + upper + " step %c1 iter_args(" + join(carried) +
-              ") -> (" + typeList(accumulators) + ") {");
+              " = %c0 to " + upper + " step %c1 iter_args(" + join(carried) + ") -> (" +
+              typeList(accumulators) + ") {");
       loop_results.push_back(result);
       accumulators = inner;
     }
@@ -252,7 +264,8 @@ class ReductionEmitter {
     std::vector<Value> updated = op_.combine(context, pass, accumulators, x, index);
     for (int j = m_ - 1; j >= 0; --j) {
       std::vector<std::string> names;
-      for (const Value& v : updated) names.push_back(v.name);
+      for (const Value& v : updated)
+        names.push_back(v.name);
       e_.line("scf.yield " + join(names) + " : " + typeList(updated));
       e_.line("}");
       std::vector<Value> results;
@@ -266,13 +279,15 @@ class ReductionEmitter {
   void emitRowWrite(ReduceContext& context) {
     const std::string prefix = "%w";
     for (int j = 0; j < m_; ++j)
-      e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " +
-              "%R" + std::to_string(j) + " step %c1 {");
+      e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " + "%R" + std::to_string(j) +
+              " step %c1 {");
     const std::vector<Value> x = loadInputs(prefix);
     const std::vector<Value> outputs = op_.finish(context, x);
     for (size_t i = 0; i < outputs.size(); ++i)
-      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], allIndices(prefix));
-    for (int j = 0; j < m_; ++j) e_.line("}");
+      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
+            allIndices(prefix));
+    for (int j = 0; j < m_; ++j)
+      e_.line("}");
   }
 
   void store(const Value& value, const std::string& memref, const std::string& type,
@@ -289,10 +304,10 @@ class ReductionEmitter {
   std::vector<std::string> output_types_, input_types_;
 };
 
-}  // namespace
+} // namespace
 
 std::string buildReductionKernel(const ReductionSignature& signature) {
   return ReductionEmitter(signature).build();
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

@@ -15,15 +15,20 @@ using Values = std::vector<Value>;
 
 Value lowest(ScalarEmitter& e, const ElementType& type) {
   if (type.isFloat()) return e.floatConstant(-INFINITY, type);
-  if (type.kind == NumberKind::kUnsigned || type.kind == NumberKind::kBool) return e.intConstant(0, type);
-  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (type.bits - 1)), type);
+  if (type.kind == NumberKind::kUnsigned || type.kind == NumberKind::kBool)
+    return e.intConstant(0, type);
+  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::min()
+                                       : -(int64_t{1} << (type.bits - 1)),
+                       type);
 }
 
 Value highest(ScalarEmitter& e, const ElementType& type) {
   if (type.isFloat()) return e.floatConstant(INFINITY, type);
   if (type.kind == NumberKind::kBool) return e.intConstant(1, type);
   if (type.kind == NumberKind::kUnsigned) return e.intConstant((int64_t{1} << type.bits) - 1, type);
-  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (type.bits - 1)) - 1, type);
+  return e.intConstant(type.bits == 64 ? std::numeric_limits<int64_t>::max()
+                                       : (int64_t{1} << (type.bits - 1)) - 1,
+                       type);
 }
 
 // A one-pass fold into a single wide accumulator.
@@ -32,7 +37,9 @@ ReductionOp fold(const char* name, double initial,
                  std::function<Value(ReduceContext&, const Value& acc)> done) {
   ReductionOp op;
   op.name = name;
-  op.init = [initial](ReduceContext& c, int) { return Values{c.emit.constantLike(initial, c.wide)}; };
+  op.init = [initial](ReduceContext& c, int) {
+    return Values{c.emit.constantLike(initial, c.wide)};
+  };
   op.combine = [step](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
     return Values{step(c, acc[0], c.emit.convert(x[0], c.wide))};
   };
@@ -67,12 +74,14 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values) {
     return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute),
                   c.emit.intConstant(0, i64)};
   };
-  op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x, const Value& index) {
+  op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x,
+                         const Value& index) {
     ScalarEmitter& e = c.emit;
     Value better = maximum ? e.gt(x[0], acc[0]) : e.lt(x[0], acc[0]);
     if (x[0].type.isFloat()) {
-      const Value first_nan = e.binary("arith.andi", e.isNan(x[0]),
-                                       e.binary("arith.xori", e.isNan(acc[0]), e.intConstant(1, boolType())));
+      const Value first_nan =
+          e.binary("arith.andi", e.isNan(x[0]),
+                   e.binary("arith.xori", e.isNan(acc[0]), e.intConstant(1, boolType())));
       better = e.binary("arith.ori", better, first_nan);
     }
     return Values{e.select(better, x[0], acc[0]), e.select(better, index, acc[1])};
@@ -86,7 +95,9 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values) {
 ReductionOp boolean(const char* name, bool all) {
   ReductionOp op;
   op.name = name;
-  op.init = [all](ReduceContext& c, int) { return Values{c.emit.intConstant(all ? 1 : 0, boolType())}; };
+  op.init = [all](ReduceContext& c, int) {
+    return Values{c.emit.intConstant(all ? 1 : 0, boolType())};
+  };
   op.combine = [all](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
     const Value truth = c.emit.convert(x[0], boolType());
     return Values{c.emit.binary(all ? "arith.andi" : "arith.ori", acc[0], truth)};
@@ -149,15 +160,20 @@ ReductionOp vectorNorm() {
     ScalarEmitter& e = c.emit;
     const Value magnitude = e.unary("math.absf", e.convert(x[0], c.wide));
     switch (c.constants[0]) {
-      case 0: return Values{e.accumulate(acc[0], e.mul(magnitude, magnitude))};
-      case 1: return Values{e.accumulate(acc[0], magnitude)};
-      case 2: return Values{e.maximum(acc[0], magnitude)};
-      case 3: return Values{e.minimum(acc[0], magnitude)};
-      case 4: {
-        const Value nonzero = e.compare("une", magnitude, e.floatConstant(0, c.wide));
-        return Values{e.accumulate(acc[0], e.convert(nonzero, c.wide))};
-      }
-      default: return Values{e.accumulate(acc[0], e.binary("math.powf", magnitude, c.params[0]))};
+    case 0:
+      return Values{e.accumulate(acc[0], e.mul(magnitude, magnitude))};
+    case 1:
+      return Values{e.accumulate(acc[0], magnitude)};
+    case 2:
+      return Values{e.maximum(acc[0], magnitude)};
+    case 3:
+      return Values{e.minimum(acc[0], magnitude)};
+    case 4: {
+      const Value nonzero = e.compare("une", magnitude, e.floatConstant(0, c.wide));
+      return Values{e.accumulate(acc[0], e.convert(nonzero, c.wide))};
+    }
+    default:
+      return Values{e.accumulate(acc[0], e.binary("math.powf", magnitude, c.params[0]))};
     }
   };
   op.finish = [](ReduceContext& c, const Values&) {
@@ -185,8 +201,8 @@ Value expFlushingSubnormals(ScalarEmitter& e, const Value& x) {
 
 // The row maximum, shifted to 0 when it is infinite (ATen's logsumexp and softmax do the same).
 Value finiteShift(ScalarEmitter& e, const Value& maximum) {
-  const Value infinite = e.compare("oeq", e.unary("math.absf", maximum),
-                                   e.floatConstant(INFINITY, maximum.type));
+  const Value infinite =
+      e.compare("oeq", e.unary("math.absf", maximum), e.floatConstant(INFINITY, maximum.type));
   return e.select(infinite, e.floatConstant(0, maximum.type), maximum);
 }
 
@@ -213,16 +229,17 @@ ReductionOp expSum(const char* name) {
 void addLayerNormOps(std::vector<ReductionOp>& ops) {
   ReductionOp stats = variance("layer_norm_stats", false);
   stats.num_outputs = 2;
-  stats.finish = [](ReduceContext& c, const Values&) {  // rstd = 1 / sqrt(max(var, 0) + eps)
+  stats.finish = [](ReduceContext& c, const Values&) { // rstd = 1 / sqrt(max(var, 0) + eps)
     ScalarEmitter& e = c.emit;
     const Value mean = meanAfterFirstPass(c);
     const Value var = e.maximum(e.div(c.results[1][0], c.count), e.floatConstant(0, c.wide));
-    const Value rstd = e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, c.params[0])));
+    const Value rstd =
+        e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, c.params[0])));
     return Values{mean, rstd};
   };
   ops.push_back(stats);
 
-  ReductionOp apply;  // inputs: x, mean, rstd, weight, bias
+  ReductionOp apply; // inputs: x, mean, rstd, weight, bias
   apply.name = "layer_norm_apply";
   apply.passes = 0;
   apply.row_output = true;
@@ -262,7 +279,8 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   param_grads.name = "layer_norm_backward_params";
   param_grads.num_outputs = 2;
   param_grads.init = input_grad.init;
-  param_grads.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+  param_grads.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
+                           const Value&) {
     ScalarEmitter& e = c.emit;
     const Value dy = e.convert(x[0], c.wide);
     const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
@@ -272,18 +290,22 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   ops.push_back(param_grads);
 }
 
-}  // namespace
+} // namespace
 
 void addReductionOps(std::vector<ReductionOp>& ops) {
   addLayerNormOps(ops);
-  auto add = [](ReduceContext& c, const Value& acc, const Value& x) { return c.emit.accumulate(acc, x); };
+  auto add = [](ReduceContext& c, const Value& acc, const Value& x) {
+    return c.emit.accumulate(acc, x);
+  };
   ops.push_back(fold("sum", 0, add, identity));
-  ops.push_back(fold("mean", 0, add, [](ReduceContext& c, const Value& acc) {
-    return c.emit.div(acc, c.count);
-  }));
-  ops.push_back(fold("prod", 1, [](ReduceContext& c, const Value& acc, const Value& x) {
-    return c.emit.accumulateProduct(acc, x);
-  }, identity));
+  ops.push_back(fold("mean", 0, add,
+                     [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); }));
+  ops.push_back(fold(
+      "prod", 1,
+      [](ReduceContext& c, const Value& acc, const Value& x) {
+        return c.emit.accumulateProduct(acc, x);
+      },
+      identity));
   ops.push_back(extremum("amax", true));
   ops.push_back(extremum("amin", false));
   ops.push_back(argExtremum("argmax", true, false));
@@ -298,9 +320,11 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
 
   ReductionOp logsumexp = expSum("logsumexp");
   logsumexp.init = [](ReduceContext& c, int pass) {
-    return Values{pass == 0 ? c.emit.floatConstant(-INFINITY, c.wide) : c.emit.floatConstant(0, c.wide)};
+    return Values{pass == 0 ? c.emit.floatConstant(-INFINITY, c.wide)
+                            : c.emit.floatConstant(0, c.wide)};
   };
-  logsumexp.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
+  logsumexp.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x,
+                         const Value&) {
     ScalarEmitter& e = c.emit;
     const Value wide = e.convert(x[0], c.wide);
     if (pass == 0) return Values{e.maximum(acc[0], wide)};
@@ -338,8 +362,11 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ReductionOp softmax_backward;
   softmax_backward.name = "softmax_backward";
   softmax_backward.row_output = true;
-  softmax_backward.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
-  softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+  softmax_backward.init = [](ReduceContext& c, int) {
+    return Values{c.emit.floatConstant(0, c.wide)};
+  };
+  softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
+                                const Value&) {
     ScalarEmitter& e = c.emit;
     return Values{e.accumulate(acc[0], e.convert(e.mul(x[0], x[1]), c.wide))};
   };
@@ -352,7 +379,8 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   // Backward of log_softmax: g - exp(y) * sum(g).
   ReductionOp log_softmax_backward = softmax_backward;
   log_softmax_backward.name = "log_softmax_backward";
-  log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+  log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
+                                    const Value&) {
     return Values{c.emit.accumulate(acc[0], c.emit.convert(x[0], c.wide))};
   };
   log_softmax_backward.finish = [](ReduceContext& c, const Values& x) {
@@ -363,4 +391,4 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ops.push_back(log_softmax_backward);
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

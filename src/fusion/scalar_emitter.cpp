@@ -25,7 +25,7 @@ std::string floatBits(double value, const ElementType& type) {
   return text;
 }
 
-}  // namespace
+} // namespace
 
 ElementType boolType() { return {NumberKind::kBool, 1, "i1"}; }
 
@@ -57,7 +57,7 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   const ElementType& from = value.type;
   if (from.mlir == to.mlir && from.kind == to.kind) return value;
   const ElementType f32{NumberKind::kFloat, 32, "f32"};
-  if (from.isBFloat16Bits()) {  // exact: the bits are the high half of an f32
+  if (from.isBFloat16Bits()) { // exact: the bits are the high half of an f32
     if (to.mlir != "f32") return convert(convert(value, f32), to);
     const ElementType i32{NumberKind::kUnsigned, 32, "i32"};
     const Value wide = emit("arith.extui " + value.name + " : i16 to i32", i32);
@@ -69,7 +69,7 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   const std::string types = " : " + from.mlir + " to " + to.mlir;
   const bool from_i1 = from.kind == NumberKind::kBool && from.bits == 1;
   const bool to_i1 = to.kind == NumberKind::kBool && to.bits == 1;
-  if (to_i1) {  // x != 0 (NaN is true, as in C++)
+  if (to_i1) { // x != 0 (NaN is true, as in C++)
     if (from.isFloat()) return compare("une", value, floatConstant(0.0, from));
     return compare("ne", value, intConstant(0, from));
   }
@@ -87,7 +87,8 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
     return convert(convert(value, f32), to);
   if (from.isFloat()) {
     return emit((to.kind == NumberKind::kUnsigned ? "arith.fptoui " : "arith.fptosi ") +
-                    value.name + types, to);
+                    value.name + types,
+                to);
   }
   if (to.isFloat()) {
     const bool unsigned_source = from.kind != NumberKind::kSigned;
@@ -106,10 +107,10 @@ Value ScalarEmitter::roundToBFloat16(const Value& value) {
   TORCH_INTERNAL_ASSERT(value.type.mlir == "f32", "bf16 rounding from ", value.type.mlir);
   const ElementType i32{NumberKind::kUnsigned, 32, "i32"};
   const Value bits = emit("arith.bitcast " + value.name + " : f32 to i32", i32);
-  const Value lsb = binary("arith.andi", binary("arith.shrui", bits, intConstant(16, i32)),
-                           intConstant(1, i32));
-  const Value rounded = binary("arith.shrui", add(add(bits, intConstant(0x7FFF, i32)), lsb),
-                               intConstant(16, i32));
+  const Value lsb =
+      binary("arith.andi", binary("arith.shrui", bits, intConstant(16, i32)), intConstant(1, i32));
+  const Value rounded =
+      binary("arith.shrui", add(add(bits, intConstant(0x7FFF, i32)), lsb), intConstant(16, i32));
   const Value chosen = select(isNan(value), intConstant(0x7FC0, i32), rounded);
   return emit("arith.trunci " + chosen.name + " : i32 to i16", {NumberKind::kFloat, 16, "i16"});
 }
@@ -128,7 +129,8 @@ Value ScalarEmitter::fma(const Value& a, const Value& b, const Value& c) {
 }
 
 Value ScalarEmitter::compare(const std::string& predicate, const Value& a, const Value& b) {
-  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, "compare on ", a.type.mlir, " and ", b.type.mlir);
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, "compare on ", a.type.mlir, " and ",
+                        b.type.mlir);
   const char* op = a.type.isFloat() ? "arith.cmpf " : "arith.cmpi ";
   return emit(op + predicate + ", " + a.name + ", " + b.name + " : " + a.type.mlir, boolType());
 }
@@ -186,7 +188,7 @@ const char* orderPredicate(const ElementType& type, const char* fp, const char* 
   if (type.isFloat()) return fp;
   return type.kind == NumberKind::kSigned ? s : u;
 }
-}  // namespace
+} // namespace
 
 Value ScalarEmitter::lt(const Value& a, const Value& b) {
   return compare(orderPredicate(a.type, "olt", "slt", "ult"), a, b);
@@ -207,7 +209,8 @@ Value ScalarEmitter::isNan(const Value& a) {
 // llvm.maximum/minimum (NaN-propagating, like arith.maximumf) reductions it does.
 Value ScalarEmitter::floatMinMax(const std::string& intrinsic, const std::string& arith_op,
                                  const Value& a, const Value& b) {
-  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ", b.type.mlir);
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ",
+                        b.type.mlir);
   if (a.type.mlir != "f32" && a.type.mlir != "f64") return binary(arith_op, a, b);
   return emit("llvm.intr." + intrinsic + "(" + a.name + ", " + b.name + ") : (" + a.type.mlir +
                   ", " + a.type.mlir + ") -> " + a.type.mlir,
@@ -229,8 +232,9 @@ Value ScalarEmitter::stdMin(const Value& a, const Value& b) { return select(lt(b
 Value ScalarEmitter::nanIfAnyNan(const Value& value, const std::vector<Value>& inputs) {
   if (!value.type.isFloat()) return value;
   Value any_nan = isNan(inputs.front());
-  for (size_t i = 1; i < inputs.size(); ++i) any_nan = binary("arith.ori", any_nan, isNan(inputs[i]));
+  for (size_t i = 1; i < inputs.size(); ++i)
+    any_nan = binary("arith.ori", any_nan, isNan(inputs[i]));
   return select(any_nan, floatConstant(NAN, value.type), value);
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

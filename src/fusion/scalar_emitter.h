@@ -18,7 +18,7 @@ struct Value {
 };
 
 class ScalarEmitter {
- public:
+public:
   // `prefix` names this emitter's SSA values (%<prefix>0, ...), unique per emitter in a function.
   ScalarEmitter(std::string indent, std::string prefix)
       : indent_(std::move(indent)), prefix_(std::move(prefix)) {}
@@ -49,7 +49,7 @@ class ScalarEmitter {
   Value add(const Value& a, const Value& b);
   Value sub(const Value& a, const Value& b);
   Value mul(const Value& a, const Value& b);
-  Value div(const Value& a, const Value& b);  // floats only
+  Value div(const Value& a, const Value& b); // floats only
   // acc + x and acc * x for a reduction's accumulator: float adds may reassociate
   // (fastmath<reassoc>), which lets LLVM vectorize the reduction loop; sums accumulate in f64,
   // so the changed order costs no accuracy a float32 result could show.
@@ -59,8 +59,8 @@ class ScalarEmitter {
   Value lt(const Value& a, const Value& b);
   Value le(const Value& a, const Value& b);
   Value gt(const Value& a, const Value& b);
-  Value isNan(const Value& a);  // i1; false for non-floats
-  Value maximum(const Value& a, const Value& b);  // NaN-propagating for floats
+  Value isNan(const Value& a);                   // i1; false for non-floats
+  Value maximum(const Value& a, const Value& b); // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
   // std::max(a, b) and std::min(a, b), as ATen's scalar CPU kernels compute them:
   // (a < b) ? b : a and (b < a) ? b : a. A NaN `a` is returned, a NaN `b` ignored, and of two
@@ -76,7 +76,7 @@ class ScalarEmitter {
   void line(const std::string& text) { body_ += indent_ + text + "\n"; }
   std::string freshName();
 
- private:
+private:
   Value emit(const std::string& rhs, const ElementType& result);
   Value floatMinMax(const std::string& intrinsic, const std::string& arith_op, const Value& a,
                     const Value& b);
@@ -90,4 +90,4 @@ class ScalarEmitter {
 
 ElementType boolType();
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

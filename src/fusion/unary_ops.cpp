@@ -39,7 +39,7 @@ UnaryFn rounding(const std::string& op) {
 
 Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like.type); }
 
-}  // namespace
+} // namespace
 
 void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatMath("exp", mathOp("math.exp")));
@@ -67,9 +67,8 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatMath("rsqrt", [](ScalarEmitter& e, const Value& x) {
     return e.div(one(e, x), e.unary("math.sqrt", x));
   }));
-  ops.push_back(floatMath("reciprocal", [](ScalarEmitter& e, const Value& x) {
-    return e.div(one(e, x), x);
-  }));
+  ops.push_back(floatMath("reciprocal",
+                          [](ScalarEmitter& e, const Value& x) { return e.div(one(e, x), x); }));
   ops.push_back(floatMath("sigmoid", [](ScalarEmitter& e, const Value& x) {
     return e.div(one(e, x), e.add(one(e, x), e.unary("math.exp", e.neg(x))));
   }));
@@ -80,14 +79,16 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
     return e.mul(x, e.floatConstant(180.0 / M_PI, x.type));
   }));
 
-  ops.push_back(unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor")));
+  ops.push_back(
+      unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor")));
   ops.push_back(unary("ceil", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.ceil")));
-  ops.push_back(unary("trunc", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.trunc")));
-  ops.push_back(unary("round", TypePromotion::kDefault, kFloats | kIntegers,
-                      rounding("math.roundeven")));
-  ops.push_back(unary("frac", TypePromotion::kDefault, kFloats, [](ScalarEmitter& e, const Value& x) {
-    return e.sub(x, e.unary("math.trunc", x));
-  }));
+  ops.push_back(
+      unary("trunc", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.trunc")));
+  ops.push_back(
+      unary("round", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.roundeven")));
+  ops.push_back(
+      unary("frac", TypePromotion::kDefault, kFloats,
+            [](ScalarEmitter& e, const Value& x) { return e.sub(x, e.unary("math.trunc", x)); }));
   ops.push_back(unary("neg", TypePromotion::kDefault, kFloats | kIntegers,
                       [](ScalarEmitter& e, const Value& x) { return e.neg(x); }));
   ops.push_back(unary("abs", TypePromotion::kDefault, kFloats | kIntegers,
@@ -146,4 +147,4 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
                       [](ScalarEmitter& e, const Value& x) { return e.isNan(x); }));
 }
 
-}  // namespace torchneuron::fusion
+} // namespace torchneuron::fusion

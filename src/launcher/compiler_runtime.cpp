@@ -24,10 +24,10 @@ float truncFloatToBFloat16(float value) {
   return result;
 }
 
-}  // namespace
+} // namespace
 
 std::vector<std::pair<const char*, void*>> compilerRuntimeSymbols() {
   return {{"__truncsfbf2", reinterpret_cast<void*>(&truncFloatToBFloat16)}};
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -10,4 +10,4 @@ namespace torchneuron {
 // {symbol name, address} of each routine, for the JIT's main symbol table.
 std::vector<std::pair<const char*, void*>> compilerRuntimeSymbols();
 
-}  // namespace torchneuron
+} // namespace torchneuron

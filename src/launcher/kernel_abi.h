@@ -9,4 +9,4 @@ namespace torchneuron {
 
 using KernelFunction = void (*)(const int64_t* slots, int64_t begin, int64_t end);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -49,9 +49,8 @@ struct Jit {
     lljit = std::move(*created);
     // Link errors come back from lookup() and are reported there, with the kernel's name;
     // ORC's default reporter would also print them to stderr.
-    lljit->getExecutionSession().setErrorReporter([](llvm::Error error) {
-      llvm::consumeError(std::move(error));
-    });
+    lljit->getExecutionSession().setErrorReporter(
+        [](llvm::Error error) { llvm::consumeError(std::move(error)); });
     auto generator = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
         lljit->getDataLayout().getGlobalPrefix());
     if (!generator) fail("cannot search the process for symbols", generator.takeError());
@@ -71,7 +70,7 @@ struct Jit {
 // global, so a child forked while another thread creates the JIT cannot inherit a half-done
 // static initialization.
 std::mutex jit_mutex;
-Jit* jit_instance = nullptr;  // never destroyed: loaded kernels stay callable at exit
+Jit* jit_instance = nullptr; // never destroyed: loaded kernels stay callable at exit
 
 // The JIT, created at first use, with `jit_mutex` held by `lock`.
 Jit& lockedJit(std::unique_lock<std::mutex>& lock) {
@@ -89,7 +88,7 @@ Jit& lockedJit(std::unique_lock<std::mutex>& lock) {
   return *jit_instance;
 }
 
-}  // namespace
+} // namespace
 
 LoadedCode::LoadedCode(KernelFunction function, size_t bytes, void* dylib)
     : function_(function), bytes_(bytes), dylib_(dylib) {}
@@ -110,8 +109,8 @@ std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
   auto dylib = j.lljit->createJITDylib("kernel." + std::to_string(j.next_dylib++));
   if (!dylib) fail("cannot make a JITDylib for " + entry, dylib.takeError());
   dylib->addToLinkOrder(j.lljit->getMainJITDylib());
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()),
-                                                     entry);
+  auto buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), entry);
   if (llvm::Error error = j.lljit->addObjectFile(*dylib, std::move(buffer))) {
     llvm::consumeError(session.removeJITDylib(*dylib));
     fail("cannot link the object of " + entry, std::move(error));
@@ -124,4 +123,4 @@ std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
   return std::make_shared<LoadedCode>(address->toPtr<KernelFunction>(), object.size(), &*dylib);
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

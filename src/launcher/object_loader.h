@@ -14,19 +14,19 @@ namespace torchneuron {
 // lives; the last reference unlinks it (memory freed, symbols removed from the process's JIT).
 // Objects are linked apart, so one entry name may be linked more than once.
 class LoadedCode {
- public:
+public:
   LoadedCode(KernelFunction function, size_t bytes, void* dylib);
   ~LoadedCode();
   LoadedCode(const LoadedCode&) = delete;
   LoadedCode& operator=(const LoadedCode&) = delete;
 
   KernelFunction function() const { return function_; }
-  size_t bytes() const { return bytes_; }  // the object's size, the measure of its footprint
+  size_t bytes() const { return bytes_; } // the object's size, the measure of its footprint
 
- private:
+private:
   KernelFunction function_;
   size_t bytes_;
-  void* dylib_;  // the ORC JITDylib holding the code (its type kept out of this header)
+  void* dylib_; // the ORC JITDylib holding the code (its type kept out of this header)
 };
 
 // Links `object` (an ELF relocatable object) and returns its code with the address of `entry`.
@@ -36,4 +36,4 @@ class LoadedCode {
 std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
                                              const std::string& entry);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -25,12 +25,12 @@ tbb::task_arena* arenas[256] = {};
 tbb::task_arena& arenaFor(int threads) {
   static std::once_flag fork_handlers;
   std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kLaunchArenas, {[] { arenas_mutex.lock(); },
-                                                   [] { arenas_mutex.unlock(); },
-                                                   [] {
-                                                     runLaunchesInline();
-                                                     arenas_mutex.unlock();
-                                                   }});
+    registerForkHandlers(ForkRank::kLaunchArenas,
+                         {[] { arenas_mutex.lock(); }, [] { arenas_mutex.unlock(); },
+                          [] {
+                            runLaunchesInline();
+                            arenas_mutex.unlock();
+                          }});
   });
   const int slot = std::clamp(threads, 1, 255);
   std::lock_guard<std::mutex> lock(arenas_mutex);
@@ -38,13 +38,13 @@ tbb::task_arena& arenaFor(int threads) {
   return *arenas[slot];
 }
 
-}  // namespace
+} // namespace
 
 void runLaunchesInline() { inline_only.store(true); }
 
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape) {
   if (shape.range <= 0) return;
-  if (inForkedChild()) runLaunchesInline();  // TBB's workers live in the parent only
+  if (inForkedChild()) runLaunchesInline(); // TBB's workers live in the parent only
   const int64_t work = shape.range * std::max<int64_t>(shape.work_per_index, 1);
   if (shape.threads <= 1 || shape.range == 1 || work < kInlineWorkLimit || inline_only.load()) {
     kernel(slots, 0, shape.range);
@@ -56,12 +56,13 @@ void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape
   const int64_t balanced = shape.range / (4 * static_cast<int64_t>(shape.threads));
   const int64_t grain = std::max(min_grain, balanced);
   arenaFor(shape.threads).execute([&] {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, shape.range, grain),
-                      [&](const tbb::blocked_range<int64_t>& chunk) {
-                        kernel(slots, chunk.begin(), chunk.end());
-                      },
-                      tbb::simple_partitioner());
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, shape.range, grain),
+        [&](const tbb::blocked_range<int64_t>& chunk) {
+          kernel(slots, chunk.begin(), chunk.end());
+        },
+        tbb::simple_partitioner());
   });
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -10,9 +10,9 @@
 namespace torchneuron {
 
 struct LaunchShape {
-  int64_t range = 0;            // extent of the outer dimension
-  int64_t work_per_index = 1;   // elements touched per outer index (the cost estimate)
-  int threads = 1;              // at most this many threads (torch.get_num_threads())
+  int64_t range = 0;          // extent of the outer dimension
+  int64_t work_per_index = 1; // elements touched per outer index (the cost estimate)
+  int threads = 1;            // at most this many threads (torch.get_num_threads())
 };
 
 // Work below this many elements runs inline: splitting costs more than it saves.
@@ -24,4 +24,4 @@ void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape
 // (TBB's workers did not survive the fork, and its arenas are not used there).
 void runLaunchesInline();
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -38,4 +38,4 @@ Hash64 Hasher::digest() const {
                            : XXH3_64bits(overflow_.data(), overflow_.size());
 }
 
-}  // namespace torchneuron
+} // namespace torchneuron

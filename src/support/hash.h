@@ -28,7 +28,7 @@ Hash128 hashBytes128(const void* data, size_t size);
 // are short, so the bytes gather in an inline buffer and are hashed once by digest(): building
 // a kernel key costs no allocation on the dispatch path.
 class Hasher {
- public:
+public:
   Hasher() = default;
   Hasher(const Hasher&) = delete;
   Hasher& operator=(const Hasher&) = delete;
@@ -48,15 +48,15 @@ class Hasher {
 
   Hash64 digest() const;
 
- private:
+private:
   Hasher& spill(const void* data, size_t size);
 
   static constexpr size_t kInline = 256;
   unsigned char inline_[kInline];
   size_t size_ = 0;
-  std::string overflow_;  // used once a key outgrows the inline buffer
+  std::string overflow_; // used once a key outgrows the inline buffer
 };
 
 std::string hexOf(Hash64 value);
 
-}  // namespace torchneuron
+} // namespace torchneuron

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "common/binary_kernel_cases.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
+#include "common/binary_kernel_cases.h"
 #include "fusion/compiler.h"
 #include "fusion/kernel_signature.h"
 

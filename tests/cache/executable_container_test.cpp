@@ -18,13 +18,14 @@ ExecutableContainer sample() {
   c.key_material = "module { func.func @kernel() { return } }";
   c.kernels = {{"neuron_kernel_0123", "slots-v1"}};
   c.object.assign(4096, '\x7f');
-  for (size_t i = 0; i < c.object.size(); ++i) c.object[i] = static_cast<char>(i * 31);
+  for (size_t i = 0; i < c.object.size(); ++i)
+    c.object[i] = static_cast<char>(i * 31);
   return c;
 }
 
 LoadRequirements requirementsOf(const ExecutableContainer& c) {
-  return {c.engine_version, c.llvm_version, c.target_triple, c.cpu_features, c.compile_options,
-          c.key_material};
+  return {c.engine_version, c.llvm_version,    c.target_triple,
+          c.cpu_features,   c.compile_options, c.key_material};
 }
 
 TEST(ExecutableContainer, RoundTrips) {
@@ -39,8 +40,8 @@ TEST(ExecutableContainer, RoundTrips) {
 
 TEST(ExecutableContainer, TruncationAtAnyOffsetIsRejected) {
   const std::vector<char> bytes = sample().serialize();
-  for (size_t keep : {size_t{0}, size_t{3}, size_t{8}, size_t{40}, bytes.size() / 2, bytes.size() - 17,
-                      bytes.size() - 1}) {
+  for (size_t keep : {size_t{0}, size_t{3}, size_t{8}, size_t{40}, bytes.size() / 2,
+                      bytes.size() - 17, bytes.size() - 1}) {
     std::vector<char> truncated(bytes.begin(), bytes.begin() + keep);
     std::string why;
     EXPECT_FALSE(parseContainer(truncated, &why)) << "kept " << keep;
@@ -63,10 +64,11 @@ TEST(ExecutableContainer, SingleBitFlipsInHeaderPayloadAndChecksumAreRejected) {
 
 TEST(ExecutableContainer, ForgedKeyMaterialAndVersionSkewAreNotLoadable) {
   ExecutableContainer forged = sample();
-  forged.key_material = "module { something else }";  // a valid entry stored under another key
+  forged.key_material = "module { something else }"; // a valid entry stored under another key
   const auto parsed = parseContainer(forged.serialize(), nullptr);
-  ASSERT_TRUE(parsed);  // well-formed, checksum fine...
-  EXPECT_NE(verifyContainer(*parsed, requirementsOf(sample())).find("key material"), std::string::npos);
+  ASSERT_TRUE(parsed); // well-formed, checksum fine...
+  EXPECT_NE(verifyContainer(*parsed, requirementsOf(sample())).find("key material"),
+            std::string::npos);
 
   ExecutableContainer old = sample();
   old.engine_version = "torchneuron-engine-0";
@@ -75,9 +77,10 @@ TEST(ExecutableContainer, ForgedKeyMaterialAndVersionSkewAreNotLoadable) {
             std::string::npos);
   ExecutableContainer other_cpu = sample();
   other_cpu.cpu_features = "+sse2";
-  EXPECT_EQ(verifyContainer(*parseContainer(other_cpu.serialize(), nullptr), requirementsOf(sample())),
-            "CPU features differ");
+  EXPECT_EQ(
+      verifyContainer(*parseContainer(other_cpu.serialize(), nullptr), requirementsOf(sample())),
+      "CPU features differ");
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -15,7 +15,7 @@ namespace {
 // No persistent tier in this process: set before any test reads the environment, so the test
 // counts compiles exactly and writes nothing to disk, under ctest or run by hand.
 class NoPersistentTier : public ::testing::Environment {
- public:
+public:
   void SetUp() override { setenv("NEURON_CACHE", "0", 1); }
 };
 const ::testing::Environment* const kNoPersistentTier =
@@ -25,7 +25,10 @@ TEST(KernelCache, OneCompilePerKeyAndFailuresAreRemembered) {
   resetKernelCacheCounters();
   const fusion::ElementwiseSignature s = test::signatureOf("mul");
   int builds = 0;
-  auto build = [&] { ++builds; return fusion::buildElementwiseKernel(s); };
+  auto build = [&] {
+    ++builds;
+    return fusion::buildElementwiseKernel(s);
+  };
   const KernelHandle first = kernelFor(s.key(), build);
   const KernelHandle second = kernelFor(s.key(), build);
   EXPECT_NE(first->function, nullptr);
@@ -34,7 +37,10 @@ TEST(KernelCache, OneCompilePerKeyAndFailuresAreRemembered) {
   EXPECT_TRUE(test::computesCorrectly(first, test::cases()[2], s));
 
   int broken_builds = 0;
-  auto broken = [&] { ++broken_builds; return std::string("not mlir"); };
+  auto broken = [&] {
+    ++broken_builds;
+    return std::string("not mlir");
+  };
   const KernelHandle failed = kernelFor(12345, broken);
   EXPECT_EQ(failed->function, nullptr);
   EXPECT_NE(failed->failure.find("[fusion]"), std::string::npos);
@@ -47,5 +53,5 @@ TEST(KernelCache, OneCompilePerKeyAndFailuresAreRemembered) {
   EXPECT_EQ(stats.hits, 2);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

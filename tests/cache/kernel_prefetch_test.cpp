@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/binary_kernel_cases.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
+#include "common/binary_kernel_cases.h"
 #include "common/test_directory.h"
 
 namespace torchneuron {
@@ -35,7 +35,7 @@ std::string storeKeyOf(const fusion::ElementwiseSignature& s) {
 }
 
 class KernelPrefetchTest : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     directory_ = testing::makeTestDirectory("neuron-prefetch-test-");
     setenv("NEURON_CACHE_DIR", directory_.c_str(), 1);
@@ -60,13 +60,14 @@ TEST_F(KernelPrefetchTest, PrefetchedKernelIsTakenWithoutAStoreReadOrACompile) {
   const fusion::ElementwiseSignature s = signatureOf("hypot");
   compileInAnotherProcess(s);
   ASSERT_TRUE(prefetchStoredKernel(storeKeyOf(s)));
-  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));  // already prefetched
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s))); // already prefetched
   PersistentStore* store = PersistentStore::fromEnvironment();
   const int64_t reads = store->stats().hits + store->stats().misses;
   const KernelHandle kernel = kernelOf(s);
   ASSERT_NE(kernel->function, nullptr);
-  const test::BinaryCase& hypot = *std::find_if(
-      cases().begin(), cases().end(), [](const test::BinaryCase& c) { return std::string(c.op) == "hypot"; });
+  const test::BinaryCase& hypot =
+      *std::find_if(cases().begin(), cases().end(),
+                    [](const test::BinaryCase& c) { return std::string(c.op) == "hypot"; });
   EXPECT_TRUE(computesCorrectly(kernel, hypot, s));
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_EQ(stats.prefetched, 1);
@@ -74,7 +75,7 @@ TEST_F(KernelPrefetchTest, PrefetchedKernelIsTakenWithoutAStoreReadOrACompile) {
   EXPECT_EQ(stats.compiles, 0);
   EXPECT_EQ(store->stats().hits + store->stats().misses, reads);
   EXPECT_EQ(storedKernelsInFirstUseOrder(), std::vector<std::string>{storeKeyOf(s)});
-  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s)));  // in use: nothing to do
+  EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(s))); // in use: nothing to do
   EXPECT_TRUE(warnings().empty());
 }
 
@@ -94,15 +95,15 @@ TEST_F(KernelPrefetchTest, EntryFiledUnderAnotherKernelsKeyIsRejectedOnceAndNeve
   PersistentStore* store = PersistentStore::fromEnvironment();
   const std::optional<std::vector<char>> bytes = store->get(storeKeyOf(stored));
   ASSERT_TRUE(bytes);
-  ASSERT_TRUE(store->put(storeKeyOf(wanted), *bytes));  // a valid container, filed wrongly
+  ASSERT_TRUE(store->put(storeKeyOf(wanted), *bytes)); // a valid container, filed wrongly
   EXPECT_FALSE(prefetchStoredKernel(storeKeyOf(wanted)));
   EXPECT_EQ(kernelCacheStats().persistent_rejected, 1);
   ASSERT_EQ(warnings().size(), 1u);
   EXPECT_NE(warnings()[0].find("filed under another key"), std::string::npos) << warnings()[0];
-  EXPECT_NE(kernelOf(wanted)->function, nullptr);  // compiled, not the misfiled code
+  EXPECT_NE(kernelOf(wanted)->function, nullptr); // compiled, not the misfiled code
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_EQ(stats.compiles, 1);
-  EXPECT_EQ(stats.persistent_rejected, 1);  // the prefetch's verdict stands: not read again
+  EXPECT_EQ(stats.persistent_rejected, 1); // the prefetch's verdict stands: not read again
   EXPECT_EQ(stats.persistent_hits, 0);
 }
 
@@ -121,5 +122,5 @@ TEST_F(KernelPrefetchTest, DamagedEntryIsRejectedAndTheKernelCompiles) {
   EXPECT_EQ(warnings().size(), 1u);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/binary_kernel_cases.h"
 #include "cache/kernel_cache.h"
+#include "common/binary_kernel_cases.h"
 
 namespace torchneuron {
 namespace {
@@ -28,7 +28,7 @@ using test::kernelOf;
 using test::signatureOf;
 
 class MemoryTier : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     const char* cap = std::getenv("NEURON_CACHE_MEMORY_MAX_BYTES");
     if (cap == nullptr) GTEST_SKIP() << "run through ctest, which sets a small memory cap";
@@ -41,7 +41,7 @@ TEST_F(MemoryTier, AnEvictedKernelStaysCallableWhileHeld) {
   const KernelHandle held = kernelOf(held_signature);
   ASSERT_NE(held->function, nullptr);
   const int64_t evictions_before = kernelCacheStats().memory_evictions;
-  for (size_t i = 1; i < cases().size(); ++i) {  // more than the cap holds: "add" goes first
+  for (size_t i = 1; i < cases().size(); ++i) { // more than the cap holds: "add" goes first
     const fusion::ElementwiseSignature s = signatureOf(cases()[i].op);
     ASSERT_TRUE(computesCorrectly(kernelOf(s), cases()[i], s)) << cases()[i].op;
   }
@@ -49,9 +49,9 @@ TEST_F(MemoryTier, AnEvictedKernelStaysCallableWhileHeld) {
   EXPECT_GT(after.memory_evictions, evictions_before);
   EXPECT_TRUE(after.memory_bytes <= memoryTierCapacity() || after.entries == 1)
       << after.memory_bytes << " bytes in " << after.entries << " kernels";
-  EXPECT_TRUE(computesCorrectly(held, cases()[0], held_signature));  // evicted, still mapped
+  EXPECT_TRUE(computesCorrectly(held, cases()[0], held_signature)); // evicted, still mapped
   const int64_t misses_before = kernelCacheStats().misses;
-  const KernelHandle again = kernelOf(held_signature);  // back through a compile
+  const KernelHandle again = kernelOf(held_signature); // back through a compile
   EXPECT_EQ(kernelCacheStats().misses, misses_before + 1);
   EXPECT_TRUE(computesCorrectly(again, cases()[0], held_signature));
 }
@@ -68,7 +68,8 @@ TEST_F(MemoryTier, ThreadsLaunchingWhileOthersEvictAlwaysComputeRightly) {
       }
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : threads)
+    thread.join();
   EXPECT_EQ(wrong.load(), 0);
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_GT(stats.memory_evictions, 0);
@@ -76,5 +77,5 @@ TEST_F(MemoryTier, ThreadsLaunchingWhileOthersEvictAlwaysComputeRightly) {
   EXPECT_EQ(stats.compile_failures, 0);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

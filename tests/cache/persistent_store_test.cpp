@@ -84,7 +84,7 @@ std::vector<std::string>& warnings() {
 }
 
 class PersistentStoreTest : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     setCacheWarningHandler([](const std::string& text) { warnings().push_back(text); });
   }
@@ -95,14 +95,15 @@ TEST_F(PersistentStoreTest, PutGetAndAbsentKeys) {
   EXPECT_FALSE(store.get("missing"));
   ASSERT_TRUE(store.put("a", containerBytes('a')));
   ASSERT_TRUE(store.get("a"));
-  EXPECT_EQ(objectOf(*store.get("a")), objectOf(containerBytes('a')));  // stored sealed
+  EXPECT_EQ(objectOf(*store.get("a")), objectOf(containerBytes('a'))); // stored sealed
   EXPECT_EQ(store.stats().entries, 1);
 }
 
 TEST_F(PersistentStoreTest, EightProcessesWritingOneKeyAtOnce) {
   const std::string dir = freshDirectory();
   std::vector<pid_t> writers;
-  for (int i = 0; i < 8; ++i) writers.push_back(startWriter(dir, "same", 5, 2048, 's'));
+  for (int i = 0; i < 8; ++i)
+    writers.push_back(startWriter(dir, "same", 5, 2048, 's'));
   for (pid_t pid : writers) {
     int status = 0;
     waitpid(pid, &status, 0);
@@ -123,7 +124,7 @@ TEST_F(PersistentStoreTest, WriterKilledMidWriteLeavesOldValueOrNoneAndNoStaleLo
     ASSERT_TRUE(store.put("k", containerBytes('o')));
   }
   int progress = -1;
-  const pid_t writer = startWriter(dir, "k", 0, 1 << 20, 'w', &progress);  // writes until killed
+  const pid_t writer = startWriter(dir, "k", 0, 1 << 20, 'w', &progress); // writes until killed
   ASSERT_GT(writer, 0);
   // Killed after its third write, while it goes on writing, whatever the machine's speed.
   const bool wrote = readLines(progress, 3);
@@ -133,9 +134,9 @@ TEST_F(PersistentStoreTest, WriterKilledMidWriteLeavesOldValueOrNoneAndNoStaleLo
   ASSERT_TRUE(wrote) << "the writer stopped before its third write";
   PersistentStore store(dir, 0);
   const auto value = store.get("k");
-  ASSERT_TRUE(value);  // the old value or a newer complete one
+  ASSERT_TRUE(value); // the old value or a newer complete one
   EXPECT_TRUE(parseContainer(*value, nullptr)) << "a torn value survived the kill";
-  EXPECT_TRUE(store.put("k", containerBytes('n')));  // no stale lock
+  EXPECT_TRUE(store.put("k", containerBytes('n'))); // no stale lock
   EXPECT_EQ(objectOf(*store.get("k")), objectOf(containerBytes('n')));
 }
 
@@ -148,7 +149,7 @@ TEST_F(PersistentStoreTest, DamagedDatabaseIsBypassedWithAWarning) {
   std::ofstream(dir + "/db/CURRENT", std::ios::trunc) << "MANIFEST-999999\n";
   warnings().clear();
   PersistentStore store(dir, 0);
-  EXPECT_FALSE(store.get("k"));  // a miss, not a crash
+  EXPECT_FALSE(store.get("k")); // a miss, not a crash
   EXPECT_FALSE(store.put("k", containerBytes('k')));
   EXPECT_FALSE(warnings().empty());
 }
@@ -170,21 +171,21 @@ TEST_F(PersistentStoreTest, UnusableDirectoryRunsWithoutTheCache) {
 TEST_F(PersistentStoreTest, FailuresAreRememberedPerEngineVersion) {
   PersistentStore store(freshDirectory(), 0);
   store.recordFailure("bad", "LLVM ran out of registers", "torchneuron-engine-0");
-  EXPECT_FALSE(store.failure("bad"));  // another engine version: retried
+  EXPECT_FALSE(store.failure("bad")); // another engine version: retried
   EXPECT_EQ(store.failure("bad", "torchneuron-engine-0").value_or(""), "LLVM ran out of registers");
   store.recordFailure("bad", "still bad");
   EXPECT_EQ(store.failure("bad").value_or(""), "still bad");
-  ASSERT_TRUE(store.put("bad", containerBytes('b')));  // a later success clears it
+  ASSERT_TRUE(store.put("bad", containerBytes('b'))); // a later success clears it
   EXPECT_FALSE(store.failure("bad"));
 }
 
 TEST_F(PersistentStoreTest, SizeCapEvictsLeastRecentlyUsed) {
-  PersistentStore store(freshDirectory(), 5000);  // two entries fit, three do not
+  PersistentStore store(freshDirectory(), 5000); // two entries fit, three do not
   ASSERT_TRUE(store.put("first", containerBytes('1')));
   usleep(2000);
   ASSERT_TRUE(store.put("second", containerBytes('2')));
   usleep(2000);
-  ASSERT_TRUE(store.put("third", containerBytes('3')));  // over the cap: "first" goes
+  ASSERT_TRUE(store.put("third", containerBytes('3'))); // over the cap: "first" goes
   EXPECT_FALSE(store.get("first"));
   EXPECT_TRUE(store.get("third"));
   EXPECT_GE(store.stats().evicted, 1);
@@ -201,7 +202,8 @@ TEST_F(PersistentStoreTest, ExportThenImportUnderOneKeyGivesByteIdenticalEntries
   ASSERT_EQ(writeNewKeyFile(key_file), "");
   setenv("NEURON_CACHE_KEY_FILE", key_file.c_str(), 1);
   PersistentStore source(freshDirectory(), 0);
-  for (char c : {'a', 'b', 'c'}) ASSERT_TRUE(source.put(storeKey(c), containerBytes(c)));
+  for (char c : {'a', 'b', 'c'})
+    ASSERT_TRUE(source.put(storeKey(c), containerBytes(c)));
   const std::string file = freshDirectory() + "/cache.export";
   const ExportReport exported = source.exportTo(file);
   ASSERT_EQ(exported.problem, "");
@@ -211,7 +213,8 @@ TEST_F(PersistentStoreTest, ExportThenImportUnderOneKeyGivesByteIdenticalEntries
   ASSERT_EQ(imported.problem, "");
   EXPECT_EQ(imported.imported, 3);
   EXPECT_EQ(imported.damaged + imported.untrusted + imported.resigned, 0);
-  for (char c : {'a', 'b', 'c'}) EXPECT_EQ(*target.get(storeKey(c)), *source.get(storeKey(c)));
+  for (char c : {'a', 'b', 'c'})
+    EXPECT_EQ(*target.get(storeKey(c)), *source.get(storeKey(c)));
   // A damaged export: the entry with a flipped byte is rejected, the others import.
   std::fstream damaged(file, std::ios::in | std::ios::out | std::ios::binary);
   damaged.seekp(200);
@@ -225,8 +228,9 @@ TEST_F(PersistentStoreTest, ExportThenImportUnderOneKeyGivesByteIdenticalEntries
 }
 
 TEST_F(PersistentStoreTest, ForeignEntriesImportOnlyWhenTrustedAndAreThenResigned) {
-  PersistentStore source(freshDirectory(), 0);  // its own per-user key
-  for (char c : {'a', 'b'}) ASSERT_TRUE(source.put(storeKey(c), containerBytes(c)));
+  PersistentStore source(freshDirectory(), 0); // its own per-user key
+  for (char c : {'a', 'b'})
+    ASSERT_TRUE(source.put(storeKey(c), containerBytes(c)));
   const std::string file = freshDirectory() + "/foreign.export";
   ASSERT_EQ(source.exportTo(file).exported, 2);
   PersistentStore target(freshDirectory(), 0);
@@ -257,11 +261,14 @@ std::string archiveWith(const std::string& key, uint64_t claimed_size, size_t ac
 
 TEST_F(PersistentStoreTest, ImportRejectsBadKeysAndImpossibleSizesWithoutAllocatingThem) {
   PersistentStore target(freshDirectory(), 0);
-  const ImportReport huge = target.importFrom(archiveWith(storeKey('a'), uint64_t{1} << 31, 64), false);
+  const ImportReport huge =
+      target.importFrom(archiveWith(storeKey('a'), uint64_t{1} << 31, 64), false);
   EXPECT_NE(huge.problem.find("claims 2147483648 bytes, but 64 remain"), std::string::npos)
       << huge.problem;
-  const ImportReport escape = target.importFrom(archiveWith("\x1b[2J../../etc/passwd-0123456789a", 8, 8), false);
-  EXPECT_NE(escape.problem.find("not 32 lowercase hex digits"), std::string::npos) << escape.problem;
+  const ImportReport escape =
+      target.importFrom(archiveWith("\x1b[2J../../etc/passwd-0123456789a", 8, 8), false);
+  EXPECT_NE(escape.problem.find("not 32 lowercase hex digits"), std::string::npos)
+      << escape.problem;
   const ImportReport long_key = target.importFrom(archiveWith(std::string(5000, 'a'), 8, 8), false);
   EXPECT_NE(long_key.problem.find("a key of 5000 bytes"), std::string::npos) << long_key.problem;
   EXPECT_NE(target.importFrom("/nonexistent", false).problem.find("cannot read /nonexistent"),
@@ -276,7 +283,7 @@ TEST_F(PersistentStoreTest, ExportIntoTheCacheDirectoryIsRefused) {
   for (const std::string& inside : {dir + "/db/CURRENT", dir + "/export", dir + "/db/../x", dir})
     EXPECT_NE(store.exportTo(inside).problem.find("inside the cache directory"), std::string::npos)
         << inside;
-  EXPECT_TRUE(store.get(storeKey('a')));  // the database is intact
+  EXPECT_TRUE(store.get(storeKey('a'))); // the database is intact
 }
 
 TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
@@ -300,7 +307,7 @@ TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
   resetKernelCacheCounters();
   warnings().clear();
   const KernelHandle kernel = kernelFor(s.key(), [&] { return mlir; });
-  EXPECT_NE(kernel->function, nullptr);  // compiled instead, correct
+  EXPECT_NE(kernel->function, nullptr); // compiled instead, correct
   const KernelCacheStats stats = kernelCacheStats();
   EXPECT_EQ(stats.persistent_rejected, 1);
   EXPECT_EQ(stats.compiles, 1);
@@ -312,5 +319,5 @@ TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
   EXPECT_TRUE(parseContainer(*stored, nullptr));
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -23,7 +23,8 @@ std::string temporaryDirectory() { return testing::makeTestDirectory("neuron-pro
 
 TEST(WarmStartProfileTest, RoundTripsKernelsAndBlocksInOrder) {
   std::string why;
-  const std::optional<WarmStartProfile> parsed = parseProfile(serializeProfile(sampleProfile()), &why);
+  const std::optional<WarmStartProfile> parsed =
+      parseProfile(serializeProfile(sampleProfile()), &why);
   ASSERT_TRUE(parsed) << why;
   EXPECT_EQ(parsed->kernel_keys, sampleProfile().kernel_keys);
   EXPECT_EQ(parsed->block_bytes, sampleProfile().block_bytes);
@@ -45,16 +46,20 @@ TEST(WarmStartProfileTest, EverySingleBitFlipIsRejected) {
       std::string damaged = text;
       damaged[byte] = static_cast<char>(damaged[byte] ^ (1 << bit));
       std::string why;
-      EXPECT_FALSE(parseProfile(damaged, &why)) << "accepted a flip at byte " << byte << " bit " << bit;
+      EXPECT_FALSE(parseProfile(damaged, &why))
+          << "accepted a flip at byte " << byte << " bit " << bit;
     }
   }
 }
 
 TEST(WarmStartProfileTest, NamesTheProblemOfAMalformedBody) {
   const std::string good = serializeProfile(sampleProfile());
-  struct Case { std::string from, to, problem; };
+  struct Case {
+    std::string from, to, problem;
+  };
   const Case cases[] = {
-      {"torchneuron warm-start profile 1", "torchneuron warm-start profile 2", "not a warm-start profile"},
+      {"torchneuron warm-start profile 1", "torchneuron warm-start profile 2",
+       "not a warm-start profile"},
       {"engine ", "engine x", "another engine version"},
       {"kernels 2", "kernels 3", "bad kernel key"},
       {"kernels 2", "kernels 99999999", "bad kernel count"},
@@ -68,7 +73,7 @@ TEST(WarmStartProfileTest, NamesTheProblemOfAMalformedBody) {
     const size_t at = body.find(c.from);
     ASSERT_NE(at, std::string::npos) << c.from;
     body.replace(at, c.from.size(), c.to);
-    std::string why;  // resealed, so the parser gets past the checksum to the body's checks
+    std::string why; // resealed, so the parser gets past the checksum to the body's checks
     EXPECT_FALSE(parseProfile(sealedProfile(body), &why)) << c.to;
     EXPECT_NE(why.find(c.problem), std::string::npos) << "for '" << c.to << "': " << why;
   }
@@ -102,11 +107,11 @@ TEST(WarmStartProfileTest, FilesAreWrittenWholeReadBackAndRemoved) {
   const std::string path = profilePath(cache_dir, currentProgramIdentity());
   EXPECT_FALSE(readProfileFile(path));
   ASSERT_TRUE(writeProfileFile(path, "first"));
-  ASSERT_TRUE(writeProfileFile(path, serializeProfile(sampleProfile())));  // replaces it
+  ASSERT_TRUE(writeProfileFile(path, serializeProfile(sampleProfile()))); // replaces it
   const std::optional<std::string> read = readProfileFile(path);
   ASSERT_TRUE(read);
   EXPECT_EQ(*read, serializeProfile(sampleProfile()));
-  EXPECT_EQ(removeProfiles(cache_dir), 1);  // and no temporary file left behind
+  EXPECT_EQ(removeProfiles(cache_dir), 1); // and no temporary file left behind
   EXPECT_FALSE(readProfileFile(path));
   EXPECT_FALSE(writeProfileFile(cache_dir + "/no/such/dir/x.profile", "text"));
 }
@@ -118,5 +123,5 @@ TEST(WarmStartProfileTest, ProgramIdentityIsStableHex) {
   EXPECT_EQ(identity.find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

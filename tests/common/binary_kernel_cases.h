@@ -1,6 +1,7 @@
 #pragma once
-// Float binary elementwise kernels for the cache and launcher tests: a few ops with their scalar reference,
-// their signature over contiguous float tensors, and a check that a loaded kernel computes them.
+// Float binary elementwise kernels for the cache and launcher tests: a few ops with their scalar
+// reference, their signature over contiguous float tensors, and a check that a loaded kernel
+// computes them.
 
 #include <algorithm>
 #include <cmath>
@@ -51,13 +52,14 @@ inline bool computesCorrectly(KernelFunction kernel, const BinaryCase& c,
                               const fusion::ElementwiseSignature& s) {
   const int64_t n = 64;
   std::vector<float> a(n), b(n), out(n, -1.0f);
-  for (int64_t i = 0; i < n; ++i) a[i] = 0.25f * i - 3.0f, b[i] = 2.0f - 0.5f * i;
+  for (int64_t i = 0; i < n; ++i)
+    a[i] = 0.25f * i - 3.0f, b[i] = 2.0f - 0.5f * i;
   std::vector<int64_t> slots;
   for (float* data : {out.data(), a.data(), b.data()}) {
     const auto address = reinterpret_cast<int64_t>(data);
     slots.insert(slots.end(), {address, address, 0, n, 1});
   }
-  while (static_cast<int>(slots.size()) < fusion::kernelArgumentSlots(s)) {  // alpha = 1
+  while (static_cast<int>(slots.size()) < fusion::kernelArgumentSlots(s)) { // alpha = 1
     const double one = 1.0;
     int64_t bits;
     std::memcpy(&bits, &one, sizeof bits);
@@ -74,5 +76,5 @@ inline bool computesCorrectly(const KernelHandle& kernel, const BinaryCase& c,
   return computesCorrectly(kernel->function, c, s);
 }
 
-}  // namespace test
-}  // namespace torchneuron
+} // namespace test
+} // namespace torchneuron

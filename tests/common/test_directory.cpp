@@ -38,12 +38,12 @@ MadeDirectories& made() {
   return directories;
 }
 
-}  // namespace
+} // namespace
 
 std::string makeTestDirectory(const std::string& prefix) {
   const char* tmpdir = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp") + "/" + prefix +
-                        "XXXXXX";
+  std::string pattern =
+      std::string(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp") + "/" + prefix + "XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) {
     std::perror(("[test] cannot make a temporary directory " + pattern).c_str());
     std::abort();
@@ -54,4 +54,4 @@ std::string makeTestDirectory(const std::string& prefix) {
   return pattern;
 }
 
-}  // namespace torchneuron::testing
+} // namespace torchneuron::testing

@@ -11,4 +11,4 @@ namespace torchneuron::testing {
 // made (a test without its directory would only fail later, less clearly).
 std::string makeTestDirectory(const std::string& prefix);
 
-}  // namespace torchneuron::testing
+} // namespace torchneuron::testing

@@ -41,21 +41,24 @@ TEST(CachingAllocatorTest, StatsCountBlockCapacitiesExactly) {
   c10::DataPtr a = neuronAllocator()->allocate(1000);
   c10::DataPtr b = neuronAllocator()->allocate(3u << 20);
   const AllocatorStats live = allocatorStats();
-  const int64_t expected = static_cast<int64_t>(roundedBlockSize(1000) + roundedBlockSize(3u << 20));
+  const int64_t expected =
+      static_cast<int64_t>(roundedBlockSize(1000) + roundedBlockSize(3u << 20));
   EXPECT_EQ(live.allocated_bytes - start.allocated_bytes, expected);
   EXPECT_EQ(live.reserved_bytes - start.reserved_bytes, expected);
   a.clear();
   b.clear();
   const AllocatorStats freed = allocatorStats();
   EXPECT_EQ(freed.allocated_bytes, start.allocated_bytes);
-  EXPECT_EQ(freed.reserved_bytes - start.reserved_bytes, expected);  // cached, not returned
+  EXPECT_EQ(freed.reserved_bytes - start.reserved_bytes, expected); // cached, not returned
   emptyAllocatorCache();
   EXPECT_EQ(allocatorStats().reserved_bytes, start.reserved_bytes);
 }
 
 TEST(CachingAllocatorTest, DoesNotReuseBlocksFarLargerThanTheRequest) {
   emptyAllocatorCache();
-  { c10::DataPtr big = neuronAllocator()->allocate(8u << 20); }
+  {
+    c10::DataPtr big = neuronAllocator()->allocate(8u << 20);
+  }
   const AllocatorStats before = allocatorStats();
   c10::DataPtr small = neuronAllocator()->allocate(1u << 20);
   EXPECT_EQ(allocatorStats().system_allocations, before.system_allocations + 1);
@@ -73,7 +76,7 @@ TEST(CachingAllocatorTest, ZeroBytesAllocatesNothing) {
 TEST(CachingAllocatorTest, PrefaultsOnlyAnnouncedBlocksAndServesRequestsFromThem) {
   emptyAllocatorCache();
   const size_t a = roundedBlockSize(5u << 20), b = roundedBlockSize(7u << 20);
-  EXPECT_FALSE(prefaultBlock(a));  // nothing announced
+  EXPECT_FALSE(prefaultBlock(a)); // nothing announced
   expectPrefaultedBlocks({a, a, b});
   const AllocatorStats start = allocatorStats();
   EXPECT_TRUE(prefaultBlock(a));
@@ -82,13 +85,13 @@ TEST(CachingAllocatorTest, PrefaultsOnlyAnnouncedBlocksAndServesRequestsFromThem
   c10::DataPtr on_demand = neuronAllocator()->allocate(7u << 20);
   EXPECT_FALSE(prefaultBlock(b));
   EXPECT_TRUE(prefaultBlock(a));
-  EXPECT_FALSE(prefaultBlock(a));  // both announced a-blocks made
+  EXPECT_FALSE(prefaultBlock(a)); // both announced a-blocks made
   const AllocatorStats made = allocatorStats();
   EXPECT_EQ(made.prefaulted_blocks - start.prefaulted_blocks, 2);
   EXPECT_EQ(made.prefaulted_bytes - start.prefaulted_bytes, static_cast<int64_t>(2 * a));
   EXPECT_EQ(made.system_allocations - start.system_allocations, 3);
   c10::DataPtr warm = neuronAllocator()->allocate(5u << 20);
-  std::memset(warm.get(), 3, 5u << 20);  // the memory is the program's, writable
+  std::memset(warm.get(), 3, 5u << 20); // the memory is the program's, writable
   const AllocatorStats used = allocatorStats();
   EXPECT_EQ(used.system_allocations, made.system_allocations);
   EXPECT_EQ(used.cache_hits - made.cache_hits, 1);
@@ -105,9 +108,9 @@ TEST(CachingAllocatorTest, RecordsEachBlockOnceInFirstUseOrder) {
     c10::DataPtr x = neuronAllocator()->allocate(3u << 20);
     c10::DataPtr y = neuronAllocator()->allocate(1000);
   }
-  c10::DataPtr again = neuronAllocator()->allocate(3u << 20);  // the same block, reused
+  c10::DataPtr again = neuronAllocator()->allocate(3u << 20); // the same block, reused
   expectPrefaultedBlocks({roundedBlockSize(9u << 20)});
-  ASSERT_TRUE(prefaultBlock(roundedBlockSize(9u << 20)));  // made, not used: not recorded yet
+  ASSERT_TRUE(prefaultBlock(roundedBlockSize(9u << 20))); // made, not used: not recorded yet
   const std::vector<size_t> recorded = blocksInFirstUseOrder();
   ASSERT_EQ(recorded.size(), before + 2);
   EXPECT_EQ(recorded[before], roundedBlockSize(3u << 20));
@@ -138,5 +141,5 @@ TEST(CachingAllocatorTest, LargeBlocksStartAtStaggeredPageOffsets) {
   emptyAllocatorCache();
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -12,7 +12,8 @@ namespace {
 at::Tensor deviceRange(int64_t n) {
   at::Tensor t = at::empty({n}, at::TensorOptions().device(kNeuronDeviceType).dtype(at::kFloat));
   float* data = static_cast<float*>(t.data_ptr());
-  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i);
+  for (int64_t i = 0; i < n; ++i)
+    data[i] = static_cast<float>(i);
   return t;
 }
 
@@ -52,12 +53,15 @@ TEST(HostViewTest, FreshHostResultIsCopiedToTheDeviceKeepingStrides) {
 }
 
 class RecordingProducer final : public PendingContents {
- public:
+public:
   explicit RecordingProducer(float* target) : target_(target) {}
-  void materialize() override { *target_ = 42.0f; ++calls; }
+  void materialize() override {
+    *target_ = 42.0f;
+    ++calls;
+  }
   int calls = 0;
 
- private:
+private:
   float* target_;
 };
 
@@ -72,5 +76,5 @@ TEST(HostViewTest, HostAccessMaterializesPendingContentsOnce) {
   EXPECT_EQ(deviceBlockOf(device.storage())->pending, nullptr);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

@@ -16,7 +16,8 @@ TEST(IterationPlan, ContiguousOperandsOfAnyShapeBecomeRankOne) {
   const IterationPlan plan = planIteration(a.sizes(), {out, a, b});
   ASSERT_EQ(plan.rank(), 1);
   EXPECT_EQ(plan.sizes[0], 60);
-  for (InnerStride inner : plan.inner) EXPECT_EQ(inner, InnerStride::kContiguous);
+  for (InnerStride inner : plan.inner)
+    EXPECT_EQ(inner, InnerStride::kContiguous);
 }
 
 TEST(IterationPlan, BroadcastRowKeepsTwoDimensions) {
@@ -24,17 +25,17 @@ TEST(IterationPlan, BroadcastRowKeepsTwoDimensions) {
   const at::Tensor out = at::empty({3, 4});
   const IterationPlan plan = planIteration(a.sizes(), {out, a, row, column});
   ASSERT_EQ(plan.rank(), 2);
-  EXPECT_EQ(plan.strides[2][0], 0);  // the row repeats along dimension 0
+  EXPECT_EQ(plan.strides[2][0], 0); // the row repeats along dimension 0
   EXPECT_EQ(plan.inner[2], InnerStride::kContiguous);
-  EXPECT_EQ(plan.inner[3], InnerStride::kBroadcast);  // the column repeats along dimension 1
+  EXPECT_EQ(plan.inner[3], InnerStride::kBroadcast); // the column repeats along dimension 1
 }
 
 TEST(IterationPlan, TransposedInputsIterateInMemoryOrder) {
-  const at::Tensor a = at::empty({4, 3}).t();  // [3, 4], strides [1, 3]
+  const at::Tensor a = at::empty({4, 3}).t(); // [3, 4], strides [1, 3]
   const at::Tensor out = allocateLike(a.sizes(), at::kFloat, {a}, at::kCPU);
-  EXPECT_EQ(out.strides(), a.strides());  // outputs follow the input's layout, like ATen
+  EXPECT_EQ(out.strides(), a.strides()); // outputs follow the input's layout, like ATen
   const IterationPlan plan = planIteration(a.sizes(), {out, a});
-  ASSERT_EQ(plan.rank(), 1);  // both walk memory contiguously
+  ASSERT_EQ(plan.rank(), 1); // both walk memory contiguously
   EXPECT_EQ(plan.inner[0], InnerStride::kContiguous);
 }
 
@@ -45,5 +46,5 @@ TEST(IterationPlan, SingleElementMatchesItsBroadcastSiblings) {
   EXPECT_EQ(plan.inner[2], InnerStride::kBroadcast);
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

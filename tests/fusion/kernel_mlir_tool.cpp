@@ -1,6 +1,7 @@
 // Prints a registry op's kernel for FileCheck tests:
-//   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> -- <inputs...> [constants...]
-//   neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute> <kept> <reduced> <output...> -- <inputs...> [column]
+//   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> --
+//   <inputs...> [constants...] neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute>
+//   <kept> <reduced> <output...> -- <inputs...> [column]
 //     (column: column order, inputs contiguous in their innermost kept dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
@@ -42,7 +43,7 @@ std::string emit(const std::string& mode, const std::string& mlir) {
   throw std::invalid_argument("unknown mode " + mode + " (mlir, lowered or llvm)");
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
   try {
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
       std::cout << "builtin.module(" << kLoweringPipeline << ")";
       return 0;
     }
-    if (args.size() < 4) throw std::invalid_argument("usage: see the comment in kernel_mlir_tool.cpp");
+    if (args.size() < 4)
+      throw std::invalid_argument("usage: see the comment in kernel_mlir_tool.cpp");
     const std::string mode = args[0], form = args[1], op = args[2];
     size_t i = 3;
     if (form == "elementwise") {
@@ -61,10 +63,13 @@ int main(int argc, char** argv) {
       s.compute = dtypeNamed(args.at(i++));
       s.output = dtypeNamed(args.at(i++));
       s.rank = std::stoi(args.at(i++));
-      while (args.at(i) != "--") s.inner.push_back(innerNamed(args.at(i++)));
+      while (args.at(i) != "--")
+        s.inner.push_back(innerNamed(args.at(i++)));
       ++i;
-      for (size_t n = 0; n + 1 < s.inner.size(); ++n) s.inputs.push_back(dtypeNamed(args.at(i++)));
-      while (i < args.size()) s.constants.push_back(std::stoll(args.at(i++)));
+      for (size_t n = 0; n + 1 < s.inner.size(); ++n)
+        s.inputs.push_back(dtypeNamed(args.at(i++)));
+      while (i < args.size())
+        s.constants.push_back(std::stoll(args.at(i++)));
       s.constants.resize(s.op->constants.size(), -1);
       s.present.assign(s.op->optional_operands.size(), true);
       std::cout << emit(mode, buildElementwiseKernel(s));
@@ -75,11 +80,13 @@ int main(int argc, char** argv) {
       s.compute = dtypeNamed(args.at(i++));
       s.kept_rank = std::stoi(args.at(i++));
       s.reduced_rank = std::stoi(args.at(i++));
-      while (args.at(i) != "--") s.outputs.push_back(dtypeNamed(args.at(i++)));
+      while (args.at(i) != "--")
+        s.outputs.push_back(dtypeNamed(args.at(i++)));
       ++i;
-      while (i < args.size() && args.at(i) != "column") s.inputs.push_back(dtypeNamed(args.at(i++)));
+      while (i < args.size() && args.at(i) != "column")
+        s.inputs.push_back(dtypeNamed(args.at(i++)));
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
-      s.column_order = i < args.size();  // inputs contiguous along their innermost kept dim
+      s.column_order = i < args.size(); // inputs contiguous along their innermost kept dim
       std::cout << emit(mode, buildReductionKernel(s));
     } else {
       throw std::invalid_argument("unknown form " + form);

@@ -23,7 +23,8 @@ ElementwiseSignature rankOneSignature(const char* op, c10::ScalarType dtype, int
   s.inputs.assign(inputs, dtype);
   s.rank = 1;
   s.inner.assign(inputs + 1, InnerStride::kContiguous);
-  for (size_t i = 0; i < s.op->constants.size(); ++i) s.constants.push_back(-1);
+  for (size_t i = 0; i < s.op->constants.size(); ++i)
+    s.constants.push_back(-1);
   return s;
 }
 
@@ -43,7 +44,8 @@ TEST(KernelPipeline, AddWithAlphaComputesThroughTheSlotAbi) {
 
   const int64_t n = 1000;
   std::vector<float> a(n), b(n), out(n, -1);
-  for (int64_t i = 0; i < n; ++i) a[i] = i * 0.5f, b[i] = 3.0f - i;
+  for (int64_t i = 0; i < n; ++i)
+    a[i] = i * 0.5f, b[i] = 3.0f - i;
   std::vector<int64_t> slots;
   pushVector(slots, out.data(), n);
   pushVector(slots, a.data(), n);
@@ -53,13 +55,14 @@ TEST(KernelPipeline, AddWithAlphaComputesThroughTheSlotAbi) {
   std::memcpy(&alpha_bits, &alpha, sizeof alpha);
   slots.push_back(alpha_bits);
   ASSERT_EQ(static_cast<int>(slots.size()), kernelArgumentSlots(s));
-  kernel(slots.data(), 10, 20);  // only [10, 20) is written
+  kernel(slots.data(), 10, 20); // only [10, 20) is written
   for (int64_t i = 0; i < n; ++i) {
     const float expected = (i >= 10 && i < 20) ? a[i] + 2.0f * b[i] : -1.0f;
     EXPECT_EQ(out[i], expected) << "at " << i;
   }
   launchKernel(kernel, slots.data(), LaunchShape{n, 1, 2});
-  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], a[i] + 2.0f * b[i]) << "at " << i;
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(out[i], a[i] + 2.0f * b[i]) << "at " << i;
 }
 
 TEST(KernelPipeline, EveryRegisteredOpCompilesForFloat32) {
@@ -86,9 +89,10 @@ TEST(KernelPipeline, BadMlirIsAnErrorNamingTheProblem) {
     FAIL() << "expected an error";
   } catch (const std::runtime_error& error) {
     EXPECT_NE(std::string(error.what()).find("[fusion] kernel MLIR does not parse"),
-              std::string::npos) << error.what();
+              std::string::npos)
+        << error.what();
   }
 }
 
-}  // namespace
-}  // namespace torchneuron::fusion
+} // namespace
+} // namespace torchneuron::fusion

@@ -32,13 +32,16 @@ TEST(OpRegistry, EveryOpIsComplete) {
     EXPECT_TRUE(static_cast<bool>(op.lower)) << op.name;
     EXPECT_NE(op.compute_classes, 0) << op.name;
     std::set<std::string> args;
-    for (const OperandSpec& spec : op.operands) EXPECT_TRUE(args.insert(spec.arg).second) << op.name;
-    for (const ParamSpec& spec : op.params) EXPECT_TRUE(args.insert(spec.arg).second) << op.name;
+    for (const OperandSpec& spec : op.operands)
+      EXPECT_TRUE(args.insert(spec.arg).second) << op.name;
+    for (const ParamSpec& spec : op.params)
+      EXPECT_TRUE(args.insert(spec.arg).second) << op.name;
     for (const std::string& optional : op.optional_operands)
       EXPECT_EQ(args.count(optional), 1u) << op.name << " " << optional;
   }
   EXPECT_GE(names.size(), 100u);
-  for (const char* name : {"sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax_backward"})
+  for (const char* name :
+       {"sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax_backward"})
     EXPECT_NE(findReductionOp(name), nullptr) << name;
 }
 
@@ -55,7 +58,7 @@ ElementwiseSignature addSignature() {
 TEST(KernelSignature, KeyCoversWhatCodegenUsesOnly) {
   const ElementwiseSignature base = addSignature();
   const Hash64 key = base.key();
-  EXPECT_EQ(key, addSignature().key());  // deterministic
+  EXPECT_EQ(key, addSignature().key()); // deterministic
   ElementwiseSignature other = base;
   other.inputs[1] = c10::kDouble;
   EXPECT_NE(other.key(), key);
@@ -74,5 +77,5 @@ TEST(KernelSignature, KeyCoversWhatCodegenUsesOnly) {
   EXPECT_EQ(kernelArgumentSlots(base), 16);
 }
 
-}  // namespace
-}  // namespace torchneuron::fusion
+} // namespace
+} // namespace torchneuron::fusion

@@ -34,13 +34,13 @@ TEST(CompilerRuntime, TruncFloatToBFloat16RoundsAsC10) {
   ASSERT_NE(fn, nullptr);
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> any_bits;
-  const float specials[] = {0.0f, -0.0f, 1.0f, -1.5f, 3.0e38f, -3.4e38f,
-                            std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::denorm_min(),
-                            // exactly halfway between two bfloat16 values: ties go to even
-                            1.00390625f, 1.01171875f};
-  for (float value : specials) EXPECT_EQ(lowBits(fn(value)), c10::BFloat16(value).x) << value;
+  const float specials[] = {
+      0.0f, -0.0f, 1.0f, -1.5f, 3.0e38f, -3.4e38f, std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(),
+      // exactly halfway between two bfloat16 values: ties go to even
+      1.00390625f, 1.01171875f};
+  for (float value : specials)
+    EXPECT_EQ(lowBits(fn(value)), c10::BFloat16(value).x) << value;
   for (int i = 0; i < 100000; ++i) {
     uint32_t bits = any_bits(rng);
     float value;
@@ -53,5 +53,5 @@ TEST(CompilerRuntime, TruncFloatToBFloat16RoundsAsC10) {
   }
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

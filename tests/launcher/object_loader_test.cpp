@@ -24,7 +24,7 @@ TEST(ObjectLoader, OneEntryLinksTwiceAndUnlinksWithItsLastReference) {
   EXPECT_NE(first->function(), second->function());
   EXPECT_EQ(first->bytes(), object.bytes.size());
   EXPECT_TRUE(test::computesCorrectly(first->function(), add, s));
-  first.reset();  // unlinks the first copy; the second keeps working
+  first.reset(); // unlinks the first copy; the second keeps working
   EXPECT_TRUE(test::computesCorrectly(second->function(), add, s));
   second.reset();
   EXPECT_TRUE(
@@ -43,5 +43,5 @@ TEST(ObjectLoader, AnObjectWithoutItsEntryIsAnErrorNamingTheEntry) {
   }
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron

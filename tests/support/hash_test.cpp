@@ -28,7 +28,8 @@ TEST(Hash, StreamingMatchesOneShot) {
 // hashes as the whole input does.
 TEST(Hash, StreamingPastTheInlineBufferMatchesOneShot) {
   std::string text;
-  for (int i = 0; i < 1000; ++i) text.push_back(static_cast<char>('a' + i * 7 % 26));
+  for (int i = 0; i < 1000; ++i)
+    text.push_back(static_cast<char>('a' + i * 7 % 26));
   for (size_t first : {size_t{100}, size_t{255}, size_t{256}, size_t{257}, size_t{600}}) {
     Hasher h;
     h.bytes(text.data(), first);
@@ -55,5 +56,5 @@ TEST(Hash, Hash128HexIs32Digits) {
   EXPECT_NE(value, hashBytes128("abd", 3));
 }
 
-}  // namespace
-}  // namespace torchneuron
+} // namespace
+} // namespace torchneuron
