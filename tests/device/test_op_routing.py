@@ -34,7 +34,9 @@ def run(fn):
 @pytest.fixture(scope="module")
 def ops_without_autograd():
     """Two ops with no autograd kernel, as c10d's collectives have none: `twice` has only a CPU
-    kernel (the device runs it through the fallback), `halve` is given a device kernel too."""
+    kernel (the device runs it through the fallback), `halve` is given a device kernel too.
+    The kernels detach their input: a Python kernel would otherwise record autograd of its own on
+    CPU tensors, which a C++ kernel (c10d's) does not."""
     lib = torch.library.Library("neuron_routing_test", "DEF")
     lib.define("twice(Tensor x) -> Tensor")
     lib.impl("twice", lambda x: x.detach() * 2, "CPU")
