@@ -25,12 +25,7 @@ thread_local int queue_here = 0;
 
 // Takes `warning_mutex` for the caller, making the state at first use.
 std::unique_lock<std::mutex> lockState() {
-  static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kCacheWarnings,
-                         {[] { warning_mutex.lock(); }, [] { warning_mutex.unlock(); },
-                          [] { warning_mutex.unlock(); }});
-  });
+  holdAcrossFork<warning_mutex>(ForkRank::kCacheWarnings);
   std::unique_lock<std::mutex> lock(warning_mutex);
   if (delivery == nullptr) {
     delivery = new std::function<bool(const std::string&)>([](const std::string& text) {

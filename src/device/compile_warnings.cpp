@@ -17,12 +17,7 @@ std::unordered_set<Hash64>* warned = nullptr;
 } // namespace
 
 void warnCompileFailureOnce(Hash64 key, const std::string& signature, const std::string& reason) {
-  static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kWarnOnce,
-                         {[] { warned_mutex.lock(); }, [] { warned_mutex.unlock(); },
-                          [] { warned_mutex.unlock(); }});
-  });
+  holdAcrossFork<warned_mutex>(ForkRank::kWarnOnce);
   {
     std::lock_guard<std::mutex> lock(warned_mutex);
     if (warned == nullptr) warned = new std::unordered_set<Hash64>();

@@ -36,12 +36,7 @@ FallbackPolicy currentFallbackPolicy() {
 }
 
 bool firstFallbackOf(const std::string& op_name) {
-  static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kWarnOnce,
-                         {[] { warned_mutex.lock(); }, [] { warned_mutex.unlock(); },
-                          [] { warned_mutex.unlock(); }});
-  });
+  holdAcrossFork<warned_mutex>(ForkRank::kWarnOnce);
   std::lock_guard<std::mutex> lock(warned_mutex);
   if (warned == nullptr) warned = new std::unordered_set<std::string>();
   return warned->insert(op_name).second;

@@ -19,12 +19,7 @@ CounterTable* table = nullptr;
 
 // The table, made at first use; the caller holds `table_mutex`.
 CounterTable& lockedTable(std::unique_lock<std::mutex>& lock) {
-  static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(
-        ForkRank::kMetrics,
-        {[] { table_mutex.lock(); }, [] { table_mutex.unlock(); }, [] { table_mutex.unlock(); }});
-  });
+  holdAcrossFork<table_mutex>(ForkRank::kMetrics);
   lock = std::unique_lock<std::mutex>(table_mutex);
   if (table == nullptr) table = new CounterTable();
   return *table;

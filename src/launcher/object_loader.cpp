@@ -74,11 +74,7 @@ Jit* jit_instance = nullptr; // never destroyed: loaded kernels stay callable at
 
 // The JIT, created at first use, with `jit_mutex` held by `lock`.
 Jit& lockedJit(std::unique_lock<std::mutex>& lock) {
-  static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kLinker, {[] { jit_mutex.lock(); }, [] { jit_mutex.unlock(); },
-                                             [] { jit_mutex.unlock(); }});
-  });
+  holdAcrossFork<jit_mutex>(ForkRank::kLinker);
   lock = std::unique_lock<std::mutex>(jit_mutex);
   if (jit_instance == nullptr) {
     llvm::remove_bad_alloc_error_handler();

@@ -15,6 +15,8 @@
 // pthread_atfork handler when the device library loads, before anything registers here (all
 // registration is lazy), so its prepare handler runs after these.
 
+#include <mutex>
+
 namespace torchneuron {
 
 enum class ForkRank : int {
@@ -39,6 +41,17 @@ struct ForkHandlers {
 // Registers one lock's handlers (thread-safe; at most 64 registrations per process). Call it
 // before the lock is first used, never from a static initializer.
 void registerForkHandlers(ForkRank rank, ForkHandlers handlers);
+
+// Holds the mutex `kMutex` (an object of static storage) across fork() at `rank`: for a lock
+// with no state to re-create in the child. Registers at its first call and costs one
+// std::call_once check after that; call it before each first use of the mutex on a path.
+template <std::mutex& kMutex> void holdAcrossFork(ForkRank rank) {
+  static std::once_flag registered;
+  std::call_once(registered, [rank] {
+    registerForkHandlers(rank,
+                         {[] { kMutex.lock(); }, [] { kMutex.unlock(); }, [] { kMutex.unlock(); }});
+  });
+}
 
 // True in a process forked from the one that registered handlers here.
 bool inForkedChild();
