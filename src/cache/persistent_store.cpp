@@ -472,26 +472,44 @@ void PersistentStore::recordFailure(const std::string& key, const std::string& r
 }
 
 PersistentStore::KeyLock::~KeyLock() {
-  if (fd_ >= 0) closeLockFile(fd_);
+  if (fd_ < 0) return;
+  unlink(path_.c_str()); // a read-only directory keeps it: harmless, the next holder reuses it
+  closeLockFile(fd_);    // closing releases the lock
 }
+
+namespace {
+
+// True when `fd` is the file linked at `path` now (not one a previous holder unlinked).
+bool isLinkedAt(int fd, const std::string& path) {
+  struct stat held{};
+  struct stat linked{};
+  return fstat(fd, &held) == 0 && lstat(path.c_str(), &linked) == 0 &&
+         held.st_dev == linked.st_dev && held.st_ino == linked.st_ino;
+}
+
+} // namespace
 
 std::unique_ptr<PersistentStore::KeyLock>
 PersistentStore::lockKey(const std::string& key, std::chrono::milliseconds deadline) {
   if (off()) return nullptr;
   const std::string path = impl_->locks_dir + "/" + key;
-  const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return nullptr;
   const auto until = std::chrono::steady_clock::now() + deadline;
-  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (std::chrono::steady_clock::now() >= until) {
+  while (true) {
+    const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    bool locked = false;
+    while (!(locked = flock(fd, LOCK_EX | LOCK_NB) == 0) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!locked) {
       closeLockFile(fd);
       warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
                                 "kernel; compiling here too");
       return nullptr;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (isLinkedAt(fd, path)) return std::make_unique<KeyLock>(fd, path);
+    closeLockFile(fd); // its holder finished and removed it: lock the file there now
   }
-  return std::make_unique<KeyLock>(fd);
 }
 
 std::vector<StoredEntryInfo> PersistentStore::list(std::string* database_problem) {

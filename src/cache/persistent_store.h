@@ -6,7 +6,8 @@
 // instance must not be open while a writer is. So every access is short-lived and takes a file
 // lock on <dir>/store.lock first: shared to read (open read-only, get, close), exclusive to write
 // (open, write, close). Compiles are single-flight per key across processes through an exclusive
-// lock on <dir>/locks/<key>. flock() locks die with their process, so a killed writer or
+// lock on <dir>/locks/<key>, whose file its holder removes before letting go (KeyLock). flock()
+// locks die with their process, so a killed writer or
 // compiler never leaves a stale lock; RocksDB's write-ahead log leaves the old value or none.
 //
 // Fail open: any fault (no directory, read-only directory, full disk, damaged database, corrupt
@@ -22,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/cache_warnings.h" // setCacheWarningHandler, for users of the store
@@ -117,16 +119,19 @@ public:
   void recordFailure(const std::string& key, const std::string& reason,
                      const std::string& engine_version = "");
 
-  // Holds the cross-process compile lock of one key until destroyed.
+  // Holds the cross-process compile lock of one key until destroyed, then removes its lock
+  // file (still holding the lock, so a process that opened the same file sees it unlinked and
+  // takes a new one: lock files do not pile up, and two holders never coexist).
   class KeyLock {
   public:
-    explicit KeyLock(int fd) : fd_(fd) {}
+    KeyLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
     ~KeyLock();
     KeyLock(const KeyLock&) = delete;
     KeyLock& operator=(const KeyLock&) = delete;
 
   private:
     int fd_;
+    std::string path_;
   };
   // Waits up to `deadline` for the key's lock; nullptr when it cannot be had (the caller then
   // compiles without it: correct, at worst one duplicate compile).

@@ -8,11 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/entry_authenticator.h"
@@ -138,6 +142,35 @@ TEST_F(PersistentStoreTest, WriterKilledMidWriteLeavesOldValueOrNoneAndNoStaleLo
   EXPECT_TRUE(parseContainer(*value, nullptr)) << "a torn value survived the kill";
   EXPECT_TRUE(store.put("k", containerBytes('n'))); // no stale lock
   EXPECT_EQ(objectOf(*store.get("k")), objectOf(containerBytes('n')));
+}
+
+// A compile lock's file is removed by its holder; a process that waited on the removed file takes
+// the new one, and two holders never coexist.
+TEST_F(PersistentStoreTest, KeyLocksRemoveTheirFilesAndStayExclusive) {
+  const std::string dir = freshDirectory();
+  PersistentStore store(dir, 0);
+  const std::string lock_file = dir + "/locks/k";
+  auto first = store.lockKey("k", std::chrono::milliseconds(1000));
+  ASSERT_TRUE(first);
+  EXPECT_EQ(access(lock_file.c_str(), F_OK), 0);
+  // A waiter opens the same file now and blocks on it until `first` lets go.
+  std::atomic<bool> second_held{false};
+  std::unique_ptr<PersistentStore::KeyLock> second;
+  std::thread waiter([&] {
+    second = store.lockKey("k", std::chrono::milliseconds(20000));
+    second_held.store(second != nullptr);
+  });
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(50)); // let it open the file: any order is correct
+  first.reset();
+  waiter.join();
+  ASSERT_TRUE(second_held.load());
+  EXPECT_EQ(access(lock_file.c_str(), F_OK), 0) << "the holder's lock file is linked";
+  warnings().clear();
+  EXPECT_FALSE(store.lockKey("k", std::chrono::milliseconds(100))) << "two holders at once";
+  second.reset();
+  EXPECT_NE(access(lock_file.c_str(), F_OK), 0) << "a released lock left its file";
+  EXPECT_TRUE(store.lockKey("k", std::chrono::milliseconds(100)));
 }
 
 TEST_F(PersistentStoreTest, DamagedDatabaseIsBypassedWithAWarning) {

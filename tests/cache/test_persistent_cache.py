@@ -45,6 +45,8 @@ def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir)
     assert all(r["ok"] for r in results)
     assert sum(r["compiles"] for r in results) == expected
     assert sum(r["compiles"] + r["persistent_hits"] for r in results) == 8 * expected
+    # Each compile lock's file goes with its holder: none piles up under locks/.
+    assert os.listdir(os.path.join(cache_dir, "locks")) == []
 
 
 def test_memory_tier_evicts_least_recently_used_and_reloads_from_disk(cache_dir):
