@@ -94,7 +94,6 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
   const char* kBoolean = "a boolean (1/0, true/false, yes/no, on/off)";
   const char* kBytes = "a byte count (a non-negative integer, optionally with K, M, G or T)";
   readSetting(lookup, "NEURON_CACHE", kBoolean, s.cache_enabled, "1: the cache is on", boolean, s);
-  if (const char* dir = lookup("NEURON_CACHE_DIR"); dir != nullptr) s.cache_dir_raw = dir;
   readSetting(lookup, "NEURON_CACHE_MAX_BYTES", kBytes, s.cache_max_bytes, "0: no cap", bytes, s);
   readSetting(lookup, "NEURON_CACHE_MEMORY_MAX_BYTES", kBytes, s.cache_memory_max_bytes,
               describeBytes(defaults.cache_memory_max_bytes), bytes, s);

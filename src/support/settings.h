@@ -21,9 +21,8 @@ namespace torchneuron {
 enum class FallbackMode { kWarn, kSilent, kError };
 
 struct Settings {
-  bool cache_enabled = true;   // NEURON_CACHE
-  std::string cache_dir_raw;   // NEURON_CACHE_DIR as given; "" when unset or empty
-  int64_t cache_max_bytes = 0; // NEURON_CACHE_MAX_BYTES; 0: no cap
+  bool cache_enabled = true;                           // NEURON_CACHE
+  int64_t cache_max_bytes = 0;                         // NEURON_CACHE_MAX_BYTES; 0: no cap
   int64_t cache_memory_max_bytes = int64_t{256} << 20; // NEURON_CACHE_MEMORY_MAX_BYTES
   bool cache_retry_failed = false;                     // NEURON_CACHE_RETRY_FAILED
   bool warm_start = true;                              // NEURON_WARM_START

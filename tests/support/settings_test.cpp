@@ -22,7 +22,6 @@ Settings parse(const std::map<std::string, std::string>& env) {
 TEST(Settings, DefaultsWhenNothingIsSet) {
   const Settings s = parse({});
   EXPECT_TRUE(s.cache_enabled);
-  EXPECT_EQ(s.cache_dir_raw, "");
   EXPECT_EQ(s.cache_max_bytes, 0);
   EXPECT_EQ(s.cache_memory_max_bytes, int64_t{256} << 20);
   EXPECT_FALSE(s.cache_retry_failed);
@@ -96,10 +95,6 @@ TEST(Settings, EmptyValuesMeanUnset) {
   EXPECT_TRUE(s.cache_enabled);
   EXPECT_EQ(s.cache_max_bytes, 0);
   EXPECT_TRUE(s.warnings.empty());
-}
-
-TEST(Settings, CacheDirectoryIsPassedOnAsGiven) {
-  EXPECT_EQ(parse({{"NEURON_CACHE_DIR", "/some/where"}}).cache_dir_raw, "/some/where");
 }
 
 TEST(Settings, FallbackModeIsStrict) {
