@@ -18,32 +18,54 @@ struct Registered {
 
 constexpr int kCapacity = 64;
 
-// Locking: `registry_mutex` guards the table; the forking thread holds it from prepare to the
-// parent or child step, so no registration happens across a fork. Constant-initialized, so it
-// is usable whatever the order of static initialization.
+// Locking: `registry_mutex` guards the table and is the highest rank of all: it is never held
+// while a handler runs or while another lock is taken, so a thread may register while it holds
+// any registered lock (registration is lazy, at first use, often inside a critical section).
+// The forking thread therefore takes the registered locks first, from a snapshot of the table,
+// and `registry_mutex` last; if a registration slipped in while it waited, it lets everything go
+// and starts over, so the locks held across fork() are always all the registered ones. The
+// table only grows (at most kCapacity entries), so this ends. Constant-initialized, so it is
+// usable whatever the order of static initialization.
 std::mutex registry_mutex;
 Registered registered[kCapacity];
 int count = 0; // entries sorted by rank, ties in registration order
 std::atomic<bool> forked_child{false};
 pthread_once_t installed = PTHREAD_ONCE_INIT;
 
+// Runs the release step of `entries[0, n)` in descending rank order.
+template <void (*ForkHandlers::*kStep)()> void releaseInReverse(const Registered* entries, int n) {
+  for (int i = n - 1; i >= 0; --i)
+    if (entries[i].handlers.*kStep) (entries[i].handlers.*kStep)();
+}
+
 void prepare() {
   settings(); // its function-local static is made before the fork, never during it
-  registry_mutex.lock();
-  for (int i = 0; i < count; ++i)
-    if (registered[i].handlers.prepare) registered[i].handlers.prepare();
+  static Registered snapshot[kCapacity]; // only the forking thread touches it, under the fork
+  for (;;) {
+    int taken;
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex);
+      taken = count;
+      for (int i = 0; i < taken; ++i)
+        snapshot[i] = registered[i];
+    }
+    for (int i = 0; i < taken; ++i)
+      if (snapshot[i].handlers.prepare) snapshot[i].handlers.prepare();
+    registry_mutex.lock(); // held until the parent or child step: no registration across fork()
+    if (count == taken) return;
+    registry_mutex.unlock();
+    releaseInReverse<&ForkHandlers::parent>(snapshot, taken);
+  }
 }
 
 void parent() {
-  for (int i = count - 1; i >= 0; --i)
-    if (registered[i].handlers.parent) registered[i].handlers.parent();
+  releaseInReverse<&ForkHandlers::parent>(registered, count);
   registry_mutex.unlock();
 }
 
 void child() {
   forked_child.store(true);
-  for (int i = count - 1; i >= 0; --i)
-    if (registered[i].handlers.child) registered[i].handlers.child();
+  releaseInReverse<&ForkHandlers::child>(registered, count);
   registry_mutex.unlock();
 }
 

@@ -11,9 +11,11 @@
 // reverse; two locks of one rank are never held together. Every registered lock obeys this
 // order in normal operation too, so the prepare step cannot deadlock with a thread that holds
 // one of them (it only waits for that thread to finish its critical section: at worst one
-// compile). The caching allocator's lock is the leaf below all of these: it registers its own
-// pthread_atfork handler when the device library loads, before anything registers here (all
-// registration is lazy), so its prepare handler runs after these.
+// compile). Registering is allowed while holding any registered lock: the registry's own lock
+// ranks above them all and is never held while a handler waits. The caching allocator's lock is the
+// leaf below all of these: it registers its own pthread_atfork handler when the device library
+// loads, before anything registers here (all registration is lazy), so its prepare handler runs
+// after these.
 
 #include <mutex>
 
