@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The persistent compile cache, measured (issue 4): a training script run twice in fresh
 processes on one cache directory (compiles, first iteration against steady state, load time per
-cached kernel), and eight processes started at once on a cold directory (total compiles against
-distinct kernels). Prints one JSON object; run_bench.py includes it in the report.
+cached kernel), eight processes started at once on a cold directory (total compiles against
+distinct kernels), and the cold first pass (issue 11): a pass that compiles 23 kernels on an
+empty cache directory against the same pass with NEURON_CACHE=0, whose compiles are the floor
+(the store's cost is what the cold pass adds to them). Prints one JSON object; run_bench.py
+includes it in the report.
 
-    /usr/bin/python3 bench/cache_bench.py [--build build]
+    /usr/bin/python3 bench/cache_bench.py [--build build] [--cold-pass-only]
 """
 import argparse
 import json
@@ -42,6 +45,70 @@ print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits
                   "load_ms_median": m["persistent_load_ms_median"], "compile_ms_median": m["compile_ms_median"],
                   "start_to_first_end_ms": start_to_first_end, "warm_start": m["warm_start"]}))
 """
+
+
+# 23 distinct kernels (elementwise, reductions, row-wise), each used once: the first pass of a
+# program, timed from the first op to its last result; then synchronize(), which also waits for
+# the persistent cache's background writer (timed separately: the pass does not wait for it).
+COLD_PASS = r"""
+import json, time, torch, torchneuron
+dev = torchneuron.device()
+torch.manual_seed(0)
+x = torch.randn(64, 33).to(dev)
+y = torch.randn(64, 33).to(dev)
+start = time.perf_counter()
+outs = [torch.tanh(x) * 2 + 1, torch.softmax(x, 1), x.sum(0), torch.nn.functional.gelu(x),
+        x.t().exp(), torch.sign(x), torch.sgn(x), x * y - y, torch.relu(x + y), torch.sigmoid(x),
+        x.mean(1), x.amax(0), torch.log1p(x.abs()), torch.sqrt(x.abs() + 1),
+        torch.where(x > 0, x, y), x.pow(2), torch.erf(x)]
+host = [o.cpu() for o in outs]
+pass_ms = (time.perf_counter() - start) * 1000
+torchneuron.synchronize()
+durable_ms = (time.perf_counter() - start) * 1000
+m = torchneuron.metrics()
+print(json.dumps({"pass_ms": pass_ms, "durable_ms": durable_ms, "compiles": m["compiles"],
+                  "compile_ms_median": m["compile_ms_median"],
+                  "persistent_hits": m["persistent_hits"],
+                  "write_batches": m["persistent_write_batches"],
+                  "writes": m["persistent_writes"]}))
+"""
+
+
+def run_cold_pass(env):
+    done = subprocess.run([sys.executable, "-c", COLD_PASS], env=env, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cold_pass(base, rounds):
+    """`rounds` times, alternating so both see the same machine: the pass on a fresh empty cache
+    directory, the same pass with the cache off, and a second process on the directory the cold
+    one filled. Medians of each, and the median of the per-round ratios."""
+    cold, off, second = [], [], []
+    for _ in range(rounds):
+        directory = tempfile.mkdtemp(prefix="neuron-cold-pass-")
+        try:
+            env = dict(base, NEURON_CACHE_DIR=directory, NEURON_WARM_START="0")
+            cold.append(run_cold_pass(env))
+            off.append(run_cold_pass(dict(base, NEURON_CACHE="0")))
+            second.append(run_cold_pass(env))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    med = lambda runs, field: statistics.median(r[field] for r in runs)
+    return {"rounds": rounds, "kernels": cold[0]["compiles"],
+            "cold_pass_ms": med(cold, "pass_ms"), "cold_durable_ms": med(cold, "durable_ms"),
+            "cache_off_pass_ms": med(off, "pass_ms"),
+            "cold_over_off": statistics.median(c["pass_ms"] / o["pass_ms"]
+                                               for c, o in zip(cold, off)),
+            "cold_over_off_min": min(c["pass_ms"] / o["pass_ms"] for c, o in zip(cold, off)),
+            "cold_over_off_max": max(c["pass_ms"] / o["pass_ms"] for c, o in zip(cold, off)),
+            "cold_compile_ms_median": med(cold, "compile_ms_median"),
+            "off_compile_ms_median": med(off, "compile_ms_median"),
+            "cold_write_batches": med(cold, "write_batches"), "cold_writes": med(cold, "writes"),
+            "second_compiles_max": max(r["compiles"] for r in second),
+            "second_pass_ms": med(second, "pass_ms")}
 
 
 def run(env, iterations=12, device="neuron"):
@@ -85,11 +152,18 @@ def main(argv):
         os.path.abspath(__file__))), "build"))
     parser.add_argument("--warm-runs", type=int, default=5,
                         help="reruns on the warm directory (the median one is reported)")
+    parser.add_argument("--cold-pass-rounds", type=int, default=5)
+    parser.add_argument("--cold-pass-only", action="store_true",
+                        help="only the cold first pass against the cache off (about a minute)")
     args = parser.parse_args(argv)
-    if args.warm_runs < 1:
-        parser.error(f"--warm-runs must be at least 1, got {args.warm_runs}")
+    if args.warm_runs < 1 or args.cold_pass_rounds < 1:
+        parser.error(f"--warm-runs and --cold-pass-rounds must be at least 1, got "
+                     f"{args.warm_runs} and {args.cold_pass_rounds}")
     base = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), NEURON_FALLBACK="silent",
                 OMP_NUM_THREADS="1")
+    if args.cold_pass_only:
+        print(json.dumps({"cold_pass": cold_pass(base, args.cold_pass_rounds)}))
+        return 0
     directory = tempfile.mkdtemp(prefix="neuron-cache-bench-")
     try:
         env = dict(base, NEURON_CACHE_DIR=directory)
@@ -124,6 +198,7 @@ def main(argv):
             eight.append(json.loads(out.strip().splitlines()[-1]))
         result = {"cold_run": cold, "second_run": warm, "warm_start_off_run": warm_start_off,
                   "cache_off_run": no_cache,
+                  "cold_pass": cold_pass(base, args.cold_pass_rounds),
                   "stock_run": stock, "stock_tuned_run": stock_tuned,
                   "eight_processes": {"distinct_kernels": no_cache["compiles"],
                                       "total_compiles": sum(r["compiles"] for r in eight),

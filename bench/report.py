@@ -10,6 +10,21 @@ from rounds import round_speedups, spread
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
 
 
+def cold_pass_lines(cold):
+    """The cold first pass against the cache off (bench/cache_bench.py, issue 11)."""
+    if not cold:
+        return []
+    return [f"- cold first pass, {cold['kernels']} kernels compiled: {cold['cold_pass_ms']:.0f} ms "
+            f"with the cache on an empty directory, {cold['cache_off_pass_ms']:.0f} ms with "
+            f"NEURON_CACHE=0 (the floor: the compiles alone): {cold['cold_over_off']:.2f}x "
+            f"(median of {cold['rounds']} rounds, {cold['cold_over_off_min']:.2f}x-"
+            f"{cold['cold_over_off_max']:.2f}x); its {cold['cold_writes']:.0f} store writes went in "
+            f"{cold['cold_write_batches']:.0f} background batches, durable "
+            f"{cold['cold_durable_ms'] - cold['cold_pass_ms']:.0f} ms after the pass "
+            f"(synchronize()); a second process compiled {cold['second_compiles_max']} "
+            f"({cold['second_pass_ms']:.0f} ms)"]
+
+
 def index(rows):
     return {(r["workload"], r["mode"], r["threads"]): r for r in rows}
 
@@ -206,7 +221,8 @@ def markdown(result):
                 f"{warm['load_ms_median']:.2f} ms; loading all {warm['persistent_hits']} adds "
                 f"{warm.get('load_share_of_steady', 0) * 100:.1f}% of a steady iteration to the first",
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
-                f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)", ""]
+                f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
+            lines += cold_pass_lines(cache.get("cold_pass")) + [""]
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]

@@ -12,6 +12,7 @@
 
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
+#include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
@@ -74,6 +75,9 @@ py::dict metricsDict() {
   result["persistent_hits"] = compile.persistent_hits;
   result["persistent_rejected"] = compile.persistent_rejected;
   result["persistent_load_ms_median"] = compile.persistent_load_ms_median;
+  result["persistent_writes"] = compile.persistent_writes;
+  result["persistent_write_batches"] = compile.persistent_write_batches;
+  result["persistent_writes_pending"] = compile.persistent_writes_pending;
   result["warm_start"] = warmStartDict();
   return result;
 }
@@ -211,6 +215,8 @@ PYBIND11_MODULE(_C, m) {
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);
+  m.def("flush_store_writes", &torchneuron::flushPersistentWrites,
+        py::call_guard<py::gil_scoped_release>());
   m.def("device_count", [] { return static_cast<int>(torchneuron::neuronDeviceCount()); });
   m.def("check_device_index", [](int index) {
     torchneuron::checkNeuronDeviceIndex(static_cast<c10::DeviceIndex>(index));

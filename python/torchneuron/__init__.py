@@ -31,6 +31,9 @@ _emit_cache_warnings()
 # metrics().
 _C.start_warm_start()
 atexit.register(_C.finish_warm_start)
+# Compiled kernels still queued for the persistent cache are written before Python goes (its
+# warnings can still be shown); the library's own exit handler catches anything later.
+atexit.register(_C.flush_store_writes)
 
 DEVICE_TYPE = "privateuseone"
 
@@ -60,8 +63,10 @@ def device_count() -> int:
 
 def synchronize(device=None) -> None:
     """Waits for all work on the device. Eager kernels complete before they return, so this
-    validates ``device`` and raises the cache warnings that background work queued."""
+    validates ``device``, waits until the compiled kernels handed to the persistent cache's
+    background writer are on disk, and raises the cache warnings that background work queued."""
     _index_of(device)
+    _C.flush_store_writes()
     _emit_cache_warnings()
 
 

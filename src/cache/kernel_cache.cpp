@@ -242,9 +242,11 @@ CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
   return kernel;
 }
 
-// Writes a compiled kernel's container to the store; a fault only warns (storeCall).
+// Hands a compiled kernel's container to the store's background writer, with the key's compile
+// lock, held until the entry is durable; a fault only warns (storeCall).
 void storeCompiled(PersistentStore& store, const std::string& store_key,
-                   const LoadRequirements& wanted, const fusion::ObjectCode& object) {
+                   const LoadRequirements& wanted, const fusion::ObjectCode& object,
+                   std::unique_ptr<PersistentStore::KeyLock> lock) {
   storeCall("writing", false, [&] {
     ExecutableContainer container;
     container.engine_version = wanted.engine_version;
@@ -256,7 +258,8 @@ void storeCompiled(PersistentStore& store, const std::string& store_key,
     container.key_material = wanted.key_material;
     container.kernels = {{object.entry, "slots-v1"}};
     container.object = object.bytes;
-    return store.put(store_key, container.serialize());
+    store.putLater(store_key, container.serialize(), std::move(lock));
+    return true;
   });
 }
 
@@ -266,19 +269,15 @@ void storeCompiled(PersistentStore& store, const std::string& store_key,
 // propagates.
 CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
                             const LoadRequirements& wanted, PersistentStore* store,
-                            const std::string& store_key) {
+                            const std::string& store_key, bool* compiled,
+                            std::unique_ptr<PersistentStore::KeyLock> lock = nullptr) {
   CachedKernel result;
   fusion::ObjectCode object;
   try {
-    const auto start = std::chrono::steady_clock::now();
     object = fusion::compileKernel(mlir, fusion::kernelEntryName(key));
     result = loaded(loadKernelObject(object.bytes, object.entry));
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     t.compiles.fetch_add(1, std::memory_order_relaxed);
-    t.compile_us.fetch_add(static_cast<int64_t>(ms * 1000));
-    std::lock_guard<std::mutex> lock(t.latencies_mutex);
-    t.latencies_ms.push_back(ms);
+    *compiled = true;
   } catch (const CompileError& error) {
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
@@ -295,14 +294,15 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
     failHere(t, result, "[cache] out of memory while compiling the kernel");
     return result;
   }
-  if (store != nullptr) storeCompiled(*store, store_key, wanted, object);
+  if (store != nullptr) storeCompiled(*store, store_key, wanted, object, std::move(lock));
   return result;
 }
 
 // A memory miss with a store: prefetched code, the stored entry, else a compile (single-flight
 // across processes).
 CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const std::string& mlir,
-                           const LoadRequirements& wanted, const std::string& store_key) {
+                           const LoadRequirements& wanted, const std::string& store_key,
+                           bool* compiled) {
   bool rejected = false;
   if (auto code = takePrefetched(t, store, store_key, wanted, &rejected)) return loaded(code);
   if (!rejected) {
@@ -323,18 +323,34 @@ CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const s
   if (!rejected) {
     if (auto code = loadFromStore(t, store, store_key, wanted)) return loaded(code);
   }
-  return compileAndLoad(t, key, mlir, wanted, &store, store_key);
+  return compileAndLoad(t, key, mlir, wanted, &store, store_key, compiled, std::move(lock));
 }
 
-// A memory miss: the persistent store, else a compile.
+// A memory miss: the persistent store, else a compile. When it compiled, the whole time the
+// calling thread spent here (building the MLIR, store lookups, waiting for another process's
+// compile of the key, compiling, linking, handing the entry to the writer) is the compile's
+// latency in the statistics: what a first use costs the program.
 CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& build_mlir) {
+  const auto start = std::chrono::steady_clock::now();
+  bool compiled = false;
+  CachedKernel result;
   const std::string mlir = build_mlir();
   const LoadRequirements wanted = requirementsFor(key, mlir);
   PersistentStore* store = PersistentStore::fromEnvironment();
-  if (store == nullptr) return compileAndLoad(t, key, mlir, wanted, nullptr, "");
-  const std::string store_key = storeKey(wanted);
-  CachedKernel result = resolveStored(t, *store, key, mlir, wanted, store_key);
-  if (result.code) rememberFirstUse(t, store_key);
+  if (store == nullptr) {
+    result = compileAndLoad(t, key, mlir, wanted, nullptr, "", &compiled);
+  } else {
+    const std::string store_key = storeKey(wanted);
+    result = resolveStored(t, *store, key, mlir, wanted, store_key, &compiled);
+    if (result.code) rememberFirstUse(t, store_key);
+  }
+  if (compiled) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    t.compile_us.fetch_add(static_cast<int64_t>(ms * 1000));
+    std::lock_guard<std::mutex> lock(t.latencies_mutex);
+    t.latencies_ms.push_back(ms);
+  }
   return result;
 }
 
@@ -574,10 +590,20 @@ KernelCacheStats kernelCacheStats() {
   stats.persistent_rejected = t.persistent_rejected.load();
   stats.prefetched = t.prefetch_count.load();
   stats.memory_evictions = t.evictions.load();
+  if (PersistentStore* store = PersistentStore::fromEnvironment()) {
+    const StoreWriterStats writer = store->writerStats();
+    stats.persistent_writes = writer.writes;
+    stats.persistent_write_batches = writer.batches;
+    stats.persistent_writes_pending = writer.pending;
+  }
   std::shared_lock<std::shared_mutex> read(t.mutex);
   stats.entries = static_cast<int64_t>(t.entries.size());
   stats.memory_bytes = t.memory_bytes;
   return stats;
+}
+
+void flushPersistentWrites() {
+  if (PersistentStore* store = PersistentStore::fromEnvironment()) store->flushWrites();
 }
 
 void resetKernelCacheCounters() {

@@ -36,7 +36,9 @@ struct KernelCacheStats {
   int64_t misses = 0;
   int64_t compiles = 0;
   int64_t compile_failures = 0;
-  double compile_ms_total = 0;  // MLIR to loaded kernel, summed over compiles
+  // Per compile: all the dispatching thread waited for (MLIR, store lookups, lock waits,
+  // compile, link); summed, median and max.
+  double compile_ms_total = 0;
   double compile_ms_median = 0; // of the compiles since the last reset
   double compile_ms_max = 0;
   int64_t entries = 0;
@@ -45,7 +47,10 @@ struct KernelCacheStats {
   int64_t persistent_hits = 0;          // kernels loaded from the on-disk cache, no compile
   int64_t persistent_rejected = 0;      // on-disk entries that failed verification (then compiled)
   double persistent_load_ms_median = 0; // store read + verification + ORC link
-  int64_t prefetched = 0; // loaded ahead of need by prefetchStoredKernel(), used or not
+  int64_t prefetched = 0;        // loaded ahead of need by prefetchStoredKernel(), used or not
+  int64_t persistent_writes = 0; // entries and last-use refreshes written to the store
+  int64_t persistent_write_batches = 0;  // the synced writes that carried them
+  int64_t persistent_writes_pending = 0; // handed to the background writer, not yet durable
 };
 
 // Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the
@@ -72,6 +77,9 @@ std::vector<std::string> storedKernelsInFirstUseOrder();
 bool prefetchStoredKernel(const std::string& store_key);
 
 KernelCacheStats kernelCacheStats();
+// Returns once every compiled kernel handed to the persistent store's background writer is
+// durable (torchneuron.synchronize(), and at exit).
+void flushPersistentWrites();
 void resetKernelCacheCounters(); // hits, misses, compiles, failures and time; keeps entries
 
 // The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES

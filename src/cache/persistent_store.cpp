@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
@@ -28,6 +29,8 @@
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/executable_container.h"
+#include "cache/store_snapshot.h"
+#include "cache/store_writer.h"
 #include "cache/warm_start_profile.h"
 #include "support/fork_handlers.h"
 
@@ -147,9 +150,10 @@ public:
 };
 
 rocksdb::Options baseOptions() {
-  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<DiscardingLogger>();
+  // Never destroyed: the background writer may still open the database while statics go.
+  static const auto* logger = new std::shared_ptr<rocksdb::Logger>(new DiscardingLogger());
   rocksdb::Options options;
-  options.info_log = logger;
+  options.info_log = *logger;
   // Table files are opened on the calling thread: with more, RocksDB starts threads to open
   // them and calls std::terminate when one cannot start (under an address-space limit), where
   // the calling thread would have got a clean error. The cache has few, small tables.
@@ -165,12 +169,16 @@ struct PersistentStore::Impl {
   std::unique_ptr<EntryAuthenticator> authenticator;
   std::string key_source;
   std::string open_problem; // the latest failure to open the database for reading
-  // Entries and last-use times read in one pass at the first lookup, so a warm process opens
-  // the database once rather than once per kernel. Keys missing from it are read afresh.
-  bool snapshot_taken = false;
-  std::unordered_map<std::string, std::string> snapshot_entries, snapshot_uses;
+  // Entries, last-use times and failures read in one pass at the first lookup, so a warm
+  // process opens the database once rather than once per kernel, and a cold one opens it only
+  // when another process wrote meanwhile (store_snapshot.h).
+  StoreSnapshot snapshot;
+  // Made at the first putLater(): entries of compiles, and last-use refreshes (store_writer.h).
+  std::once_flag writer_made;
+  std::unique_ptr<StoreWriter> writer;
+  std::atomic<StoreWriter*> writer_made_ptr{nullptr}; // `writer`, once made (read without the once)
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
-  std::atomic<int64_t> foreign{0}, forged{0};
+  std::atomic<int64_t> foreign{0}, forged{0}, lookup_opens{0};
   std::mutex mutex; // one store operation at a time per process (flock is per open file)
 
   // Opens the database read-only under a shared lock; nullptr when it does not exist or fails
@@ -209,7 +217,12 @@ struct PersistentStore::Impl {
     return std::unique_ptr<rocksdb::DB>(db);
   }
 
-  bool write(const std::function<void(rocksdb::DB&, rocksdb::WriteBatch&)>& fill) {
+  // Writes what `fill` puts in one batch, synced and flushed, under the exclusive lock. The
+  // snapshot follows it (store_snapshot.h): `keys` and `failures` are the entries and failures
+  // the batch stores: every entry `fill` puts must be named in `keys`.
+  bool write(const std::function<void(rocksdb::DB&, rocksdb::WriteBatch&)>& fill,
+             const std::vector<std::string>& keys,
+             const std::unordered_map<std::string, std::string>& failures = {}) {
     FileLock lock(lock_path, LOCK_EX);
     if (!lock.held()) {
       warnCacheOnce("lock", "cannot lock " + lock_path + " (" + std::strerror(errno) +
@@ -217,6 +230,18 @@ struct PersistentStore::Impl {
       write_failures.fetch_add(1);
       return false;
     }
+    snapshot.beginWrite(readGeneration(db_path));
+    bool written = false;
+    try {
+      written = writeHoldingLock(fill);
+    } catch (const std::exception&) { // a warning's text out of memory: the write failed
+      write_failures.fetch_add(1);
+    }
+    snapshot.endWrite(written, readGeneration(db_path), keys, failures);
+    return written;
+  }
+
+  bool writeHoldingLock(const std::function<void(rocksdb::DB&, rocksdb::WriteBatch&)>& fill) {
     rocksdb::Status status;
     try { // RocksDB and the batch allocate: out of memory is a failed write, not an abort
       std::unique_ptr<rocksdb::DB> db = openWriter();
@@ -320,7 +345,10 @@ std::string PersistentStore::keySource() const { return impl_->key_source; }
 
 bool PersistentStore::off() const { return !impl_->problem.empty() || in_forked_child.load(); }
 
-PersistentStore::~PersistentStore() = default;
+PersistentStore::~PersistentStore() {
+  if (StoreWriter* w = impl_->writer_made_ptr.load())
+    w->stop(); // its batches use this store: written before it goes
+}
 
 PersistentStore* PersistentStore::fromEnvironment() {
   static PersistentStore* store = []() -> PersistentStore* {
@@ -341,43 +369,86 @@ PersistentStore* PersistentStore::fromEnvironment() {
   return store;
 }
 
+namespace {
+
+// Removes the compile-lock files under `locks_dir` that nobody holds (left by a process killed
+// while it held them); one held by a compiling process stays. Safe against a process that opened
+// a file just before it goes: having locked it, that process finds it unlinked and takes the one
+// at the path (lockKey). Returns how many it removed.
+int64_t removeUnheldLockFiles(const std::string& locks_dir) {
+  int64_t removed = 0;
+  if (DIR* dir = opendir(locks_dir.c_str())) {
+    while (dirent* item = readdir(dir)) {
+      const std::string name = item->d_name, path = locks_dir + "/" + name;
+      if (!isStoreKey(name)) continue;
+      const int fd = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); // fork-safe
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(path.c_str()) == 0) ++removed;
+      closeLockFile(fd);
+    }
+    closedir(dir);
+  }
+  return removed;
+}
+
+} // namespace
+
+// The first lookup of the process: reads the database once, and removes stale lock files.
+void PersistentStore::takeSnapshot() {
+  constexpr size_t kSnapshotLimit = 64 << 20;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->snapshot.taken()) return;
+  StoreSnapshot::Contents contents;
+  impl_->read([&](rocksdb::DB* db) {
+    // Read under the shared lock: no writer can change the database between these two reads.
+    contents.generation = readGeneration(impl_->db_path);
+    if (db != nullptr) impl_->lookup_opens.fetch_add(1);
+    if (db == nullptr) {
+      contents.complete = contents.generation.current.empty(); // none yet, or unreadable
+      return 0;
+    }
+    size_t bytes = 0;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
+      if (bytes >= kSnapshotLimit) {
+        contents.complete = false;
+        break;
+      }
+      bytes += it->value().size();
+      contents.entries[it->key().ToString().substr(kEntry.size())] = it->value().ToString();
+    }
+    for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
+      contents.uses[it->key().ToString().substr(kUse.size())] = it->value().ToString();
+    for (it->Seek(kFailure); it->Valid() && it->key().starts_with(kFailure); it->Next())
+      contents.failures[it->key().ToString().substr(kFailure.size())] = it->value().ToString();
+    return 0;
+  });
+  impl_->snapshot.replace(std::move(contents));
+  removeUnheldLockFiles(impl_->locks_dir);
+}
+
 std::optional<std::vector<char>> PersistentStore::get(const std::string& key, StoreRead* read) {
   if (read) *read = StoreRead::kAbsent;
   if (off()) return std::nullopt;
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  constexpr size_t kSnapshotLimit = 64 << 20;
-  if (!impl_->snapshot_taken) {
-    impl_->snapshot_taken = true;
-    impl_->read([&](rocksdb::DB* db) {
-      if (db == nullptr) return 0;
-      size_t bytes = 0;
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-      for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry) && bytes < kSnapshotLimit;
-           it->Next()) {
-        bytes += it->value().size();
-        impl_->snapshot_entries[it->key().ToString().substr(kEntry.size())] =
-            it->value().ToString();
-      }
-      for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
-        impl_->snapshot_uses[it->key().ToString().substr(kUse.size())] = it->value().ToString();
-      return 0;
-    });
-  }
+  if (!impl_->snapshot.taken()) takeSnapshot();
   std::optional<std::vector<char>> found;
   bool stale_use = false;
-  if (auto it = impl_->snapshot_entries.find(key); it != impl_->snapshot_entries.end()) {
-    found.emplace(it->second.begin(), it->second.end());
-    auto use = impl_->snapshot_uses.find(key);
-    stale_use =
-        use == impl_->snapshot_uses.end() || nowMs() - decodeTime(use->second) > kUseGranularityMs;
-    impl_->snapshot_entries.erase(it); // loaded once per process; a repeat lookup reads afresh
+  std::string use;
+  if (std::optional<std::string> bytes = impl_->snapshot.takeEntry(key, &use)) {
+    found.emplace(bytes->begin(), bytes->end());
+    stale_use = nowMs() - decodeTime(use) > kUseGranularityMs;
+  } else if (impl_->snapshot.knownAbsent(key, readGeneration(impl_->db_path))) {
+    impl_->misses.fetch_add(1);
+    return std::nullopt; // nothing was written since the snapshot, which does not hold it
   } else {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
     found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
-      std::string value, use;
+      std::string value, used;
+      if (db != nullptr) impl_->lookup_opens.fetch_add(1);
       if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok())
         return std::nullopt;
-      stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &use).ok() ||
-                  nowMs() - decodeTime(use) > kUseGranularityMs;
+      stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &used).ok() ||
+                  nowMs() - decodeTime(used) > kUseGranularityMs;
       return std::vector<char>(value.begin(), value.end());
     });
   }
@@ -386,14 +457,90 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
     if (read) *read = verdict;
     if (verdict != StoreRead::kFound) found.reset();
   }
-  // Last use is kept to the hour (what LRU eviction needs), so a warm run writes nothing.
+  // Last use is kept to the hour (what LRU eviction needs), so a warm run writes nothing; a
+  // stale one is refreshed by the background writer, off this thread.
   if (found && stale_use) {
-    impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
-      batch.Put(kUse + key, encodeTime(nowMs()));
-    });
+    PendingWrite touch;
+    touch.key = key;
+    touch.touch_only = true;
+    writer().enqueue(std::move(touch));
   }
   (found ? impl_->hits : impl_->misses).fetch_add(1);
   return found;
+}
+
+StoreWriter& PersistentStore::writer() {
+  std::call_once(impl_->writer_made, [this] {
+    // The writer's exit handler (registered when the first writer is made) must run before
+    // the statics a write uses are destroyed, so they are made first: exit handlers and static
+    // destructors run in the reverse order of their registration.
+    baseOptions();
+    rocksdb::Env::Default();
+    impl_->writer =
+        std::make_unique<StoreWriter>([this](std::vector<PendingWrite>& batch) { commit(batch); });
+    impl_->writer_made_ptr.store(impl_->writer.get());
+  });
+  return *impl_->writer;
+}
+
+void PersistentStore::putLater(const std::string& key, const std::vector<char>& value,
+                               std::unique_ptr<KeyLock> lock) {
+  if (off()) return;
+  PendingWrite write;
+  write.key = key;
+  write.value = value;
+  if (!sealContainer(write.value, *impl_->authenticator)) {
+    impl_->write_failures.fetch_add(1);
+    warnCacheOnce("seal", "refused to store an entry that is not an intact container");
+    return;
+  }
+  write.hold = std::shared_ptr<KeyLock>(std::move(lock));
+  writer().enqueue(std::move(write));
+}
+
+void PersistentStore::flushWrites() {
+  if (StoreWriter* w = impl_->writer_made_ptr.load()) w->flush();
+}
+
+StoreWriterStats PersistentStore::writerStats() {
+  StoreWriter* w = impl_->writer_made_ptr.load();
+  return w ? w->stats() : StoreWriterStats();
+}
+
+// On the writer's thread: one write for the whole batch (entries, last-use refreshes, and the
+// eviction the entries need). Its warnings are queued for a thread that can show them.
+void PersistentStore::commit(std::vector<PendingWrite>& batch) {
+  QueueCacheWarningsHere queue_warnings;
+  try {
+    commitBatch(batch);
+  } catch (const std::exception& error) { // out of memory: a failed write, not an abort
+    impl_->write_failures.fetch_add(1);
+    warnCacheOnce("write", std::string("writing the compile cache failed (") + error.what() + ")");
+  }
+}
+
+void PersistentStore::commitBatch(std::vector<PendingWrite>& batch) {
+  std::vector<std::string> keys;
+  int64_t incoming = 0;
+  for (const PendingWrite& w : batch)
+    if (!w.touch_only) {
+      keys.push_back(w.key);
+      incoming += static_cast<int64_t>(w.value.size());
+    }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->write(
+      [&](rocksdb::DB& db, rocksdb::WriteBatch& out) {
+        if (max_bytes_ > 0 && incoming > 0) impl_->evict(db, out, max_bytes_, incoming);
+        const std::string now = encodeTime(nowMs());
+        for (const PendingWrite& w : batch) {
+          if (!w.touch_only) {
+            out.Put(kEntry + w.key, rocksdb::Slice(w.value.data(), w.value.size()));
+            out.Delete(kFailure + w.key);
+          }
+          out.Put(kUse + w.key, now);
+        }
+      },
+      keys);
 }
 
 StoreRead PersistentStore::authenticate(const std::string& key, const std::vector<char>& bytes) {
@@ -432,12 +579,14 @@ bool PersistentStore::put(const std::string& key, const std::vector<char>& value
 bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char>& value) {
   if (off()) return false;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
-    if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
-    batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
-    batch.Put(kUse + key, encodeTime(nowMs()));
-    batch.Delete(kFailure + key);
-  });
+  return impl_->write(
+      [&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
+        if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
+        batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
+        batch.Put(kUse + key, encodeTime(nowMs()));
+        batch.Delete(kFailure + key);
+      },
+      {key});
 }
 
 void PersistentStore::noteCorrupt(const std::string& key, const std::string& why) {
@@ -450,15 +599,24 @@ std::optional<std::string> PersistentStore::failure(const std::string& key,
                                                     const std::string& engine_version) {
   const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
   if (off()) return std::nullopt;
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
-    std::string value;
-    if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &value).ok())
-      return std::nullopt;
-    const size_t split = value.find('\n');
-    if (split == std::string::npos || value.substr(0, split) != version) return std::nullopt;
-    return value.substr(split + 1);
-  });
+  if (!impl_->snapshot.taken()) takeSnapshot();
+  bool known = false;
+  std::optional<std::string> value =
+      impl_->snapshot.failure(key, readGeneration(impl_->db_path), &known);
+  if (!known) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    value = impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
+      std::string stored;
+      if (db != nullptr) impl_->lookup_opens.fetch_add(1);
+      if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &stored).ok())
+        return std::nullopt;
+      return stored;
+    });
+  }
+  if (!value) return std::nullopt;
+  const size_t split = value->find('\n'); // "<engine version>\n<reason>"
+  if (split == std::string::npos || value->substr(0, split) != version) return std::nullopt;
+  return value->substr(split + 1);
 }
 
 void PersistentStore::recordFailure(const std::string& key, const std::string& reason,
@@ -466,9 +624,9 @@ void PersistentStore::recordFailure(const std::string& key, const std::string& r
   const std::string version = engine_version.empty() ? kEngineVersion : engine_version;
   if (off()) return;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
-    batch.Put(kFailure + key, version + "\n" + reason);
-  });
+  const std::string value = version + "\n" + reason;
+  impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) { batch.Put(kFailure + key, value); },
+               {}, {{key, value}});
 }
 
 PersistentStore::KeyLock::~KeyLock() {
@@ -584,18 +742,18 @@ PersistentStoreStats PersistentStore::stats() {
   s.write_failures = impl_->write_failures.load();
   s.foreign = impl_->foreign.load();
   s.forged = impl_->forged.load();
+  s.lookup_opens = impl_->lookup_opens.load();
   return s;
 }
 
 int64_t PersistentStore::prune(int64_t max_bytes) {
   if (off()) return 0;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot_taken = false;
-  impl_->snapshot_entries.clear();
+  impl_->snapshot.clear();
   int64_t removed = 0;
-  impl_->write([&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
-    removed = impl_->evict(db, batch, max_bytes, 0);
-  });
+  impl_->write([&](rocksdb::DB& db,
+                   rocksdb::WriteBatch& batch) { removed = impl_->evict(db, batch, max_bytes, 0); },
+               {});
   return removed;
 }
 
@@ -607,8 +765,7 @@ ClearReport PersistentStore::clear() {
   }
   report.profiles = removeProfiles(directory_); // they name entries that are about to go
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot_taken = false;
-  impl_->snapshot_entries.clear();
+  impl_->snapshot.clear();
   FileLock store_lock(impl_->lock_path, LOCK_EX);
   if (!store_lock.held()) {
     report.problem = "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
@@ -621,18 +778,7 @@ ClearReport PersistentStore::clear() {
         "cannot remove the database " + impl_->db_path + " (" + status.ToString() + ")";
     return report;
   }
-  // A compile lock nobody holds is stale; one held by a compiling process stays.
-  if (DIR* dir = opendir(impl_->locks_dir.c_str())) {
-    while (dirent* item = readdir(dir)) {
-      const std::string name = item->d_name, path = impl_->locks_dir + "/" + name;
-      if (!isStoreKey(name)) continue;
-      const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) continue;
-      if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(path.c_str()) == 0) ++report.lock_files;
-      close(fd);
-    }
-    closedir(dir);
-  }
+  report.lock_files = removeUnheldLockFiles(impl_->locks_dir);
   if (impl_->key_source == directory_ + "/" + kUserKeyFileName) report.kept_key = impl_->key_source;
   report.cleared = true;
   return report;
@@ -641,8 +787,7 @@ ClearReport PersistentStore::clear() {
 std::string PersistentStore::repair() {
   if (off()) return impl_->problem;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot_taken = false;
-  impl_->snapshot_entries.clear();
+  impl_->snapshot.clear();
   FileLock store_lock(impl_->lock_path, LOCK_EX);
   if (!store_lock.held())
     return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
@@ -717,13 +862,19 @@ ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
     }
     accepted.emplace_back(std::move(key), std::move(value));
   }
+  std::vector<std::string> keys;
+  for (const auto& item : accepted)
+    keys.push_back(item.first);
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const bool ok = accepted.empty() || impl_->write([&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
-    for (const auto& [key, value] : accepted) {
-      batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
-      batch.Put(kUse + key, encodeTime(nowMs()));
-    }
-  });
+  const bool ok = accepted.empty() ||
+                  impl_->write(
+                      [&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
+                        for (const auto& [key, value] : accepted) {
+                          batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
+                          batch.Put(kUse + key, encodeTime(nowMs()));
+                        }
+                      },
+                      keys);
   if (!ok)
     report.problem = "cannot write the cache at " + directory_ + " (see the warning)";
   else

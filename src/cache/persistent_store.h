@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cache/cache_warnings.h" // setCacheWarningHandler, for users of the store
+#include "cache/store_writer.h"
 
 namespace torchneuron {
 
@@ -40,6 +41,7 @@ struct PersistentStoreStats {
   int64_t write_failures = 0;
   int64_t foreign = 0;          // entries of another format version or key id: misses, no warning
   int64_t forged = 0;           // entries whose MAC failed: never returned
+  int64_t lookup_opens = 0;     // times get() or failure() opened the database (this instance)
   std::string database_problem; // "" unless the database cannot be read (damaged)
 };
 
@@ -110,6 +112,15 @@ public:
   bool put(const std::string& key, const std::vector<char>& value);
   // Stores `value` exactly as given (already sealed: imports; tests planting entries).
   bool putVerbatim(const std::string& key, const std::vector<char>& value);
+  class KeyLock;
+  // As put(), but written by the background writer (store_writer.h), batched with others; the
+  // caller goes on at once. `lock` (the key's compile lock, may be null) is held until the entry
+  // is durable. Written by flushWrites(), at the latest by process exit.
+  void putLater(const std::string& key, const std::vector<char>& value,
+                std::unique_ptr<KeyLock> lock);
+  // Returns once every write handed to the background writer before the call is durable.
+  void flushWrites();
+  StoreWriterStats writerStats();
   void noteCorrupt(const std::string& key, const std::string& why);
 
   // A remembered compile failure of `key` for `engine_version` (this engine's by default), or
@@ -155,6 +166,10 @@ public:
   ImportReport importFrom(const std::string& file, bool trust);
 
 private:
+  void takeSnapshot();
+  StoreWriter& writer();
+  void commit(std::vector<PendingWrite>& batch);
+  void commitBatch(std::vector<PendingWrite>& batch);
   std::string openTrusted(); // the trust checks and the key: "" or why the store is off
   bool off() const;
   StoreRead authenticate(const std::string& key, const std::vector<char>& bytes);

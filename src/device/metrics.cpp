@@ -81,6 +81,9 @@ MetricsSnapshot metricsSnapshot() {
   snapshot.compile.persistent_hits = cache.persistent_hits;
   snapshot.compile.persistent_rejected = cache.persistent_rejected;
   snapshot.compile.persistent_load_ms_median = cache.persistent_load_ms_median;
+  snapshot.compile.persistent_writes = cache.persistent_writes;
+  snapshot.compile.persistent_write_batches = cache.persistent_write_batches;
+  snapshot.compile.persistent_writes_pending = cache.persistent_writes_pending;
   return snapshot;
 }
 

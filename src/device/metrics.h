@@ -40,6 +40,9 @@ struct CompileMetrics {
   int64_t persistent_hits = 0;        // kernels loaded from the on-disk cache
   int64_t persistent_rejected = 0;    // on-disk entries that failed verification
   double persistent_load_ms_median = 0;
+  int64_t persistent_writes = 0; // not reset: the store writer's own counts
+  int64_t persistent_write_batches = 0;
+  int64_t persistent_writes_pending = 0;
 };
 
 struct MetricsSnapshot {

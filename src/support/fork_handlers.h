@@ -25,6 +25,7 @@ enum class ForkRank : int {
   kWarmStartItem = 10,    // device/warm_start.cpp: the kernel or block the thread works on
   kKernelCacheTable = 20, // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
   kStoreLocks = 30,       // cache/persistent_store.cpp: descriptors of held flock() locks
+  kStoreWriter = 35,      // cache/store_writer.cpp: the writers and their queues
   kCompiler = 40,         // fusion/compiler.cpp: the MLIR context and target machine
   kLinker = 50,           // launcher/object_loader.cpp: the ORC JIT
   kLaunchArenas = 60,     // launcher/parallel_launch.cpp: the TBB arena table

@@ -47,7 +47,11 @@ protected:
   // stays empty. Forked before this process starts any store or LLVM threads.
   void compileInAnotherProcess(const fusion::ElementwiseSignature& s) {
     const pid_t pid = fork();
-    if (pid == 0) _exit(kernelOf(s)->function != nullptr ? 0 : 1);
+    if (pid == 0) {
+      const bool compiled = kernelOf(s)->function != nullptr;
+      flushPersistentWrites(); // _exit() skips the exit handler that would write it
+      _exit(compiled ? 0 : 1);
+    }
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

@@ -260,6 +260,29 @@ TEST_F(PersistentStoreTest, ExportThenImportUnderOneKeyGivesByteIdenticalEntries
   unsetenv("NEURON_CACHE_KEY_FILE");
 }
 
+// Two instances on one directory behave as two processes: each has its own snapshot, and their
+// file locks conflict. A miss is answered without opening the database until another one writes.
+TEST_F(PersistentStoreTest, AMissOpensTheDatabaseOnlyAfterAnotherProcessWrote) {
+  const std::string directory = freshDirectory();
+  PersistentStore mine(directory, 0), other(directory, 0);
+  ASSERT_TRUE(mine.put(storeKey('a'), containerBytes('a')));
+  EXPECT_TRUE(mine.get(storeKey('a'))); // the first lookup reads everything once
+  const int64_t opens = mine.stats().lookup_opens;
+  EXPECT_FALSE(mine.get(storeKey('b')));
+  EXPECT_FALSE(mine.failure(storeKey('b')));
+  mine.putLater(storeKey('c'), containerBytes('c'), nullptr);
+  mine.flushWrites();
+  EXPECT_FALSE(mine.get(storeKey('b'))); // its own background write kept the snapshot current
+  EXPECT_EQ(mine.stats().lookup_opens, opens);
+  EXPECT_TRUE(mine.get(storeKey('c'))); // what it wrote is read back from the database
+  ASSERT_TRUE(other.put(storeKey('b'), containerBytes('b')));
+  const int64_t before_other = mine.stats().lookup_opens;
+  EXPECT_TRUE(mine.get(storeKey('b'))); // another writer changed the generation: read, found
+  EXPECT_EQ(mine.stats().lookup_opens, before_other + 1);
+  other.recordFailure(storeKey('d'), "rejected by LLVM");
+  EXPECT_EQ(mine.failure(storeKey('d')).value_or(""), "rejected by LLVM");
+}
+
 TEST_F(PersistentStoreTest, ForeignEntriesImportOnlyWhenTrustedAndAreThenResigned) {
   PersistentStore source(freshDirectory(), 0); // its own per-user key
   for (char c : {'a', 'b'})
@@ -346,7 +369,8 @@ TEST_F(PersistentStoreTest, KernelCacheFailsOpenOverACorruptEntry) {
   EXPECT_EQ(stats.compiles, 1);
   ASSERT_EQ(warnings().size(), 1u);
   EXPECT_NE(warnings()[0].find("failed verification"), std::string::npos) << warnings()[0];
-  // The entry was overwritten with the good one.
+  // The entry was overwritten with the good one (by the background writer: durable once flushed).
+  flushPersistentWrites();
   const auto stored = store->get(persistentKeyFor(s.key(), mlir));
   ASSERT_TRUE(stored);
   EXPECT_TRUE(parseContainer(*stored, nullptr));

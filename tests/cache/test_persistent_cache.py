@@ -140,3 +140,43 @@ def test_cli_stats_list_verify_prune_export_import_clear(cache_dir):
     assert bad.returncode == 2 and "'-5'" in bad.stderr
     missing = cli("--dir", cache_dir, "import", "/nonexistent/file", check=False)
     assert missing.returncode == 2 and "/nonexistent/file" in missing.stderr
+
+
+# Compiles the program's kernels, then either waits for the background writer (synchronize) and
+# reports its counters, or is killed at once, with whatever was not yet written unwritten.
+WRITER_PROGRAM = PROGRAM + r"""
+import os, signal, sys
+if sys.argv[-1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+torchneuron.synchronize()
+m = torchneuron.metrics()
+print(json.dumps({"compiles": m["compiles"], "writes": m["persistent_writes"],
+                  "batches": m["persistent_write_batches"],
+                  "pending": m["persistent_writes_pending"]}))
+"""
+
+
+def test_compiles_are_written_in_background_batches_durable_by_synchronize(cache_dir):
+    done = run_program({"NEURON_CACHE_DIR": cache_dir}, program=WRITER_PROGRAM)
+    counts = result_of(done)
+    assert counts["compiles"] > 1 and counts["pending"] == 0
+    assert counts["writes"] == counts["compiles"]  # one entry per compile, none refreshed yet
+    assert 1 <= counts["batches"] <= counts["writes"]
+    listed = subprocess.run([sys.executable, "-m", "torchneuron.cache", "--dir", cache_dir, "list"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("authentic") == counts["compiles"], listed.stdout
+
+
+def test_a_process_killed_before_its_writes_land_leaves_a_usable_cache(cache_dir):
+    env = dict(os.environ, NEURON_CACHE_DIR=cache_dir)
+    killed = subprocess.run([sys.executable, "-c", WRITER_PROGRAM, "kill"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    verified = subprocess.run([sys.executable, "-m", "torchneuron.cache", "--dir", cache_dir,
+                               "verify"], capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rerun = result_of(run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"}))
+    assert rerun["ok"] and rerun["rejected"] == 0
+    assert rerun["compiles"] + rerun["persistent_hits"] == distinct_kernels()
+    assert os.listdir(os.path.join(cache_dir, "locks")) == []  # the killed holder's went too

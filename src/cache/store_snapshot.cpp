@@ -1,0 +1,100 @@
+#include "cache/store_snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace torchneuron {
+
+StoreGeneration readGeneration(const std::string& db_path) {
+  StoreGeneration generation;
+  const std::string path = db_path + "/CURRENT";
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return generation;
+  struct stat info;
+  if (fstat(fd, &info) == 0) {
+    generation.inode = info.st_ino;
+    generation.modified_ns = int64_t{info.st_mtim.tv_sec} * 1000000000 + info.st_mtim.tv_nsec;
+    char buffer[128];
+    const ssize_t got = read(fd, buffer, sizeof buffer);
+    if (got > 0) generation.current.assign(buffer, static_cast<size_t>(got));
+  }
+  close(fd);
+  return generation;
+}
+
+bool StoreSnapshot::taken() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return taken_;
+}
+
+void StoreSnapshot::replace(Contents contents) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  taken_ = true;
+  writing_from_current_ = false;
+  contents_ = std::move(contents);
+  present_.clear();
+  for (const auto& entry : contents_.entries)
+    present_.insert(entry.first);
+}
+
+void StoreSnapshot::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  taken_ = false;
+  writing_from_current_ = false;
+  contents_ = Contents();
+  present_.clear();
+}
+
+std::optional<std::string> StoreSnapshot::takeEntry(const std::string& key, std::string* use) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = contents_.entries.find(key);
+  if (it == contents_.entries.end()) return std::nullopt;
+  std::string bytes = std::move(it->second);
+  contents_.entries.erase(it);
+  auto used = contents_.uses.find(key);
+  *use = used == contents_.uses.end() ? std::string() : used->second;
+  return bytes;
+}
+
+bool StoreSnapshot::knownAbsent(const std::string& key, const StoreGeneration& now) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return taken_ && contents_.complete && (writing_from_current_ || contents_.generation == now) &&
+         present_.count(key) == 0;
+}
+
+std::optional<std::string> StoreSnapshot::failure(const std::string& key,
+                                                  const StoreGeneration& now, bool* known) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *known = taken_ && (writing_from_current_ || contents_.generation == now);
+  if (!*known) return std::nullopt;
+  auto it = contents_.failures.find(key);
+  if (it == contents_.failures.end()) return std::nullopt;
+  return it->second;
+}
+
+void StoreSnapshot::beginWrite(const StoreGeneration& before) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  writing_from_current_ = taken_ && contents_.generation == before;
+}
+
+void StoreSnapshot::endWrite(bool written, const StoreGeneration& after,
+                             const std::vector<std::string>& keys,
+                             const std::unordered_map<std::string, std::string>& failures) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool current = writing_from_current_;
+  writing_from_current_ = false;
+  if (!current) return;
+  contents_.generation = after; // a failed write may have moved it too (a new MANIFEST)
+  if (!written) return;
+  for (const std::string& key : keys) {
+    present_.insert(key);
+    contents_.failures.erase(key); // a stored entry deletes its remembered failure
+  }
+  for (const auto& failure : failures)
+    contents_.failures[failure.first] = failure.second;
+}
+
+} // namespace torchneuron

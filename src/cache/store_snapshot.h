@@ -1,0 +1,80 @@
+#pragma once
+// What a process knows of the persistent store without opening it (persistent_store.h): the
+// entries, last-use times and remembered failures read in one pass under the store's shared
+// lock, valid for as long as the database's generation is unchanged. RocksDB writes a new
+// MANIFEST and repoints CURRENT every time a writer opens the database, so CURRENT's content
+// and identity change with every write by any process (StoreGeneration). A miss that finds the
+// generation unchanged is answered here, without an open (which costs 2-13 ms); one that finds
+// it changed reads the database. A stale answer can only cost a duplicate compile (the key's
+// lock, taken before a compile, is held until that entry is durable), never a wrong kernel:
+// every entry returned is verified as any other.
+//
+// Thread-safe: one mutex guards everything; it is never held while the database is open.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace torchneuron {
+
+struct StoreGeneration {
+  std::string current; // the content of <db>/CURRENT ("" when there is no database)
+  ino_t inode = 0;
+  int64_t modified_ns = 0;
+  bool operator==(const StoreGeneration& other) const {
+    return current == other.current && inode == other.inode && modified_ns == other.modified_ns;
+  }
+};
+
+// The generation of the database at `db_path` now (a stat and a read of a few bytes).
+StoreGeneration readGeneration(const std::string& db_path);
+
+class StoreSnapshot {
+public:
+  // What one pass over the database found (taken under the store's shared lock).
+  struct Contents {
+    StoreGeneration generation;
+    bool complete = true; // false when entries were left out (a size limit): no absence known
+    std::unordered_map<std::string, std::string> entries, uses, failures;
+  };
+
+  bool taken() const;
+  void replace(Contents contents);
+  void clear(); // forgets everything: the next lookup takes a new snapshot
+
+  // The stored bytes of `key` if the snapshot holds them; handed out once (a later lookup of
+  // the same key, after the memory tier evicted its kernel, reads the database).
+  std::optional<std::string> takeEntry(const std::string& key, std::string* use);
+  // True when `key` is known to be absent: the snapshot is complete, the database's generation
+  // is `now`, and neither the snapshot nor this process's writes since then hold the key.
+  bool knownAbsent(const std::string& key, const StoreGeneration& now) const;
+  // The remembered failure of `key` as the snapshot holds it (value as stored), when the
+  // generation is `now`; otherwise `known` is false and the database must be read.
+  std::optional<std::string> failure(const std::string& key, const StoreGeneration& now,
+                                     bool* known) const;
+
+  // This process's writes, made under the store's exclusive lock. beginWrite(before): a write
+  // starts from generation `before`; until endWrite(), no other process can write, so if the
+  // snapshot was current at `before` it stays current whatever CURRENT says meanwhile (the
+  // write's own keys are this process's, already in memory). endWrite(): the write left the
+  // database at `after`, having stored `keys` (entries) and `failures` (when `written`); a
+  // snapshot current at `before` stays current at `after`, a stale one stays stale.
+  void beginWrite(const StoreGeneration& before);
+  void endWrite(bool written, const StoreGeneration& after, const std::vector<std::string>& keys,
+                const std::unordered_map<std::string, std::string>& failures);
+
+private:
+  mutable std::mutex mutex_;
+  bool taken_ = false;
+  bool writing_from_current_ = false; // a write of this process started from the snapshot's
+  Contents contents_;
+  std::unordered_set<std::string> present_; // keys stored at the snapshot or written since
+};
+
+} // namespace torchneuron
