@@ -138,7 +138,7 @@ void BM_CacheLoad(benchmark::State& state) {
   s.inputs = {c10::kFloat, c10::kFloat};
   s.inner.assign(3, fusion::InnerStride::kContiguous);
   const std::string mlir = fusion::buildElementwiseKernel(s);
-  const fusion::TargetDescription& target = fusion::hostTarget();
+  const fusion::HostCpu& target = fusion::hostCpu();
   std::vector<std::vector<char>> containers;
   static int generation = 0; // Google Benchmark may run this function more than once
   ++generation;

@@ -82,7 +82,7 @@ struct Table {
 
 // What an on-disk entry must match to be loaded here, but for its key material.
 LoadRequirements hostRequirements() {
-  const fusion::TargetDescription& target = fusion::hostTarget();
+  const fusion::HostCpu& target = fusion::hostCpu();
   return {kEngineVersion,
           target.llvm_version,
           target.triple,
@@ -250,7 +250,7 @@ void storeCompiled(PersistentStore& store, const std::string& store_key,
     container.engine_version = wanted.engine_version;
     container.llvm_version = wanted.llvm_version;
     container.target_triple = wanted.target_triple;
-    container.cpu = fusion::hostTarget().cpu;
+    container.cpu = fusion::hostCpu().cpu;
     container.cpu_features = wanted.cpu_features;
     container.compile_options = wanted.compile_options;
     container.key_material = wanted.key_material;
