@@ -4,6 +4,7 @@
 #   cmake -DROOT=<source root> -DOUTPUT=<file.cpp> -P codegen_fingerprint.cmake
 file(GLOB_RECURSE sources RELATIVE ${ROOT}
      ${ROOT}/src/fusion/*.cpp ${ROOT}/src/fusion/*.h
+     ${ROOT}/src/target/*.cpp ${ROOT}/src/target/*.h
      ${ROOT}/src/launcher/kernel_abi.h ${ROOT}/src/launcher/compiler_runtime.cpp)
 list(SORT sources)
 set(listing "")
