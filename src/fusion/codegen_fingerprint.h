@@ -8,7 +8,7 @@
 
 namespace torchneuron::fusion {
 
-// 32 hexadecimal digits.
-const char* codegenFingerprint();
+// 32 hexadecimal digits. An array, so that other constants can be initialized with it.
+extern const char kCodegenFingerprint[];
 
 } // namespace torchneuron::fusion

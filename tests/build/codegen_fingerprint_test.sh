@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 
 fingerprint() {  # <source root> -> the fingerprint it yields
   cmake -DROOT="$1" -DOUTPUT="$work/out.cpp" -P "$root/cmake/codegen_fingerprint.cmake"
-  sed -n 's/.*return "\([0-9a-f]*\)";.*/\1/p' "$work/out.cpp"
+  sed -n 's/.*kCodegenFingerprint\[\] = "\([0-9a-f]*\)";.*/\1/p' "$work/out.cpp"
 }
 copy_of_sources() {  # <destination>
   mkdir -p "$1/src"
