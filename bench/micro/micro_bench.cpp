@@ -18,6 +18,7 @@
 #include "fusion/op_registry.h"
 #include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
+#include "target/target.h"
 
 namespace {
 
@@ -138,7 +139,7 @@ void BM_CacheLoad(benchmark::State& state) {
   s.inputs = {c10::kFloat, c10::kFloat};
   s.inner.assign(3, fusion::InnerStride::kContiguous);
   const std::string mlir = fusion::buildElementwiseKernel(s);
-  const fusion::TargetDescription& target = fusion::hostTarget();
+  const TargetDescription& target = deviceTarget().description();
   std::vector<std::vector<char>> containers;
   static int generation = 0; // Google Benchmark may run this function more than once
   ++generation;

@@ -2,11 +2,12 @@
 
 #include <cstring>
 
+#include "fusion/codegen_fingerprint.h"
 #include "support/hash.h"
 
 namespace torchneuron {
 
-const char* const kEngineVersion = "torchneuron-engine-4";
+const char* const kEngineVersion = fusion::kCodegenFingerprint; // constant-initialized
 
 namespace {
 

@@ -19,7 +19,10 @@ namespace torchneuron {
 constexpr uint32_t kContainerFormatVersion = 2;
 // Bumped whenever the program section's encoding changes (inside a container version).
 constexpr uint32_t kProgramEncodingVersion = 1;
-// Bumped whenever code generation changes what a key compiles to (lowerings, pipeline, ABI).
+// The engine's version: its codegen fingerprint (fusion/codegen_fingerprint.h), which changes by
+// itself whenever the sources that decide what a key compiles to change (lowerings, pipeline,
+// vector-math table, ABI, target), and is the same for the same sources built anywhere. Entries,
+// remembered failures and warm-start profiles of another engine are misses.
 extern const char* const kEngineVersion;
 
 struct KernelTableEntry {
@@ -65,7 +68,7 @@ struct ExecutableContainer {
   std::string target_triple;
   std::string cpu;
   std::string cpu_features;
-  std::string compile_options; // the lowering pipeline and optimization level
+  std::string compile_options; // the target's pipelines (TargetDescription::compileOptions)
   std::string key_material;    // what was compiled (the kernel's MLIR module)
   std::vector<KernelTableEntry> kernels;
   std::vector<char> object; // ELF relocatable object

@@ -17,12 +17,11 @@
 #include "cache/cache_warnings.h"
 #include "cache/executable_container.h"
 #include "cache/persistent_store.h"
-#include "fusion/codegen_fingerprint.h"
-#include "fusion/compiler.h"
 #include "fusion/kernel_signature.h"
 #include "launcher/object_loader.h"
 #include "support/errors.h"
 #include "support/fork_handlers.h"
+#include "target/target.h"
 
 namespace torchneuron {
 namespace {
@@ -80,16 +79,12 @@ struct Table {
   std::unordered_set<std::string> first_use_seen;
 };
 
-// What an on-disk entry must match to be loaded here, but for its key material.
+// What an on-disk entry must match to be loaded here, but for its key material: the engine (its
+// codegen fingerprint) and the device target's description.
 LoadRequirements hostRequirements() {
-  const fusion::TargetDescription& target = fusion::hostTarget();
-  return {kEngineVersion,
-          target.llvm_version,
-          target.triple,
-          target.features,
-          std::string(fusion::kLoweringPipeline) + "; O3; libmvec; codegen " +
-              fusion::codegenFingerprint(),
-          ""};
+  const TargetDescription& target = deviceTarget().description();
+  return {kEngineVersion,  target.llvm_version,     target.triple,
+          target.features, target.compileOptions(), ""};
 }
 
 // What the entry of kernel `key` must match. The key material names the entry symbol too: two
@@ -164,7 +159,7 @@ std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, cons
   std::shared_ptr<LoadedCode> code;
   if (why.empty()) {
     try {
-      code = loadKernelObject(container->object, container->kernels.front().symbol);
+      code = deviceTarget().link(container->object, container->kernels.front().symbol);
     } catch (const std::exception& error) {
       why = error.what();
     }
@@ -245,14 +240,14 @@ CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
 // Hands a compiled kernel's container to the store's background writer, with the key's compile
 // lock, held until the entry is durable; a fault only warns (storeCall).
 void storeCompiled(PersistentStore& store, const std::string& store_key,
-                   const LoadRequirements& wanted, const fusion::ObjectCode& object,
+                   const LoadRequirements& wanted, const ObjectCode& object,
                    std::unique_ptr<PersistentStore::KeyLock> lock) {
   storeCall("writing", false, [&] {
     ExecutableContainer container;
     container.engine_version = wanted.engine_version;
     container.llvm_version = wanted.llvm_version;
     container.target_triple = wanted.target_triple;
-    container.cpu = fusion::hostTarget().cpu;
+    container.cpu = deviceTarget().description().cpu;
     container.cpu_features = wanted.cpu_features;
     container.compile_options = wanted.compile_options;
     container.key_material = wanted.key_material;
@@ -272,10 +267,11 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
                             const std::string& store_key, bool* compiled,
                             std::unique_ptr<PersistentStore::KeyLock> lock = nullptr) {
   CachedKernel result;
-  fusion::ObjectCode object;
+  ObjectCode object;
   try {
-    object = fusion::compileKernel(mlir, fusion::kernelEntryName(key));
-    result = loaded(loadKernelObject(object.bytes, object.entry));
+    const Target& target = deviceTarget();
+    object = target.compile(mlir, fusion::kernelEntryName(key));
+    result = loaded(target.link(object.bytes, object.entry));
     t.compiles.fetch_add(1, std::memory_order_relaxed);
     *compiled = true;
   } catch (const CompileError& error) {

@@ -103,9 +103,9 @@ void checkCompileHeadroom() {
 // without them a tanh or erf loop calls libm once per element. Only ISAs the host has.
 class VectorMathTable {
 public:
-  explicit VectorMathTable(const TargetDescription& target) {
-    const bool avx2 = target.features.find("+avx2") != std::string::npos;
-    const bool avx512 = target.features.find("+avx512f") != std::string::npos;
+  explicit VectorMathTable(const HostCpu& host) {
+    const bool avx2 = host.features.find("+avx2") != std::string::npos;
+    const bool avx512 = host.features.find("+avx512f") != std::string::npos;
     const char* unary[] = {"tanh",  "erf",   "erfc", "expm1", "log1p", "atanh",
                            "asinh", "acosh", "sinh", "cosh",  "tan",   "atan",
                            "asin",  "acos",  "cbrt", "log10", "log2"};
@@ -131,6 +131,16 @@ public:
 
   llvm::ArrayRef<llvm::VecDesc> descriptions() const { return descriptions_; }
 
+  // LLVM's own table, then every entry of this one: "LIBMVEC-X86; tanhf _ZGVdN8v_tanhf 8 ...".
+  std::string describe() const {
+    std::string text = "LIBMVEC-X86";
+    for (const llvm::VecDesc& d : descriptions_)
+      text += "; " + d.getScalarFnName().str() + " " + d.getVectorFnName().str() + " " +
+              std::to_string(d.getVectorizationFactor().getFixedValue()) + " " +
+              d.getVABIPrefix().str();
+    return text;
+  }
+
 private:
   void variant(const std::string& scalar, const std::string& vector, unsigned width,
                const char* params) {
@@ -145,37 +155,60 @@ private:
   std::vector<llvm::VecDesc> descriptions_;
 };
 
-// One MLIR context for the process. Its threading is off, so it owns no thread pool: a forked
-// child compiles with it as the parent did.
-struct CompilerState {
-  mlir::MLIRContext context;
-  std::unique_ptr<llvm::TargetMachine> target_machine;
-  TargetDescription target;
-  std::unique_ptr<VectorMathTable> vector_math;
+void checkLevel(int level) {
+  if (level < 0 || level > 3)
+    failInternal("optimization level out of range", std::to_string(level) + " (0-3)");
+}
 
-  CompilerState() : context(registry(), mlir::MLIRContext::Threading::DISABLED) {
-    context.loadAllAvailableDialects();
+llvm::CodeGenOptLevel codeGenLevel(int level) {
+  const llvm::CodeGenOptLevel levels[] = {llvm::CodeGenOptLevel::None, llvm::CodeGenOptLevel::Less,
+                                          llvm::CodeGenOptLevel::Default,
+                                          llvm::CodeGenOptLevel::Aggressive};
+  return levels[level];
+}
+
+// The compiler's state for the process. The MLIR context is made at the first lowering (a
+// description or a cached kernel's load needs none); its threading is off, so it owns no thread
+// pool: a forked child compiles with it as the parent did.
+struct CompilerState {
+  HostCpu host;
+  VectorMathTable vector_math;
+  std::unique_ptr<mlir::MLIRContext> context;
+  std::unique_ptr<llvm::TargetMachine> machines[4]; // by optimization level, made at first use
+
+  CompilerState() : host(hostCpu()), vector_math(host) {
+    mlir::registerAllPasses(); // once: the state is made once, under compiler_mutex
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
-    target = hostTarget();
-    std::string error;
-    const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(target.triple, error);
-    if (llvm_target == nullptr) failHere("no LLVM target for " + target.triple, error);
-    llvm::TargetOptions options;
-    target_machine.reset(llvm_target->createTargetMachine(
-        target.triple, target.cpu, target.features, options, llvm::Reloc::PIC_, std::nullopt,
-        llvm::CodeGenOptLevel::Aggressive));
-    if (!target_machine) failHere("cannot create a target machine for " + target.cpu, "");
-    vector_math = std::make_unique<VectorMathTable>(target);
   }
 
-  static mlir::DialectRegistry registry() {
-    mlir::registerAllPasses(); // once: the state is made once, under compiler_mutex
-    mlir::DialectRegistry registry;
-    mlir::registerAllDialects(registry);
-    mlir::registerAllExtensions(registry);
-    mlir::registerAllToLLVMIRTranslations(registry);
-    return registry;
+  mlir::MLIRContext& mlirContext() {
+    if (!context) {
+      mlir::DialectRegistry registry;
+      mlir::registerAllDialects(registry);
+      mlir::registerAllExtensions(registry);
+      mlir::registerAllToLLVMIRTranslations(registry);
+      context =
+          std::make_unique<mlir::MLIRContext>(registry, mlir::MLIRContext::Threading::DISABLED);
+      context->loadAllAvailableDialects();
+    }
+    return *context;
+  }
+
+  // The target machine a compile at `level` generates code with.
+  llvm::TargetMachine& machine(int level) {
+    checkLevel(level);
+    std::unique_ptr<llvm::TargetMachine>& made = machines[level];
+    if (made) return *made;
+    std::string error;
+    const llvm::Target* llvm_target = llvm::TargetRegistry::lookupTarget(host.triple, error);
+    if (llvm_target == nullptr) failHere("no LLVM target for " + host.triple, error);
+    llvm::TargetOptions options;
+    made.reset(llvm_target->createTargetMachine(host.triple, host.cpu, host.features, options,
+                                                llvm::Reloc::PIC_, std::nullopt,
+                                                codeGenLevel(level)));
+    if (!made) failHere("cannot create a target machine for " + host.cpu, "");
+    return *made;
   }
 };
 
@@ -193,7 +226,7 @@ CompilerState& lockedState(std::unique_lock<std::mutex>& lock) {
   std::call_once(fork_handlers, [] {
     registerForkHandlers(ForkRank::kCompiler,
                          {[] {
-                            hostTarget(); // its static is made before the fork, not during it
+                            hostCpu(); // its static is made before the fork, not during it
                             compiler_mutex.lock();
                           },
                           [] { compiler_mutex.unlock(); }, [] { compiler_mutex.unlock(); }});
@@ -207,21 +240,29 @@ CompilerState& lockedState(std::unique_lock<std::mutex>& lock) {
   return *compiler_state;
 }
 
+// Parses the lowering pipeline into `pm` (anchored on builtin.module): what a compile runs and
+// what its description prints come from this one parse.
+void addLoweringPasses(mlir::OpPassManager& pm, const std::string& pipeline) {
+  std::string error;
+  llvm::raw_string_ostream errors(error);
+  if (mlir::failed(mlir::parsePassPipeline(pipeline, pm, errors)))
+    failInternal("bad lowering pipeline", error);
+}
+
 // Parses and lowers under the caller's lock; diagnostics go into the error message.
-mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::string& text) {
+mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::string& text,
+                                                const CodegenOptions& options) {
+  mlir::MLIRContext& context = s.mlirContext();
   std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&s.context, [&](mlir::Diagnostic& diagnostic) {
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic& diagnostic) {
     diagnostics += diagnostic.str() + "\n";
     return mlir::success();
   });
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, &s.context);
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
   if (!module) fail("kernel MLIR does not parse", diagnostics);
-  mlir::PassManager pm(&s.context);
-  std::string pipeline_error;
-  llvm::raw_string_ostream pipeline_errors(pipeline_error);
-  if (mlir::failed(mlir::parsePassPipeline(kLoweringPipeline, pm, pipeline_errors)))
-    failInternal("bad lowering pipeline", pipeline_error);
+  mlir::PassManager pm(&context);
+  addLoweringPasses(pm, options.lowering_pipeline);
   if (mlir::failed(pm.run(*module))) fail("lowering to the LLVM dialect failed", diagnostics);
   return module;
 }
@@ -260,111 +301,187 @@ void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   b.CreateRetVoid();
 }
 
-void optimize(llvm::Module& module, llvm::TargetMachine& machine,
-              const VectorMathTable& vector_math) {
-  llvm::LoopAnalysisManager loops;
-  llvm::FunctionAnalysisManager functions;
-  llvm::CGSCCAnalysisManager cgscc;
-  llvm::ModuleAnalysisManager modules;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopVectorization = true;
-  tuning.SLPVectorization = true;
-  llvm::PassBuilder builder(&machine, tuning);
-  llvm::Triple triple(module.getTargetTriple());
-  llvm::TargetLibraryInfoImpl library_info(triple);
-  library_info.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, triple);
-  library_info.addVectorizableFunctions(vector_math.descriptions());
-  functions.registerPass([&] { return llvm::TargetLibraryAnalysis(library_info); });
-  builder.registerModuleAnalyses(modules);
-  builder.registerCGSCCAnalyses(cgscc);
-  builder.registerFunctionAnalyses(functions);
-  builder.registerLoopAnalyses(loops);
-  builder.crossRegisterProxies(loops, functions, cgscc, modules);
-  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, modules);
-}
+// The LLVM optimization of a compile, set up the same way for running it and for printing it.
+class OptimizationPipeline {
+public:
+  OptimizationPipeline(CompilerState& s, const CodegenOptions& options)
+      : builder_(&s.machine(options.optimization_level), tuning(options), std::nullopt,
+                 &instrumentation_),
+        library_info_(llvm::Triple(s.host.triple)) {
+    if (options.vector_math) {
+      const llvm::Triple triple(s.host.triple);
+      library_info_.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86,
+                                                       triple);
+      library_info_.addVectorizableFunctions(s.vector_math.descriptions());
+    }
+    functions_.registerPass([this] { return llvm::TargetLibraryAnalysis(library_info_); });
+    builder_.registerModuleAnalyses(modules_);
+    builder_.registerCGSCCAnalyses(cgscc_);
+    builder_.registerFunctionAnalyses(functions_);
+    builder_.registerLoopAnalyses(loops_);
+    builder_.crossRegisterProxies(loops_, functions_, cgscc_, modules_);
+    const int level = options.optimization_level;
+    passes_ = level == 0 ? builder_.buildO0DefaultPipeline(llvm::OptimizationLevel::O0)
+                         : builder_.buildPerModuleDefaultPipeline(optimizationLevel(level));
+  }
+
+  void run(llvm::Module& module) { passes_.run(module, modules_); }
+
+  // The pipeline in `opt -passes=` syntax, as LLVM prints it.
+  std::string print() {
+    std::string text;
+    llvm::raw_string_ostream out(text);
+    passes_.printPipeline(out, [this](llvm::StringRef class_name) {
+      const llvm::StringRef name = instrumentation_.getPassNameForClassName(class_name);
+      return name.empty() ? class_name : name;
+    });
+    return text;
+  }
+
+private:
+  static llvm::PipelineTuningOptions tuning(const CodegenOptions& options) {
+    llvm::PipelineTuningOptions tuning;
+    tuning.LoopVectorization = options.vectorize;
+    tuning.SLPVectorization = options.vectorize;
+    return tuning;
+  }
+
+  static llvm::OptimizationLevel optimizationLevel(int level) {
+    return level == 1   ? llvm::OptimizationLevel::O1
+           : level == 2 ? llvm::OptimizationLevel::O2
+                        : llvm::OptimizationLevel::O3;
+  }
+
+  llvm::PassInstrumentationCallbacks instrumentation_; // maps pass classes to their names
+  llvm::PassBuilder builder_;
+  llvm::TargetLibraryInfoImpl library_info_;
+  llvm::LoopAnalysisManager loops_;
+  llvm::FunctionAnalysisManager functions_;
+  llvm::CGSCCAnalysisManager cgscc_;
+  llvm::ModuleAnalysisManager modules_;
+  llvm::ModulePassManager passes_;
+};
 
 } // namespace
 
-// Host queries only: loading a cached kernel needs the target, not an MLIR context. Features
-// are sorted, so the description (part of every persistent key) is canonical.
-const TargetDescription& hostTarget() {
-  static const TargetDescription target = [] {
-    TargetDescription t;
-    t.triple = llvm::sys::getProcessTriple();
-    t.cpu = llvm::sys::getHostCPUName().str();
+struct LoweredModule::State {
+  std::string entry;
+  int optimization_level = 3;
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> module; // declared after its context: destroyed before it
+};
+
+LoweredModule::LoweredModule(std::unique_ptr<State> state) : state_(std::move(state)) {}
+LoweredModule::LoweredModule(LoweredModule&&) noexcept = default;
+LoweredModule& LoweredModule::operator=(LoweredModule&&) noexcept = default;
+LoweredModule::~LoweredModule() = default;
+
+const std::string& LoweredModule::entry() const { return state_->entry; }
+
+std::string LoweredModule::llvmIR() const {
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  state_->module->print(out, nullptr);
+  return text;
+}
+
+// Host queries only: loading a cached kernel needs the host, not an MLIR context. Features are
+// sorted, so the description (part of every persistent key) is canonical.
+const HostCpu& hostCpu() {
+  static const HostCpu host = [] {
+    HostCpu h;
+    h.triple = llvm::sys::getProcessTriple();
+    h.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> features;
     for (const auto& feature : llvm::sys::getHostCPUFeatures())
       features.push_back((feature.getValue() ? "+" : "-") + feature.getKey().str());
     std::sort(features.begin(), features.end());
     for (const std::string& feature : features)
-      t.features += (t.features.empty() ? "" : ",") + feature;
-    t.llvm_version = LLVM_VERSION_STRING;
-    return t;
+      h.features += (h.features.empty() ? "" : ",") + feature;
+    h.llvm_version = LLVM_VERSION_STRING;
+    return h;
   }();
-  return target;
+  return host;
 }
 
-std::string lowerToLLVMDialect(const std::string& mlir_module) {
+CodegenDescription describeCodegen(const CodegenOptions& options) {
   std::unique_lock<std::mutex> lock;
   CompilerState& s = lockedState(lock);
-  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, mlir_module);
+  CodegenDescription description;
+  mlir::OpPassManager lowering(mlir::ModuleOp::getOperationName());
+  addLoweringPasses(lowering, options.lowering_pipeline);
+  llvm::raw_string_ostream lowering_text(description.lowering_pipeline);
+  lowering.printAsTextualPipeline(lowering_text);
+  description.optimization_pipeline = OptimizationPipeline(s, options).print() + "; codegen O" +
+                                      std::to_string(options.optimization_level);
+  description.vector_math = options.vector_math ? s.vector_math.describe() : "none";
+  return description;
+}
+
+std::string lowerToLLVMDialect(const std::string& mlir_module, const CodegenOptions& options) {
+  std::unique_lock<std::mutex> lock;
+  CompilerState& s = lockedState(lock);
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, mlir_module, options);
   std::string text;
   llvm::raw_string_ostream out(text);
   module->print(out);
   return text;
 }
 
-// The kernel module as optimized LLVM IR, with its entry point; under the caller's lock.
-std::unique_ptr<llvm::Module> optimizedModule(CompilerState& s, llvm::LLVMContext& llvm_context,
-                                              const std::string& text, const std::string& entry) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, text);
-  std::unique_ptr<llvm::Module> llvm_module =
-      mlir::translateModuleToLLVMIR(*module, llvm_context, entry);
-  if (!llvm_module) fail("translation to LLVM IR failed", "");
-  llvm_module->setTargetTriple(s.target.triple);
-  llvm_module->setDataLayout(s.target_machine->createDataLayout());
-  for (llvm::Function& function : *llvm_module) {
-    if (function.isDeclaration()) continue;
-    function.addFnAttr("target-cpu", s.target.cpu);
-    function.addFnAttr("target-features", s.target.features);
-  }
-  addSlotEntryPoint(*llvm_module, entry);
-  std::string verify_errors;
-  llvm::raw_string_ostream verify_stream(verify_errors);
-  if (llvm::verifyModule(*llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);
-  optimize(*llvm_module, *s.target_machine, *s.vector_math);
-  return llvm_module;
-}
-
-std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry) {
-  std::unique_lock<std::mutex> lock;
-  CompilerState& s = lockedState(lock);
-  llvm::LLVMContext llvm_context;
-  std::unique_ptr<llvm::Module> module = optimizedModule(s, llvm_context, mlir_module, entry);
-  std::string text;
-  llvm::raw_string_ostream out(text);
-  module->print(out, nullptr);
-  return text;
-}
-
-ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry) {
+LoweredModule lowerKernel(const std::string& mlir_module, const std::string& entry,
+                          const CodegenOptions& options) {
   checkCompileHeadroom();
   std::unique_lock<std::mutex> lock;
   CompilerState& s = lockedState(lock);
-  llvm::LLVMContext llvm_context;
-  std::unique_ptr<llvm::Module> llvm_module = optimizedModule(s, llvm_context, mlir_module, entry);
+  llvm::TargetMachine& machine = s.machine(options.optimization_level);
+  auto lowered = std::make_unique<LoweredModule::State>();
+  lowered->entry = entry;
+  lowered->optimization_level = options.optimization_level;
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseAndLower(s, mlir_module, options);
+  lowered->module = mlir::translateModuleToLLVMIR(*module, lowered->context, entry);
+  if (!lowered->module) fail("translation to LLVM IR failed", "");
+  llvm::Module& llvm_module = *lowered->module;
+  llvm_module.setTargetTriple(s.host.triple);
+  llvm_module.setDataLayout(machine.createDataLayout());
+  for (llvm::Function& function : llvm_module) {
+    if (function.isDeclaration()) continue;
+    function.addFnAttr("target-cpu", s.host.cpu);
+    function.addFnAttr("target-features", s.host.features);
+  }
+  addSlotEntryPoint(llvm_module, entry);
+  std::string verify_errors;
+  llvm::raw_string_ostream verify_stream(verify_errors);
+  if (llvm::verifyModule(llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);
+  OptimizationPipeline(s, options).run(llvm_module);
+  return LoweredModule(std::move(lowered));
+}
 
+ObjectCode emitObjectCode(LoweredModule module) {
+  checkCompileHeadroom();
+  std::unique_lock<std::mutex> lock;
+  CompilerState& s = lockedState(lock);
+  LoweredModule::State& lowered = *module.state_;
   ObjectCode object;
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream stream(buffer);
   llvm::legacy::PassManager emit;
-  if (s.target_machine->addPassesToEmitFile(emit, stream, nullptr,
-                                            llvm::CodeGenFileType::ObjectFile))
-    failHere("the target cannot emit object code", s.target.triple);
-  emit.run(*llvm_module);
+  if (s.machine(lowered.optimization_level)
+          .addPassesToEmitFile(emit, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
+    failHere("the target cannot emit object code", s.host.triple);
+  emit.run(*lowered.module);
   object.bytes.assign(buffer.begin(), buffer.end());
-  object.entry = entry;
+  object.entry = lowered.entry;
   return object;
+}
+
+ObjectCode compileKernel(const std::string& mlir_module, const std::string& entry,
+                         const CodegenOptions& options) {
+  return emitObjectCode(lowerKernel(mlir_module, entry, options));
+}
+
+std::string optimizedLLVMIR(const std::string& mlir_module, const std::string& entry,
+                            const CodegenOptions& options) {
+  return lowerKernel(mlir_module, entry, options).llvmIR();
 }
 
 } // namespace torchneuron::fusion
