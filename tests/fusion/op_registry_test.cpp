@@ -52,8 +52,9 @@ TEST(OpRegistry, ReductionsCarryTheirAtenRulesAsData) {
   for (const ReductionOp& op : reductionOps()) {
     for (const std::string& overload : op.rule.overloads)
       EXPECT_TRUE(overloads.insert(overload).second) << overload << " bound twice";
-    if (!op.rule.overloads.empty()) // the rule reads every run-time scalar of the kernel
+    if (!op.rule.overloads.empty()) { // the rule reads every run-time scalar of the kernel
       EXPECT_EQ(op.rule.params.size(), static_cast<size_t>(op.num_params)) << op.name;
+    }
   }
   const ReductionRule& sum = findReductionOp("sum")->rule;
   EXPECT_EQ(sum.result, ReductionResult::kAccumulated);
