@@ -16,6 +16,7 @@
 #include "fusion/compiler.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
+#include "launcher/kernel_abi.h"
 #include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
 #include "target/target.h"
@@ -61,18 +62,14 @@ void BM_KernelLaunch(benchmark::State& state) {
   s.inner.assign(3, fusion::InnerStride::kContiguous);
   const KernelHandle kernel = kernelFor(s.key(), [&] { return fusion::buildElementwiseKernel(s); });
   std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
-  std::vector<int64_t> slots;
-  for (float* data : {out.data(), a.data(), b.data()}) {
-    const auto address = reinterpret_cast<int64_t>(data);
-    slots.insert(slots.end(), {address, address, 0, n, 1});
-  }
-  const double alpha = 1.0;
-  int64_t alpha_bits;
-  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
-  slots.push_back(alpha_bits);
+  KernelArguments arguments;
+  const int64_t unit = 1;
+  for (float* data : {out.data(), a.data(), b.data()})
+    arguments.memref(data, &n, &unit, 1);
+  arguments.word(floatSlot(1.0)); // alpha
   const LaunchShape shape{n, 1, static_cast<int>(state.range(1))};
   for (auto _ : state) {
-    launchKernel(kernel->function, slots.data(), shape);
+    launchKernel(kernel->function, arguments.slots(), shape);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * n * 12);

@@ -32,10 +32,9 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& op, torch::jit::Stack* stac
 bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Copies `src` into `dst` (both on the device, src broadcastable to dst, any kernel dtypes) with
-// a compiled kernel, counted under `op_name`; false when the kernels do not cover it (the caller
-// copies otherwise).
-bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst,
-                            const char* op_name = "aten::copy_");
+// a compiled kernel (copy_plan.h), counted under aten::copy_; false when the kernels do not
+// cover it (the caller copies otherwise).
+bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst);
 
 // Whether `name` runs through a compiled kernel (after registration).
 bool hasCompiledKernel(const c10::OperatorName& name);

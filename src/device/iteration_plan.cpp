@@ -1,33 +1,72 @@
 #include "device/iteration_plan.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <numeric>
 
 namespace torchneuron {
 namespace {
 
+int64_t rankOf(const ViewGeometry& t) { return static_cast<int64_t>(t.sizes.size()); }
+
 // Strides of `tensor` broadcast to `shape` (0 where it is broadcast).
-DimVector broadcastStrides(at::IntArrayRef shape, const at::Tensor& tensor) {
+DimVector broadcastStrides(at::IntArrayRef shape, const ViewGeometry& tensor) {
   const int64_t rank = static_cast<int64_t>(shape.size());
-  const int64_t offset = rank - tensor.dim();
+  const int64_t offset = rank - rankOf(tensor);
   DimVector strides(rank, 0);
-  for (int64_t d = 0; d < tensor.dim(); ++d)
-    strides[offset + d] = tensor.size(d) == 1 ? 0 : tensor.stride(d);
+  for (int64_t d = 0; d < rankOf(tensor); ++d)
+    strides[offset + d] = tensor.sizes[d] == 1 ? 0 : tensor.strides[d];
   return strides;
 }
 
+// The common case, decided without sorting: every operand is contiguous with the full shape, or
+// is a single broadcast element. Such a call is one rank-1 loop.
+bool planFlat(at::IntArrayRef shape, at::ArrayRef<ViewGeometry> operands, IterationPlan& plan) {
+  int64_t numel = 1;
+  for (int64_t size : shape)
+    numel *= size;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const ViewGeometry& t = operands[i];
+    const bool full = t.sizes == shape && t.contiguous;
+    const bool single = i > 0 && t.numel == 1 && !full;
+    if (!full && !single) return false;
+    plan.strides.emplace_back(DimVector{full ? 1 : 0});
+    plan.inner.push_back(full ? fusion::InnerStride::kContiguous : fusion::InnerStride::kBroadcast);
+  }
+  plan.sizes = {numel};
+  return true;
+}
+
 } // namespace
+
+MergedDims mergeDimensions(at::IntArrayRef sizes, at::ArrayRef<DimVector> strides) {
+  MergedDims merged;
+  merged.strides.resize(strides.size());
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool mergeable = !merged.sizes.empty();
+    for (size_t i = 0; i < strides.size() && mergeable; ++i)
+      mergeable = merged.strides[i].back() == sizes[d] * strides[i][d];
+    if (mergeable) {
+      merged.sizes.back() *= sizes[d];
+      for (size_t i = 0; i < strides.size(); ++i)
+        merged.strides[i].back() = strides[i][d];
+      continue;
+    }
+    merged.sizes.push_back(sizes[d]);
+    for (size_t i = 0; i < strides.size(); ++i)
+      merged.strides[i].push_back(strides[i][d]);
+  }
+  return merged;
+}
 
 int64_t IterationPlan::numel() const {
   return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
 }
 
-DimVector layoutOrder(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands) {
+DimVector layoutOrder(at::IntArrayRef shape, at::ArrayRef<ViewGeometry> operands) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   c10::SmallVector<DimVector, 4> strides;
-  for (const at::Tensor& t : operands)
+  for (const ViewGeometry& t : operands)
     strides.push_back(broadcastStrides(shape, t));
   DimVector order(rank);
   std::iota(order.begin(), order.end(), 0);
@@ -43,79 +82,59 @@ DimVector layoutOrder(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands) 
   return order;
 }
 
-at::Tensor allocateLike(at::IntArrayRef shape, at::ScalarType dtype,
-                        at::ArrayRef<at::Tensor> operands, c10::Device device) {
-  const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+DimVector contiguousStrides(at::IntArrayRef shape) {
+  DimVector strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+DimVector stridesLike(at::IntArrayRef shape, at::ArrayRef<ViewGeometry> operands) {
   bool any_non_contiguous = false;
-  for (const at::Tensor& t : operands)
-    any_non_contiguous |= t.dim() == static_cast<int64_t>(shape.size()) && !t.is_contiguous();
-  if (!any_non_contiguous) return at::empty(shape, options);
+  for (const ViewGeometry& t : operands)
+    any_non_contiguous |= rankOf(t) == static_cast<int64_t>(shape.size()) && !t.contiguous;
+  if (!any_non_contiguous) return contiguousStrides(shape);
+  // Contiguous in layout order, as at::empty(permuted shape).permute(inverse) would be.
   const DimVector order = layoutOrder(shape, operands);
-  DimVector permuted_shape, inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    permuted_shape.push_back(shape[order[i]]);
-    inverse[order[i]] = static_cast<int64_t>(i);
+  DimVector strides(shape.size());
+  int64_t stride = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = stride;
+    stride *= std::max<int64_t>(shape[order[i]], 1);
   }
-  return at::empty(permuted_shape, options).permute(inverse);
+  return strides;
 }
 
-// The common case, decided without sorting: every operand is contiguous with the full shape, or
-// is a single broadcast element. Such a call is one rank-1 loop.
-bool planFlat(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands, IterationPlan& plan) {
-  int64_t numel = 1;
-  for (int64_t size : shape)
-    numel *= size;
-  for (size_t i = 0; i < operands.size(); ++i) {
-    const at::Tensor& t = operands[i];
-    const bool full = t.sizes() == shape && t.is_contiguous();
-    const bool single = i > 0 && t.numel() == 1 && !full;
-    if (!full && !single) return false;
-    plan.strides.emplace_back(DimVector{full ? 1 : 0});
-    plan.inner.push_back(full ? fusion::InnerStride::kContiguous : fusion::InnerStride::kBroadcast);
-  }
-  plan.sizes = {numel};
-  return true;
-}
-
-IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<at::Tensor> operands) {
+IterationPlan planIteration(at::IntArrayRef shape, at::ArrayRef<ViewGeometry> operands) {
   {
     IterationPlan flat;
     if (planFlat(shape, operands, flat)) return flat;
   }
   const DimVector order = layoutOrder(shape, operands);
-  c10::SmallVector<DimVector, 4> full;
-  for (const at::Tensor& t : operands)
-    full.push_back(broadcastStrides(shape, t));
-
-  IterationPlan plan;
-  plan.strides.resize(operands.size());
-  // Walk dimensions outermost first, skipping size-1 ones and merging a dimension into the
-  // previous (outer) one when every operand steps through both as one.
-  for (int64_t dim : order) {
-    const int64_t size = shape[dim];
-    if (size == 1) continue;
-    if (!plan.sizes.empty()) {
-      bool mergeable = true;
-      for (size_t i = 0; i < operands.size() && mergeable; ++i)
-        mergeable = plan.strides[i].back() == size * full[i][dim];
-      if (mergeable) {
-        plan.sizes.back() *= size;
-        for (size_t i = 0; i < operands.size(); ++i)
-          plan.strides[i].back() = full[i][dim];
-        continue;
-      }
-    }
-    plan.sizes.push_back(size);
-    for (size_t i = 0; i < operands.size(); ++i)
-      plan.strides[i].push_back(full[i][dim]);
+  DimVector sizes;
+  for (int64_t dim : order)
+    sizes.push_back(shape[dim]);
+  c10::SmallVector<DimVector, 4> walk;
+  for (const ViewGeometry& t : operands) {
+    const DimVector full = broadcastStrides(shape, t);
+    DimVector& strides = walk.emplace_back();
+    for (int64_t dim : order)
+      strides.push_back(full[dim]);
   }
+  MergedDims merged = mergeDimensions(sizes, walk);
+  IterationPlan plan;
+  plan.sizes = std::move(merged.sizes);
+  plan.strides = std::move(merged.strides);
   if (plan.sizes.empty()) {
     // One element: classify operands as for larger shapes (a lower-rank operand, such as a
     // wrapped scalar, is broadcast), so a size-1 call reuses the kernel of its bigger siblings.
     plan.sizes.push_back(1);
     for (size_t i = 0; i < operands.size(); ++i) {
-      const bool broadcast = i > 0 && operands[i].dim() < static_cast<int64_t>(shape.size());
-      plan.strides[i].push_back(broadcast || (i > 0 && operands[i].dim() == 0) ? 0 : 1);
+      const bool broadcast = i > 0 && rankOf(operands[i]) < static_cast<int64_t>(shape.size());
+      plan.strides[i].push_back(broadcast || (i > 0 && rankOf(operands[i]) == 0) ? 0 : 1);
     }
   }
   for (const DimVector& s : plan.strides) {

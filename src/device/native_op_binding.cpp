@@ -1,6 +1,9 @@
 #include "device/native_op_binding.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
+#include <cmath>
 
 namespace torchneuron {
 namespace {
@@ -33,7 +36,87 @@ bool isConstantType(const c10::TypePtr& type) {
          base->kind() == c10::TypeKind::IntType;
 }
 
+int64_t constantValue(const c10::IValue& value, const fusion::ConstantSpec& spec) {
+  if (value.isNone()) return -1;
+  if (value.isBool()) return value.toBool() ? 1 : 0;
+  if (value.isInt()) return value.toInt();
+  const std::string text = value.toStringRef();
+  for (size_t i = 0; i < spec.choices.size(); ++i)
+    if (spec.choices[i] == text) return static_cast<int64_t>(i);
+  return -2; // a value the lowering does not know: the CPU decides (and raises)
+}
+
+at::Tensor wrappedScalar(const c10::Scalar& scalar) {
+  at::Tensor tensor = at::scalar_to_tensor(scalar);
+  tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return tensor;
+}
+
 } // namespace
+
+bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, BoundCall& call) {
+  const fusion::ElementwiseOp& op = *binding.op;
+  c10::SmallVector<at::Tensor, 4> by_operand(op.operands.size());
+  c10::SmallVector<c10::optional<c10::Scalar>, 4> scalar_of(op.operands.size());
+  c10::SmallVector<bool, 4> given(op.operands.size(), false);
+  call.params.assign(op.params.size(), c10::Scalar());
+  c10::SmallVector<bool, 4> param_given(op.params.size(), false);
+  call.constants.assign(op.constants.size(), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const BoundArgument& role = binding.arguments[i];
+    const c10::IValue& value = args[i];
+    switch (role.role) {
+    case ArgumentRole::kOutput:
+      call.output = value.toTensor();
+      break;
+    case ArgumentRole::kOperandAndOutput:
+      call.output = value.toTensor();
+      by_operand[role.index] = call.output;
+      given[role.index] = true;
+      break;
+    case ArgumentRole::kOperand:
+      if (value.isNone()) break;
+      if (value.isScalar()) {
+        const c10::Scalar scalar = value.toScalar();
+        if (scalar.isComplex()) return false;
+        // ATen's scalar kernels each treat a NaN number their own way (clamp(min=nan)
+        // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
+        if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
+        by_operand[role.index] = wrappedScalar(scalar);
+        scalar_of[role.index] = scalar;
+      } else {
+        by_operand[role.index] = value.toTensor();
+      }
+      given[role.index] = true;
+      break;
+    case ArgumentRole::kParam:
+      if (value.isNone()) break;
+      call.params[role.index] = value.toScalar();
+      param_given[role.index] = true;
+      break;
+    case ArgumentRole::kConstant:
+      call.constants[role.index] = constantValue(value, op.constants[role.index]);
+      if (call.constants[role.index] == -2) return false;
+      break;
+    }
+  }
+  for (size_t i = 0; i < op.params.size(); ++i)
+    if (!param_given[i]) call.params[i] = c10::Scalar(op.params[i].fallback);
+  bool any_optional_given = op.optional_operands.empty();
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    const bool optional = std::find(op.optional_operands.begin(), op.optional_operands.end(),
+                                    op.operands[i].arg) != op.optional_operands.end();
+    if (optional) {
+      call.present.push_back(given[i]);
+      any_optional_given |= given[i];
+    }
+    if (!given[i]) continue;
+    call.operands.push_back(by_operand[i]);
+    call.specs.push_back(&op.operands[i]);
+    call.scalars.push_back(scalar_of[i]);
+  }
+  return any_optional_given; // clamp() with neither bound is ATen's error to raise
+}
 
 const fusion::ElementwiseOp* registryOpFor(const std::string& aten_name) {
   if (aten_name.rfind("aten::", 0) != 0) return nullptr;

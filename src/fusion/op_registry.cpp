@@ -39,6 +39,8 @@ const ElementwiseOp* findElementwiseOp(const std::string& name) {
 
 const std::vector<ElementwiseOp>& elementwiseOps() { return registry().ops; }
 
+const std::vector<ReductionOp>& reductionOps() { return registry().reductions; }
+
 const ReductionOp* findReductionOp(const std::string& name) {
   for (const ReductionOp& op : registry().reductions)
     if (op.name == name) return &op;

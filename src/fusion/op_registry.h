@@ -101,6 +101,51 @@ struct ReduceContext {
   std::vector<std::vector<Value>> results; // accumulators after each finished pass
 };
 
+// How a reduction's result dtype follows from its call (ATen's rule for the op). `dtype` is the
+// call's dtype= argument, `out` the dtype of its first out= tensor.
+enum class ReductionResult : uint8_t {
+  kAccumulated,      // dtype, else out, else int64 for integer and bool inputs, else the input's;
+                     // computes in it; a bool result runs on the CPU (sum, prod)
+  kRequestedOrOut,   // dtype, else out, else the input's; computes in it (mean)
+  kRequested,        // dtype, else the input's; computes in it (vector norms)
+  kFloating,         // the input's when floating, else the default float dtype (logsumexp)
+  kInput,            // the input's (amax, var, softmax)
+  kIndices,          // int64 indices, computing in the input's dtype (argmax)
+  kValuesAndIndices, // the input's and int64 indices (max.dim)
+  kTruth,            // bool, or uint8 for a uint8 input (all, any)
+};
+
+// A run-time scalar of a reduction read from the call's arguments by name.
+struct ReductionParamSpec {
+  std::vector<std::string> args; // the first one given is used (a bool gives 1 or 0)
+  double fallback = 0;           // when none is given
+  // Values the lowering has code of its own for (a norm's order): the value's index here, or
+  // size() for any other value, is the reduction's constant (part of the kernel key).
+  std::vector<double> special_values = {};
+  // Values for which reducing no elements is ATen's error (a norm of order -inf).
+  std::vector<double> need_elements = {};
+};
+
+// The shape/dtype rule of a reduction: which ATen overloads run it and which of their calls the
+// kernels cover (others run on the CPU fallback, which raises ATen's errors). The device reads
+// this and nothing else about an op's name.
+struct ReductionRule {
+  std::vector<std::string> overloads = {};    // ATen overloads ("sum.dim_IntList"); none: internal
+  std::vector<std::string> inputs = {"self"}; // schema names of the inputs, in kernel order; all
+                                              // of one shape and dtype
+  ReductionResult result = ReductionResult::kInput;
+  bool floats_only = false; // a non-floating input or result runs on the CPU
+  bool bool_input = true;   // false: a bool input runs on the CPU (ATen has no kernel; it raises)
+  // Half and bfloat16 give ATen's result exactly (extremes, all/any). ATen rounds partial results
+  // of the others to the narrow dtype where the kernels accumulate wide and round once, so those
+  // dtypes (as input or compute dtype) run on the CPU.
+  bool exact_in_half = false;
+  bool needs_elements = false; // reducing no elements is ATen's error (the max of nothing)
+  std::vector<ReductionParamSpec> params = {}; // ReductionOp::num_params of them
+  std::string false_only = {};                 // a bool argument the kernels support only as false
+  std::string input_dtype = {}; // a dtype argument that must be the input's (else the CPU)
+};
+
 // A reduction over some dimensions of its inputs (all of the same shape), in passes over each
 // output row: each pass folds every element into accumulators; then `finish` yields the outputs
 // of the row (a reduction), or, for a row-wise op like softmax, one output element per input
@@ -112,6 +157,7 @@ struct ReductionOp {
   bool row_output = false;  // outputs have the input's shape (softmax), not the reduced shape
   bool needs_index = false; // combine gets the element's linear index within the row (i64)
   int num_params = 0;       // run-time scalars (a correction, an order p, an epsilon)
+  ReductionRule rule;
   std::function<std::vector<Value>(ReduceContext&, int pass)> init;
   std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,
                                    const std::vector<Value>& inputs, const Value& index)>
@@ -122,6 +168,8 @@ struct ReductionOp {
 };
 
 const ReductionOp* findReductionOp(const std::string& name);
+// Every reduction and row-wise op, in registration order.
+const std::vector<ReductionOp>& reductionOps();
 void addReductionOps(std::vector<ReductionOp>& ops);
 
 // The op with this ATen base name (no "aten::", no trailing "_"), or nullptr.

@@ -13,6 +13,15 @@ namespace {
 
 using Values = std::vector<Value>;
 
+// The ATen side of a reduction (ReductionRule): the overloads that run it and its result dtype;
+// the family builders below add what their family shares.
+ReductionRule atenRule(ReductionResult result, std::vector<std::string> overloads) {
+  ReductionRule rule;
+  rule.result = result;
+  rule.overloads = std::move(overloads);
+  return rule;
+}
+
 Value lowest(ScalarEmitter& e, const ElementType& type) {
   if (type.isFloat()) return e.floatConstant(-INFINITY, type);
   if (type.kind == NumberKind::kUnsigned || type.kind == NumberKind::kBool)
@@ -50,9 +59,12 @@ ReductionOp fold(const char* name, double initial,
 Value identity(ReduceContext&, const Value& acc) { return acc; }
 
 // amax/amin: NaN-propagating, in the compute type (exact).
-ReductionOp extremum(const char* name, bool maximum) {
+ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
+  op.rule = atenRule(ReductionResult::kInput, std::move(overloads));
+  op.rule.exact_in_half = true;
+  op.rule.needs_elements = true;
   op.init = [maximum](ReduceContext& c, int) {
     return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute)};
   };
@@ -64,9 +76,15 @@ ReductionOp extremum(const char* name, bool maximum) {
 }
 
 // argmax/argmin and max.dim/min.dim: the first extreme element wins; NaN counts as extreme.
-ReductionOp argExtremum(const char* name, bool maximum, bool with_values) {
+ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
+                        std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
+  op.rule = atenRule(with_values ? ReductionResult::kValuesAndIndices : ReductionResult::kIndices,
+                     std::move(overloads));
+  op.rule.bool_input = false;
+  op.rule.exact_in_half = true;
+  op.rule.needs_elements = true;
   op.needs_index = true;
   op.num_outputs = with_values ? 2 : 1;
   op.init = [maximum](ReduceContext& c, int) {
@@ -92,9 +110,11 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values) {
   return op;
 }
 
-ReductionOp boolean(const char* name, bool all) {
+ReductionOp boolean(const char* name, bool all, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
+  op.rule = atenRule(ReductionResult::kTruth, std::move(overloads));
+  op.rule.exact_in_half = true;
   op.init = [all](ReduceContext& c, int) {
     return Values{c.emit.intConstant(all ? 1 : 0, boolType())};
   };
@@ -118,11 +138,14 @@ Value meanAfterFirstPass(ReduceContext& c) {
 // var/std: the mean, then the sum of squared deviations over max(N - correction, 0). For
 // float64 the mean is a running mean, mean += (x - mean) / (i + 1) (as ATen's Welford keeps
 // it), so equal values of any size have variance 0 instead of an overflowing sum.
-ReductionOp variance(const char* name, bool root) {
+ReductionOp variance(const char* name, bool root, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
   op.passes = 2;
   op.num_params = 1;
+  op.rule = atenRule(ReductionResult::kInput, std::move(overloads));
+  op.rule.floats_only = true;
+  op.rule.params = {{{"correction", "unbiased"}, 1}};
   op.needs_index = true;
   op.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x,
@@ -147,11 +170,16 @@ ReductionOp variance(const char* name, bool root) {
 }
 
 // linalg_vector_norm: constants[0] picks the order (0: 2, 1: 1, 2: inf, 3: -inf, 4: 0,
-// 5: any other p, given as params[0]).
+// 5: any other p, given as params[0]; the rule's special values).
 ReductionOp vectorNorm() {
   ReductionOp op;
   op.name = "vector_norm";
   op.num_params = 1;
+  op.rule =
+      atenRule(ReductionResult::kRequested, {"linalg_vector_norm", "linalg_vector_norm.out",
+                                             "norm.ScalarOpt_dim", "norm.out", "norm.Scalar"});
+  op.rule.floats_only = true;
+  op.rule.params = {{{"ord", "p"}, 2, {2, 1, INFINITY, -INFINITY, 0}, {-INFINITY}}};
   op.init = [](ReduceContext& c, int) {
     const double start = c.constants[0] == 3 ? INFINITY : 0.0;
     return Values{c.emit.floatConstant(start, c.wide)};
@@ -227,7 +255,8 @@ ReductionOp expSum(const char* name) {
 // (a row-wise write; mean, rstd, weight and bias come in as broadcast views), and for backward
 // the input gradient (row-wise) and the weight and bias gradients (a reduction over rows).
 void addLayerNormOps(std::vector<ReductionOp>& ops) {
-  ReductionOp stats = variance("layer_norm_stats", false);
+  ReductionOp stats = variance("layer_norm_stats", false, {});
+  stats.rule = ReductionRule(); // no ATen overload: native_layer_norm reads its own arguments
   stats.num_outputs = 2;
   stats.finish = [](ReduceContext& c, const Values&) { // rstd = 1 / sqrt(max(var, 0) + eps)
     ScalarEmitter& e = c.emit;
@@ -297,28 +326,36 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   auto add = [](ReduceContext& c, const Value& acc, const Value& x) {
     return c.emit.accumulate(acc, x);
   };
-  ops.push_back(fold("sum", 0, add, identity));
-  ops.push_back(fold("mean", 0, add,
-                     [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); }));
-  ops.push_back(fold(
+  ReductionOp sum = fold("sum", 0, add, identity);
+  sum.rule = atenRule(ReductionResult::kAccumulated, {"sum", "sum.dim_IntList", "sum.IntList_out"});
+  ops.push_back(sum);
+  ReductionOp mean = fold(
+      "mean", 0, add, [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); });
+  mean.rule = atenRule(ReductionResult::kRequestedOrOut, {"mean", "mean.dim", "mean.out"});
+  mean.rule.floats_only = true;
+  ops.push_back(mean);
+  ReductionOp prod = fold(
       "prod", 1,
       [](ReduceContext& c, const Value& acc, const Value& x) {
         return c.emit.accumulateProduct(acc, x);
       },
-      identity));
-  ops.push_back(extremum("amax", true));
-  ops.push_back(extremum("amin", false));
-  ops.push_back(argExtremum("argmax", true, false));
-  ops.push_back(argExtremum("argmin", false, false));
-  ops.push_back(argExtremum("max", true, true));
-  ops.push_back(argExtremum("min", false, true));
-  ops.push_back(boolean("all", true));
-  ops.push_back(boolean("any", false));
-  ops.push_back(variance("var", false));
-  ops.push_back(variance("std", true));
+      identity);
+  prod.rule = atenRule(ReductionResult::kAccumulated, {"prod", "prod.dim_int", "prod.int_out"});
+  ops.push_back(prod);
+  ops.push_back(extremum("amax", true, {"amax", "amax.out", "max"}));
+  ops.push_back(extremum("amin", false, {"amin", "amin.out", "min"}));
+  ops.push_back(argExtremum("argmax", true, false, {"argmax", "argmax.out"}));
+  ops.push_back(argExtremum("argmin", false, false, {"argmin", "argmin.out"}));
+  ops.push_back(argExtremum("max", true, true, {"max.dim", "max.dim_max"}));
+  ops.push_back(argExtremum("min", false, true, {"min.dim", "min.dim_min"}));
+  ops.push_back(boolean("all", true, {"all", "all.dim", "all.out", "all.all_out"}));
+  ops.push_back(boolean("any", false, {"any", "any.dim", "any.out", "any.all_out"}));
+  ops.push_back(variance("var", false, {"var.correction", "var.correction_out"}));
+  ops.push_back(variance("std", true, {"std.correction", "std.correction_out"}));
   ops.push_back(vectorNorm());
 
   ReductionOp logsumexp = expSum("logsumexp");
+  logsumexp.rule = atenRule(ReductionResult::kFloating, {"logsumexp", "logsumexp.out"});
   logsumexp.init = [](ReduceContext& c, int pass) {
     return Values{pass == 0 ? c.emit.floatConstant(-INFINITY, c.wide)
                             : c.emit.floatConstant(0, c.wide)};
@@ -339,6 +376,9 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
 
   ReductionOp softmax = expSum("softmax");
   softmax.row_output = true;
+  softmax.rule = atenRule(ReductionResult::kInput, {"_softmax", "_softmax.out"});
+  softmax.rule.floats_only = true;
+  softmax.rule.false_only = "half_to_float";
   softmax.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
     // Times the reciprocal of the sum, as ATen does: the division is loop-invariant and LLVM
@@ -351,6 +391,8 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
 
   ReductionOp log_softmax = expSum("log_softmax");
   log_softmax.row_output = true;
+  log_softmax.rule = softmax.rule;
+  log_softmax.rule.overloads = {"_log_softmax", "_log_softmax.out"};
   log_softmax.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
     const Value log_sum = e.convert(e.unary("math.log", c.results[1][0]), c.compute);
@@ -362,6 +404,11 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ReductionOp softmax_backward;
   softmax_backward.name = "softmax_backward";
   softmax_backward.row_output = true;
+  softmax_backward.rule =
+      atenRule(ReductionResult::kInput, {"_softmax_backward_data", "_softmax_backward_data.out"});
+  softmax_backward.rule.inputs = {"grad_output", "output"};
+  softmax_backward.rule.floats_only = true;
+  softmax_backward.rule.input_dtype = "input_dtype";
   softmax_backward.init = [](ReduceContext& c, int) {
     return Values{c.emit.floatConstant(0, c.wide)};
   };
@@ -379,6 +426,8 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   // Backward of log_softmax: g - exp(y) * sum(g).
   ReductionOp log_softmax_backward = softmax_backward;
   log_softmax_backward.name = "log_softmax_backward";
+  log_softmax_backward.rule.overloads = {"_log_softmax_backward_data",
+                                         "_log_softmax_backward_data.out"};
   log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
                                     const Value&) {
     return Values{c.emit.accumulate(acc[0], c.emit.convert(x[0], c.wide))};

@@ -13,6 +13,7 @@
 #include "cache/kernel_cache.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
+#include "launcher/kernel_abi.h"
 
 namespace torchneuron {
 namespace test {
@@ -54,18 +55,13 @@ inline bool computesCorrectly(KernelFunction kernel, const BinaryCase& c,
   std::vector<float> a(n), b(n), out(n, -1.0f);
   for (int64_t i = 0; i < n; ++i)
     a[i] = 0.25f * i - 3.0f, b[i] = 2.0f - 0.5f * i;
-  std::vector<int64_t> slots;
-  for (float* data : {out.data(), a.data(), b.data()}) {
-    const auto address = reinterpret_cast<int64_t>(data);
-    slots.insert(slots.end(), {address, address, 0, n, 1});
-  }
-  while (static_cast<int>(slots.size()) < fusion::kernelArgumentSlots(s)) { // alpha = 1
-    const double one = 1.0;
-    int64_t bits;
-    std::memcpy(&bits, &one, sizeof bits);
-    slots.push_back(bits);
-  }
-  kernel(slots.data(), 0, n);
+  KernelArguments arguments;
+  const int64_t unit = 1;
+  for (float* data : {out.data(), a.data(), b.data()})
+    arguments.memref(data, &n, &unit, 1);
+  while (arguments.size() < fusion::kernelArgumentSlots(s)) // alpha = 1
+    arguments.word(floatSlot(1.0));
+  kernel(arguments.slots(), 0, n);
   for (int64_t i = 0; i < n; ++i)
     if (std::fabs(out[i] - c.reference(a[i], b[i])) > 1e-5f * (1 + std::fabs(out[i]))) return false;
   return true;

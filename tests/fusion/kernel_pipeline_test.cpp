@@ -9,6 +9,7 @@
 #include "fusion/compiler.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
+#include "launcher/kernel_abi.h"
 #include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
 
@@ -28,10 +29,10 @@ ElementwiseSignature rankOneSignature(const char* op, c10::ScalarType dtype, int
   return s;
 }
 
-// Slots of one contiguous rank-1 memref: allocated, aligned, offset, size, stride.
-void pushVector(std::vector<int64_t>& slots, const void* data, int64_t size) {
-  const auto address = reinterpret_cast<int64_t>(data);
-  slots.insert(slots.end(), {address, address, 0, size, 1});
+// One contiguous rank-1 memref.
+void pushVector(KernelArguments& arguments, const void* data, const int64_t& size) {
+  static const int64_t unit = 1;
+  arguments.memref(data, &size, &unit, 1);
 }
 
 TEST(KernelPipeline, AddWithAlphaComputesThroughTheSlotAbi) {
@@ -46,21 +47,18 @@ TEST(KernelPipeline, AddWithAlphaComputesThroughTheSlotAbi) {
   std::vector<float> a(n), b(n), out(n, -1);
   for (int64_t i = 0; i < n; ++i)
     a[i] = i * 0.5f, b[i] = 3.0f - i;
-  std::vector<int64_t> slots;
-  pushVector(slots, out.data(), n);
-  pushVector(slots, a.data(), n);
-  pushVector(slots, b.data(), n);
-  const double alpha = 2.0;
-  int64_t alpha_bits;
-  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
-  slots.push_back(alpha_bits);
-  ASSERT_EQ(static_cast<int>(slots.size()), kernelArgumentSlots(s));
-  kernel(slots.data(), 10, 20); // only [10, 20) is written
+  KernelArguments arguments;
+  pushVector(arguments, out.data(), n);
+  pushVector(arguments, a.data(), n);
+  pushVector(arguments, b.data(), n);
+  arguments.word(floatSlot(2.0)); // alpha
+  ASSERT_EQ(arguments.size(), kernelArgumentSlots(s));
+  kernel(arguments.slots(), 10, 20); // only [10, 20) is written
   for (int64_t i = 0; i < n; ++i) {
     const float expected = (i >= 10 && i < 20) ? a[i] + 2.0f * b[i] : -1.0f;
     EXPECT_EQ(out[i], expected) << "at " << i;
   }
-  launchKernel(kernel, slots.data(), LaunchShape{n, 1, 2});
+  launchKernel(kernel, arguments.slots(), LaunchShape{n, 1, 2});
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] + 2.0f * b[i]) << "at " << i;
 }

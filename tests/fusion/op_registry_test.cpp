@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "fusion/kernel_builder.h"
@@ -43,6 +45,33 @@ TEST(OpRegistry, EveryOpIsComplete) {
   for (const char* name :
        {"sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax_backward"})
     EXPECT_NE(findReductionOp(name), nullptr) << name;
+}
+
+TEST(OpRegistry, ReductionsCarryTheirAtenRulesAsData) {
+  std::set<std::string> overloads;
+  for (const ReductionOp& op : reductionOps()) {
+    for (const std::string& overload : op.rule.overloads)
+      EXPECT_TRUE(overloads.insert(overload).second) << overload << " bound twice";
+    if (!op.rule.overloads.empty()) { // the rule reads every run-time scalar of the kernel
+      EXPECT_EQ(op.rule.params.size(), static_cast<size_t>(op.num_params)) << op.name;
+    }
+  }
+  const ReductionRule& sum = findReductionOp("sum")->rule;
+  EXPECT_EQ(sum.result, ReductionResult::kAccumulated);
+  EXPECT_EQ(overloads.count("sum.dim_IntList"), 1u);
+  EXPECT_FALSE(sum.exact_in_half);
+  const ReductionRule& amax = findReductionOp("amax")->rule;
+  EXPECT_TRUE(amax.needs_elements && amax.exact_in_half);
+  EXPECT_NE(std::find(amax.overloads.begin(), amax.overloads.end(), "max"), amax.overloads.end());
+  EXPECT_FALSE(findReductionOp("argmax")->rule.bool_input);
+  const ReductionRule& norm = findReductionOp("vector_norm")->rule;
+  ASSERT_EQ(norm.params.size(), 1u);
+  EXPECT_EQ(norm.params[0].special_values.size(), 5u);
+  EXPECT_EQ(norm.params[0].need_elements, std::vector<double>{-INFINITY});
+  EXPECT_EQ(findReductionOp("softmax_backward")->rule.inputs,
+            (std::vector<std::string>{"grad_output", "output"}));
+  EXPECT_EQ(findReductionOp("softmax")->rule.false_only, "half_to_float");
+  EXPECT_TRUE(findReductionOp("layer_norm_stats")->rule.overloads.empty()); // internal
 }
 
 ElementwiseSignature addSignature() {

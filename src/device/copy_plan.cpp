@@ -1,0 +1,50 @@
+#include "device/copy_plan.h"
+
+#include "device/compiled_ops.h"
+#include "device/device.h"
+#include "device/plan_executor.h"
+
+namespace torchneuron {
+namespace {
+
+// The copy op's binding: the destination is written in place and any dtype converts to its own.
+// Copies count as compiled launches of aten::copy_.
+const NativeOpBinding& copyBinding() {
+  static const NativeOpBinding binding = [] {
+    NativeOpBinding copy;
+    copy.op = fusion::findElementwiseOp("copy");
+    copy.name = "aten::copy_";
+    copy.writes_output = true;
+    copy.in_place = true;
+    copy.casts_freely = true;
+    copy.launches = launchCounter(LaunchKind::kCompiled, copy.name);
+    return copy;
+  }();
+  return binding;
+}
+
+BoundCall copyCall(const at::Tensor& src) {
+  BoundCall call;
+  call.operands.push_back(src);
+  call.specs.push_back(&copyBinding().op->operands[0]);
+  call.scalars.emplace_back();
+  return call;
+}
+
+} // namespace
+
+c10::optional<LaunchPlan> planCopy(const at::Tensor& src, const WrittenOperand& target) {
+  return planElementwiseInto(copyBinding(), copyCall(src), target);
+}
+
+bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
+    return false;
+  if (src.is_alias_of(dst)) return false; // overlapping copies keep ATen's own handling
+  BoundCall call = copyCall(src);
+  call.output = dst;
+  const c10::optional<LaunchPlan> plan = planElementwise(copyBinding(), call);
+  return plan && executePlan(*plan, call.operands, {dst}, copyBinding().launches).has_value();
+}
+
+} // namespace torchneuron

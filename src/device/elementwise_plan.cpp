@@ -1,0 +1,254 @@
+#include "device/elementwise_plan.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+
+#include <algorithm>
+
+#include "device/device.h"
+#include "device/kernel_operand.h"
+#include "launcher/kernel_abi.h"
+
+namespace torchneuron {
+namespace {
+
+using fusion::ElementwiseOp;
+
+// The value of a CPU 0-dim tensor (a Python number arrives as a wrapped one).
+c10::optional<double> cpuScalarValue(const at::Tensor& t) {
+  if (!t.device().is_cpu() || t.dim() != 0) return c10::nullopt;
+  switch (t.scalar_type()) {
+  case at::kDouble:
+    return *t.data_ptr<double>();
+  case at::kLong:
+    return static_cast<double>(*t.data_ptr<int64_t>());
+  default:
+    return t.item<double>();
+  }
+}
+
+// The constant of an op with special values (ElementwiseOp::special_values): the index of the
+// specialized operand's value among them, or -1.
+int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::ScalarType common) {
+  if (!at::isFloatingType(common)) return -1;
+  for (size_t i = 0; i < call.operands.size(); ++i) {
+    if (call.specs[i]->arg != op.specialized_operand) continue;
+    const c10::optional<double> value = cpuScalarValue(call.operands[i]);
+    if (!value) return -1;
+    const auto found = std::find(op.special_values.begin(), op.special_values.end(), *value);
+    return found == op.special_values.end() ? -1 : found - op.special_values.begin();
+  }
+  return -1;
+}
+
+// Raises ATen's error ("value cannot be converted to type int8_t without overflow") when the
+// number does not fit `dtype`, as Scalar::to<T>() does in ATen's kernels.
+void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range",
+                             [&] { (void)value.to<scalar_t>(); });
+}
+
+uint8_t computeClassOf(at::ScalarType dtype) {
+  if (at::isFloatingType(dtype)) return fusion::kFloats;
+  if (dtype == at::kBool) return fusion::kBools;
+  return fusion::kIntegers;
+}
+
+// The compute dtype of the call (ATen's promotion, then the op's rule), or nullopt when the
+// kernels do not cover its operands or dtypes. `device` is the written operand's, if any.
+c10::optional<at::ScalarType> computeDtype(const ElementwiseOp& op, const BoundCall& call,
+                                           const WrittenOperand* target,
+                                           c10::optional<c10::Device>& device) {
+  at::native::ResultTypeState promotion;
+  bool any_promoting = false;
+  for (size_t i = 0; i < call.operands.size(); ++i) {
+    const at::Tensor& t = call.operands[i];
+    const fusion::OperandSpec& spec = *call.specs[i];
+    if (!isKernelOperand(t)) return c10::nullopt;
+    if (t.device().type() == kNeuronDeviceType) {
+      if (device && *device != t.device()) return c10::nullopt;
+      device = t.device();
+    } else if (!(t.device().is_cpu() && t.dim() == 0)) {
+      return c10::nullopt; // the fallback raises PyTorch's same-device error
+    }
+    if (spec.bool_only && t.scalar_type() != at::kBool) return c10::nullopt;
+    if (spec.zero_dim_only && t.dim() != 0) return c10::nullopt;
+    if (spec.promotes) {
+      promotion = at::native::update_result_type_state(t, promotion);
+      any_promoting = true;
+    }
+  }
+  if (!device) return c10::nullopt;
+  at::ScalarType common = any_promoting ? at::native::result_type(promotion)
+                          : target      ? target->dtype
+                                        : at::ScalarType::Undefined;
+  if (common == at::ScalarType::Undefined) return c10::nullopt;
+  const bool stays_integral =
+      op.integral_with_constant >= 0 && call.constants[op.integral_with_constant] >= 0;
+  if (op.promotion == fusion::TypePromotion::kIntToFloat && at::isIntegralType(common, true) &&
+      !stays_integral)
+    common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
+    return c10::nullopt;
+  if (op.matches_cpu && !op.matches_cpu(common, call.constants)) return c10::nullopt;
+  for (const c10::Scalar& param : call.params) {
+    if (param.isComplex()) return c10::nullopt;
+    if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;
+  }
+  return common;
+}
+
+c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCall& call,
+                                   const WrittenOperand* target) {
+  const ElementwiseOp& op = *binding.op;
+  c10::optional<c10::Device> device;
+  if (target) device = target->device;
+  const c10::optional<at::ScalarType> computed = computeDtype(op, call, target, device);
+  if (!computed) return c10::nullopt;
+  const at::ScalarType common = *computed;
+  const at::ScalarType result_dtype =
+      op.promotion == fusion::TypePromotion::kAlwaysBool ? at::kBool : common;
+
+  at::DimVector shape;
+  for (size_t i = 0; i < call.operands.size(); ++i)
+    shape = i == 0 ? at::DimVector(call.operands[0].sizes())
+                   : at::infer_size_dimvector(shape, call.operands[i].sizes());
+  c10::SmallVector<ViewGeometry, 5> views; // output first, then the operands
+  for (const at::Tensor& t : call.operands)
+    views.push_back(ViewGeometry::of(t));
+
+  LaunchPlan plan;
+  PlannedOutput& output = plan.outputs.emplace_back();
+  output.device = *device;
+  ViewGeometry written;
+  if (target) {
+    TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
+                result_dtype, " can't be cast to the desired output type ", target->dtype);
+    output.given = 0;
+    output.dtype = target->dtype;
+    written = target->view;
+    if (binding.in_place) {
+      shape = call.operands.empty() ? at::DimVector(target->view.sizes)
+                                    : at::infer_size_dimvector(shape, target->view.sizes);
+      TORCH_CHECK(at::IntArrayRef(shape) == target->view.sizes, "output with shape ",
+                  target->view.sizes, " doesn't match the broadcast shape ",
+                  at::IntArrayRef(shape));
+    } else if (at::IntArrayRef(shape) != target->view.sizes) {
+      // resize_output makes it contiguous in place (same tensor, storage and offset); an
+      // operand that is the output tensor itself is resized with it.
+      output.resize = true;
+      output.sizes.assign(shape.begin(), shape.end());
+      output.strides = contiguousStrides(shape);
+      written = ViewGeometry::planned(output.sizes, output.strides, target->view.storage_offset,
+                                      target->view.itemsize);
+      written.storage = target->view.storage;
+      written.tensor = target->view.tensor;
+      for (ViewGeometry& view : views)
+        if (view.tensor != nullptr && view.tensor == written.tensor) view = written;
+    }
+    if (!output.resize) {
+      output.sizes.assign(written.sizes.begin(), written.sizes.end());
+      output.strides.assign(written.strides.begin(), written.strides.end());
+    }
+    // TensorIterator's checks, with its messages. An input that shares memory with the output
+    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
+    // decides the result, as it does on the CPU.
+    checkNoInternalOverlap(written);
+    for (size_t i = 0; i < call.operands.size(); ++i) {
+      if (call.operands[i].device() != output.device) continue;
+      checkNoPartialOverlap(written, views[i]);
+      if (written.storage != nullptr && views[i].storage == written.storage &&
+          overlapStatus(written, views[i]) == at::MemOverlapStatus::TooHard)
+        return c10::nullopt;
+    }
+  } else {
+    output.dtype = result_dtype;
+    output.sizes.assign(shape.begin(), shape.end());
+    output.strides = stridesLike(shape, views);
+    output.contiguous = output.strides == contiguousStrides(shape);
+    written = ViewGeometry::planned(output.sizes, output.strides, 0,
+                                    static_cast<int64_t>(c10::elementSize(result_dtype)));
+  }
+  // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
+  for (const c10::Scalar& param : call.params)
+    checkScalarFits(param, common);
+  for (size_t i = 0; i < call.operands.size(); ++i)
+    if (call.scalars[i] && call.specs[i]->checked_scalar)
+      checkScalarFits(*call.scalars[i], call.specs[i]->promotes ? common : output.dtype);
+  if (written.numel == 0) return plan;
+
+  views.insert(views.begin(), written);
+  const IterationPlan iteration = planIteration(shape, views);
+
+  PlannedLaunch& launch = plan.launches.emplace_back();
+  launch.kind = KernelKind::kElementwise;
+  fusion::ElementwiseSignature& signature = launch.elementwise;
+  signature.op = &op;
+  signature.constants.assign(call.constants.begin(), call.constants.end());
+  if (!op.special_values.empty())
+    signature.constants.push_back(specialValueIndex(op, call, common));
+  signature.present.assign(call.present.begin(), call.present.end());
+  signature.compute = common;
+  signature.output = output.dtype;
+  for (const at::Tensor& t : call.operands)
+    signature.inputs.push_back(t.scalar_type());
+  signature.rank = iteration.rank();
+  signature.inner.assign(iteration.inner.begin(), iteration.inner.end());
+  // An input that is the output element for element (in-place self: the same storage, offset,
+  // dtype and walk) is read through it.
+  for (size_t i = 0; i < call.operands.size() && signature.aliased_input < 0; ++i) {
+    const ViewGeometry& input = views[i + 1];
+    if (written.storage != nullptr && input.storage == written.storage &&
+        input.storage_offset == written.storage_offset &&
+        call.operands[i].scalar_type() == output.dtype &&
+        iteration.strides[i + 1] == iteration.strides[0])
+      signature.aliased_input = static_cast<int>(i);
+  }
+  launch.key = signature.key();
+
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (i > 0 && static_cast<int>(i) - 1 == signature.aliased_input) continue;
+    PlannedOperand& operand = launch.operands.emplace_back();
+    operand.role = i == 0 ? OperandRole::kOutput : OperandRole::kInput;
+    operand.index = i == 0 ? 0 : static_cast<int>(i) - 1;
+    operand.offset = i == 0 && target ? target->offset : 0;
+    // An operand broadcast along the innermost dimension has no such dimension in the kernel.
+    const size_t dims =
+        iteration.sizes.size() - (iteration.inner[i] == fusion::InnerStride::kBroadcast);
+    operand.sizes.assign(iteration.sizes.begin(), iteration.sizes.begin() + dims);
+    operand.strides.assign(iteration.strides[i].begin(), iteration.strides[i].begin() + dims);
+  }
+  for (const c10::Scalar& param : call.params)
+    launch.words.push_back(at::isFloatingType(common) ? floatSlot(param.toDouble())
+                                                      : param.toLong());
+  launch.range = iteration.sizes[0];
+  launch.work_per_index = iteration.numel() / iteration.sizes[0];
+  return plan;
+}
+
+} // namespace
+
+WrittenOperand WrittenOperand::of(const at::Tensor& t) {
+  WrittenOperand operand;
+  operand.view = ViewGeometry::of(t);
+  operand.dtype = t.scalar_type();
+  operand.device = t.device();
+  return operand;
+}
+
+c10::optional<LaunchPlan> planElementwise(const NativeOpBinding& binding, const BoundCall& call) {
+  if (!call.output.defined()) return planCall(binding, call, nullptr);
+  if (!isKernelOperand(call.output) || call.output.device().type() != kNeuronDeviceType)
+    return c10::nullopt;
+  const WrittenOperand target = WrittenOperand::of(call.output);
+  return planCall(binding, call, &target);
+}
+
+c10::optional<LaunchPlan> planElementwiseInto(const NativeOpBinding& binding, const BoundCall& call,
+                                              const WrittenOperand& target) {
+  return planCall(binding, call, &target);
+}
+
+} // namespace torchneuron

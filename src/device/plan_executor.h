@@ -1,0 +1,27 @@
+#pragma once
+// Running a launch plan (launch_plan.h) on tensors: the only step of a compiled op that touches
+// memory.
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+#include <c10/util/SmallVector.h>
+
+#include "device/launch_plan.h"
+#include "device/metrics.h"
+
+namespace torchneuron {
+
+// Inline storage throughout: a tiny op's cost is mostly its host-side bookkeeping.
+using TensorList = c10::SmallVector<at::Tensor, 4>;
+
+// Looks up (compiling on first use) every kernel of `plan`, then resizes the given outputs and
+// allocates the new ones the plan describes, launches the kernels in order (one count each on
+// `launches`) and returns the outputs. `inputs` and `given_outputs` are the tensors the plan's
+// positions refer to, with the metadata the plan was built from. Returns nullopt, with no
+// output touched, when a kernel cannot be compiled (warned once per kernel; the caller falls
+// back to the CPU).
+c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::Tensor> inputs,
+                                      at::ArrayRef<at::Tensor> given_outputs,
+                                      LaunchCounter* launches);
+
+} // namespace torchneuron

@@ -1,0 +1,191 @@
+// Planning a reduction or row-wise op: the input's dimensions are split into kept and reduced
+// groups (each merged by the one dimension-merging rule), the outputs are described by metadata
+// and the registry's reduction kernel for the signature is named by key.
+
+#include <c10/util/accumulate.h>
+
+#include <algorithm>
+
+#include "device/device.h"
+#include "device/kernel_operand.h"
+#include "device/reduction_launch.h"
+#include "device/view_geometry.h"
+#include "launcher/kernel_abi.h"
+
+namespace torchneuron {
+namespace {
+
+using fusion::InnerStride;
+
+bool isKernelInput(const at::Tensor& t) {
+  return isKernelOperand(t) && t.device().type() == kNeuronDeviceType;
+}
+
+// Merged dimensions of one group; a group with no dimension larger than 1 is one of size 1.
+MergedDims mergeGroup(const DimVector& sizes, const c10::SmallVector<DimVector, 4>& strides) {
+  MergedDims group = mergeDimensions(sizes, strides);
+  if (group.sizes.empty()) {
+    group.sizes.push_back(1);
+    for (DimVector& s : group.strides)
+      s.push_back(0);
+  }
+  return group;
+}
+
+InnerStride strideClass(int64_t stride, bool may_broadcast) {
+  return stride == 1                    ? InnerStride::kContiguous
+         : stride == 0 && may_broadcast ? InnerStride::kBroadcast
+                                        : InnerStride::kStrided;
+}
+
+} // namespace
+
+c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
+  const at::Tensor& self = call.inputs[0];
+  for (const at::Tensor& t : call.inputs)
+    if (!isKernelInput(t) || t.sizes() != self.sizes() || t.device() != self.device())
+      return c10::nullopt;
+  // An out= tensor that shares memory with an input or with itself (expanded): ATen's
+  // reductions do not check overlap, so the CPU's own element order decides the result; the
+  // fallback reproduces it.
+  for (const at::Tensor& t : call.outputs) {
+    if (!isKernelInput(t) || t.device() != self.device()) return c10::nullopt;
+    const ViewGeometry view = ViewGeometry::of(t);
+    if (internalOverlap(view) != at::MemOverlap::No) return c10::nullopt;
+    for (const at::Tensor& input : call.inputs)
+      if (ViewGeometry::of(input).storage == view.storage) return c10::nullopt;
+  }
+  if (!fusion::isKernelDtype(call.compute)) return c10::nullopt;
+
+  // Input geometry (a 0-dim input reduces as shape [1]).
+  const DimVector in_sizes =
+      self.dim() == 0 ? DimVector{1} : DimVector(self.sizes().begin(), self.sizes().end());
+  auto strideOf = [&](const at::Tensor& t, int64_t d) { return t.dim() == 0 ? 0 : t.stride(d); };
+  const int64_t rank = static_cast<int64_t>(in_sizes.size());
+  c10::SmallVector<bool, 6> reduced(rank, false);
+  for (int64_t d : call.dims)
+    reduced[d] = true;
+  int64_t reduced_numel = 1;
+  for (int64_t d : call.dims)
+    reduced_numel *= in_sizes[d];
+  if (reduced_numel == 0 && call.needs_elements) return c10::nullopt; // ATen's error
+
+  DimVector out_shape;
+  if (call.op->row_output) {
+    out_shape.assign(self.sizes().begin(), self.sizes().end());
+  } else if (self.dim() > 0) {
+    for (int64_t d = 0; d < rank; ++d)
+      if (!reduced[d])
+        out_shape.push_back(in_sizes[d]);
+      else if (call.keepdim)
+        out_shape.push_back(1);
+  }
+  LaunchPlan plan;
+  const size_t num_outputs = call.outputs.empty() ? call.output_dtypes.size() : call.outputs.size();
+  for (size_t k = 0; k < num_outputs; ++k) {
+    PlannedOutput& output = plan.outputs.emplace_back();
+    output.device = self.device();
+    output.sizes = out_shape;
+    if (call.outputs.empty()) {
+      output.dtype = call.output_dtypes[k];
+      output.strides = contiguousStrides(out_shape);
+      continue;
+    }
+    const at::Tensor& given = call.outputs[k];
+    output.given = static_cast<int>(k);
+    output.dtype = given.scalar_type();
+    output.resize = given.sizes() != at::IntArrayRef(out_shape);
+    output.strides = output.resize ? contiguousStrides(out_shape)
+                                   : DimVector(given.strides().begin(), given.strides().end());
+  }
+  if (c10::multiply_integers(out_shape) == 0 && !(call.op->row_output && self.numel() > 0))
+    return plan;
+
+  // Operands: outputs then inputs; kept dims first, reduced dims after, both in logical order.
+  const size_t num_operands = num_outputs + call.inputs.size();
+  DimVector kept_sizes, red_sizes;
+  c10::SmallVector<DimVector, 4> kept_strides(num_operands), red_strides(num_operands);
+  for (int64_t d = 0, out_d = 0; d < rank; ++d) {
+    (reduced[d] ? red_sizes : kept_sizes).push_back(in_sizes[d]);
+    for (size_t i = 0; i < num_operands; ++i) {
+      const bool is_output = i < num_outputs;
+      int64_t stride = 0;
+      if (!is_output) {
+        stride = strideOf(call.inputs[i - num_outputs], d);
+      } else if (call.op->row_output) {
+        stride = self.dim() == 0 ? 0 : plan.outputs[i].strides[d];
+      } else if (!reduced[d] && self.dim() > 0) {
+        stride = plan.outputs[i].strides[call.keepdim ? d : out_d];
+      }
+      (reduced[d] ? red_strides : kept_strides)[i].push_back(stride);
+    }
+    if (!reduced[d] || call.keepdim) ++out_d;
+  }
+  const MergedDims kept = mergeGroup(kept_sizes, kept_strides);
+  const MergedDims red = mergeGroup(red_sizes, red_strides);
+
+  PlannedLaunch& launch = plan.launches.emplace_back();
+  launch.kind = KernelKind::kReduction;
+  fusion::ReductionSignature& signature = launch.reduction;
+  signature.op = call.op;
+  signature.constants = call.constants;
+  signature.compute = call.compute;
+  for (const at::Tensor& t : call.inputs)
+    signature.inputs.push_back(t.scalar_type());
+  for (const PlannedOutput& output : plan.outputs)
+    signature.outputs.push_back(output.dtype);
+  signature.kept_rank = static_cast<int>(kept.sizes.size());
+  signature.reduced_rank = static_cast<int>(red.sizes.size());
+  // Column order when the reduction runs across columns that are contiguous in the first input
+  // and contiguous or broadcast in the others (sum over the rows of [N, C]; layer norm's
+  // weight gradient, with per-row statistics broadcast along the columns): walking one column
+  // at a time would stride through memory.
+  const size_t first_input = num_outputs;
+  if (fusion::columnOrderSupported(*call.op) && kept.sizes.back() >= 8 &&
+      red.strides[first_input].back() != 1 && kept.strides[first_input].back() == 1) {
+    bool columns_dense = true;
+    for (size_t i = first_input; i < num_operands; ++i)
+      columns_dense &= kept.strides[i].back() == 1 || kept.strides[i].back() == 0;
+    signature.column_order = columns_dense;
+  }
+  for (size_t i = 0; i < num_operands; ++i) {
+    const bool is_input = i >= first_input;
+    const bool reduce_output = !is_input && !call.op->row_output;
+    const int64_t innermost = reduce_output || (is_input && signature.column_order)
+                                  ? kept.strides[i].back()
+                                  : red.strides[i].back();
+    signature.inner.push_back(strideClass(innermost, is_input));
+  }
+  launch.key = signature.key();
+
+  for (size_t i = 0; i < num_operands; ++i) {
+    const bool is_output = i < num_outputs;
+    PlannedOperand& operand = launch.operands.emplace_back();
+    operand.role = is_output ? OperandRole::kOutput : OperandRole::kInput;
+    operand.index = static_cast<int>(is_output ? i : i - num_outputs);
+    // An output of a reduction has the kept dimensions only.
+    const bool reduce_output = is_output && !call.op->row_output;
+    operand.sizes = kept.sizes;
+    operand.strides = kept.strides[i];
+    if (!reduce_output) {
+      operand.sizes.append(red.sizes.begin(), red.sizes.end());
+      operand.strides.append(red.strides[i].begin(), red.strides[i].end());
+    }
+  }
+  for (double p : call.params)
+    launch.words.push_back(at::isFloatingType(call.compute) ? floatSlot(p)
+                                                            : static_cast<int64_t>(p));
+  launch.words.push_back(reduced_numel);
+  const int64_t kept_numel = c10::multiply_integers(kept.sizes);
+  launch.range = kept.sizes[0];
+  launch.work_per_index = kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1);
+  return plan;
+}
+
+c10::optional<TensorList> launchReduction(const ReductionCall& call, LaunchCounter* launches) {
+  const c10::optional<LaunchPlan> plan = planReduction(call);
+  if (!plan) return c10::nullopt;
+  return executePlan(*plan, call.inputs, call.outputs, launches);
+}
+
+} // namespace torchneuron
