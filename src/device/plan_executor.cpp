@@ -9,6 +9,7 @@
 #include "fusion/kernel_builder.h"
 #include "launcher/kernel_abi.h"
 #include "launcher/parallel_launch.h"
+#include "target/target.h"
 
 namespace torchneuron {
 namespace {
@@ -64,8 +65,8 @@ c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::T
                        operand.strides.data(), static_cast<int64_t>(operand.sizes.size()));
     for (int64_t word : launch.words)
       arguments.word(word);
-    launchKernel(kernels[k]->function, arguments.slots(),
-                 LaunchShape{launch.range, launch.work_per_index, at::get_num_threads()});
+    deviceTarget().launch(kernels[k]->function, arguments.slots(),
+                          LaunchShape{launch.range, launch.work_per_index, at::get_num_threads()});
     recordLaunch(launches);
   }
   return outputs;
