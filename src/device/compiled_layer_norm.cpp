@@ -36,11 +36,16 @@ c10::optional<Rows> rowsOf(const at::Tensor& input, at::IntArrayRef normalized_s
   return rows;
 }
 
-bool supported(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+// The dtypes the registry's rule for `op` admits (fusion/op_registry.h, ReductionRule), with
+// weight and bias on the device in the input's dtype.
+bool supported(const char* op, const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                const c10::optional<at::Tensor>& bias) {
   const at::ScalarType dtype = input.scalar_type();
-  if (input.device().type() != kNeuronDeviceType || (dtype != at::kFloat && dtype != at::kDouble))
-    return false;
+  const fusion::ReductionRule& rule = fusion::findReductionOp(op)->rule;
+  if (input.device().type() != kNeuronDeviceType) return false;
+  if (rule.floats_only && !at::isFloatingType(dtype)) return false;
+  if (!rule.exact_in_half && (dtype == at::kHalf || dtype == at::kBFloat16)) return false;
+  if (!rule.bool_input && dtype == at::kBool) return false;
   for (const c10::optional<at::Tensor>& t : {weight, bias})
     if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype))
       return false;
@@ -81,7 +86,7 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const auto bias = args[3].toOptional<at::Tensor>();
   const double eps = args[4].toDouble();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
-  if (!rows || !supported(input, weight, bias)) return false;
+  if (!rows || !supported("layer_norm_stats", input, weight, bias)) return false;
   if (rows->m == 0) { // no rows: empty results, nothing to launch
     torch::jit::drop(*stack, 5);
     torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
@@ -115,8 +120,8 @@ bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit:
   const std::vector<bool> mask = args[7].toBoolList().vec();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
   const bool has_weight = weight && weight->defined(), has_bias = bias && bias->defined();
-  if (!rows || !supported(input, weight, bias) || grad_out.sizes() != input.sizes() ||
-      (mask[1] && !has_weight) || (mask[2] && !has_bias) ||
+  if (!rows || !supported("layer_norm_backward_input", input, weight, bias) ||
+      grad_out.sizes() != input.sizes() || (mask[1] && !has_weight) || (mask[2] && !has_bias) ||
       mean.scalar_type() != input.scalar_type())
     return false;
   if (rows->m == 0) { // no rows: an empty input gradient and zero parameter gradients

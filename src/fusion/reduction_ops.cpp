@@ -254,9 +254,19 @@ ReductionOp expSum(const char* name) {
 // Layer norm as three kernels over rows of [M, N]: statistics (mean, rstd), the normalization
 // (a row-wise write; mean, rstd, weight and bias come in as broadcast views), and for backward
 // the input gradient (row-wise) and the weight and bias gradients (a reduction over rows).
+// Their rule: no ATen overload (native_layer_norm binds its own arguments), float and double
+// only (ATen rounds half and bfloat16 statistics to the narrow dtype; those run on the CPU).
+ReductionRule layerNormRule() {
+  ReductionRule rule;
+  rule.floats_only = true;
+  rule.exact_in_half = false;
+  rule.bool_input = false;
+  return rule;
+}
+
 void addLayerNormOps(std::vector<ReductionOp>& ops) {
   ReductionOp stats = variance("layer_norm_stats", false, {});
-  stats.rule = ReductionRule(); // no ATen overload: native_layer_norm reads its own arguments
+  stats.rule = layerNormRule();
   stats.num_outputs = 2;
   stats.finish = [](ReduceContext& c, const Values&) { // rstd = 1 / sqrt(max(var, 0) + eps)
     ScalarEmitter& e = c.emit;
@@ -270,6 +280,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
 
   ReductionOp apply; // inputs: x, mean, rstd, weight, bias
   apply.name = "layer_norm_apply";
+  apply.rule = layerNormRule();
   apply.passes = 0;
   apply.row_output = true;
   apply.finish = [](ReduceContext& c, const Values& x) {
@@ -282,6 +293,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // inputs: dy, x, mean, rstd, weight. dx = rstd * (g - sum(g)/N - xhat * sum(g * xhat)/N).
   ReductionOp input_grad;
   input_grad.name = "layer_norm_backward_input";
+  input_grad.rule = layerNormRule();
   input_grad.row_output = true;
   input_grad.init = [](ReduceContext& c, int) {
     return Values{c.emit.floatConstant(0, c.wide), c.emit.floatConstant(0, c.wide)};
@@ -306,6 +318,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // inputs: dy, x, mean, rstd, reduced over rows: (sum(dy * xhat), sum(dy)).
   ReductionOp param_grads;
   param_grads.name = "layer_norm_backward_params";
+  param_grads.rule = layerNormRule();
   param_grads.num_outputs = 2;
   param_grads.init = input_grad.init;
   param_grads.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
