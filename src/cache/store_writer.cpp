@@ -56,7 +56,8 @@ void registerWriterForFork(StoreWriter* writer) {
   writers->push_back(writer);
 }
 
-StoreWriter::StoreWriter(Commit commit) : commit_(std::move(commit)) {
+StoreWriter::StoreWriter(Commit commit, std::chrono::milliseconds coalesce)
+    : commit_(std::move(commit)), coalesce_(coalesce) {
   registerWriterForFork(this);
 }
 
@@ -82,6 +83,11 @@ void StoreWriter::run() {
   while (true) {
     work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return; // stopping, and everything is written
+    // Lets more writes join the batch (each commit costs a synced write and some CPU, whatever
+    // its size), unless a flush or stop wants them now or the batch is full.
+    work_.wait_for(lock, coalesce_, [&] {
+      return stopping_ || flush_target_ > done_ || queue_.size() >= kMaxBatch;
+    });
     std::vector<PendingWrite> batch;
     batch.swap(queue_);
     lock.unlock();
@@ -112,6 +118,8 @@ void StoreWriter::flush() {
     stats_.pending -= static_cast<int64_t>(batch.size());
     return;
   }
+  flush_target_ = std::max(flush_target_, target);
+  work_.notify_one(); // ends the writer's wait for more writes
   committed_.wait(lock, [&] { return done_ >= target; });
   stats_.flush_wait_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -132,16 +140,6 @@ void StoreWriter::stop() {
 StoreWriterStats StoreWriter::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
-}
-
-void StoreWriter::flushAll() {
-  std::vector<StoreWriter*> live;
-  {
-    std::lock_guard<std::mutex> lock(writers_mutex);
-    if (writers) live = *writers;
-  }
-  for (StoreWriter* w : live)
-    w->flush();
 }
 
 // In a forked child (mutex_ held by the forking thread): the thread and its waiters stayed in

@@ -14,6 +14,7 @@
 // Fork: the thread does not exist in a child, nor does the store (persistent_store.h); a child
 // forgets the queue without releasing what its items hold (those belong to the parent).
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -42,9 +43,14 @@ struct StoreWriterStats {
 class StoreWriter {
 public:
   // `commit` writes one batch durably, or counts and warns its failure; it runs on the writer's
-  // thread and must not throw.
+  // thread and must not throw. A batch starts with the first write enqueued after the previous
+  // one and closes `coalesce` later (at once when a flush or stop is waiting, or at kMaxBatch
+  // writes): a cold pass compiling a kernel every 10-50 ms writes a few batches, not one per
+  // kernel, and a waiting process gets a key's lock at most that much later.
   using Commit = std::function<void(std::vector<PendingWrite>&)>;
-  explicit StoreWriter(Commit commit);
+  static constexpr std::chrono::milliseconds kDefaultCoalesce{100};
+  static constexpr size_t kMaxBatch = 256;
+  explicit StoreWriter(Commit commit, std::chrono::milliseconds coalesce = kDefaultCoalesce);
   ~StoreWriter(); // flushes and stops the thread
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
@@ -57,21 +63,20 @@ public:
   // flush(), which then commits on its caller's thread.
   void stop();
 
-  // The process's writers, flushed in order by flushAllStoreWriters() (at exit; synchronize()).
-  static void flushAll();
-
 private:
   void run();
   void forgetInChild();
   friend void registerWriterForFork(StoreWriter*);
 
   Commit commit_;
+  const std::chrono::milliseconds coalesce_;
   // Locking: `mutex_` guards every field below; held across fork() (ForkRank::kStoreWriter),
   // never while a batch is committed.
   mutable std::mutex mutex_;
   std::condition_variable work_, committed_;
   std::vector<PendingWrite> queue_;
   uint64_t enqueued_ = 0, done_ = 0; // sequence numbers: writes enqueued, writes committed
+  uint64_t flush_target_ = 0;        // the latest write a flush() waits for
   bool stopping_ = false;
   std::thread thread_;
   StoreWriterStats stats_;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -103,6 +104,19 @@ TEST(StoreWriter, WritesArrivingDuringACommitGoTogetherInTheNextBatch) {
   EXPECT_EQ(stats.batches, 2);
   EXPECT_EQ(stats.writes, 6);
   EXPECT_EQ(stats.pending, 0);
+}
+
+TEST(StoreWriter, WritesWithinTheCoalescingWindowGoInOneBatchAndFlushClosesIt) {
+  RecordingCommit recording;
+  // A window no test run outlasts: only flush() can close the batch.
+  StoreWriter writer([&](std::vector<PendingWrite>& batch) { recording(batch); },
+                     std::chrono::hours(1));
+  for (int i = 0; i < 5; ++i)
+    writer.enqueue(writeOf("k" + std::to_string(i), std::make_shared<std::atomic<bool>>()));
+  EXPECT_EQ(writer.stats().batches, 0);
+  writer.flush();
+  ASSERT_EQ(recording.batches().size(), 1u);
+  EXPECT_EQ(recording.batches()[0].size(), 5u);
 }
 
 TEST(StoreWriter, StopWritesWhatIsQueuedAndALaterWriteWaitsForFlush) {
