@@ -2,6 +2,7 @@
 each run twice; prints its metrics and whether every result matched the CPU's."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,3 +51,11 @@ def result_of(done):
 
 def distinct_kernels():
     return result_of(run_program({"NEURON_CACHE": "0"}))["compiles"]
+
+
+def copy_cache(template, directory):
+    """A copy of the cache directory `template` (store, key, locks, profiles; modes and times kept)
+    at `directory` (new or empty): for a test that needs a cache some program already filled,
+    without a run of that program (a fresh interpreter and its compiles) of its own."""
+    shutil.copytree(template, directory, symlinks=True, dirs_exist_ok=True)
+    return directory

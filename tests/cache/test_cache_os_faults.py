@@ -6,12 +6,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
-from cache_program import ONE_KERNEL_PROGRAM, result_of, run_program
+from cache_program import ONE_KERNEL_PROGRAM, copy_cache, result_of, run_program
 
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1
@@ -22,9 +21,21 @@ def cache_warnings(done):
     return [line for line in done.stderr.splitlines() if "[cache]" in line]
 
 
-def verify(directory):
-    return subprocess.run([sys.executable, "-m", "torchneuron.cache", "--dir", directory, "verify"],
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def one_kernel_cache():
+    """A cache directory ONE_KERNEL_PROGRAM filled, copied by the tests that start from a cache
+    with an entry in it (copying costs no interpreter)."""
+    parent = tempfile.mkdtemp(prefix="neuron-cache-one-kernel-")
+    directory = os.path.join(parent, "cache")
+    run_program({"NEURON_CACHE_DIR": directory}, program=ONE_KERNEL_PROGRAM)
+    yield directory
+    shutil.rmtree(parent)
+
+
+@pytest.fixture
+def verify(cli):
+    """torchneuron-cache verify of a directory, in this process."""
+    return lambda directory: cli("--dir", directory, "verify")
 
 
 @pytest.fixture
@@ -53,11 +64,12 @@ def fill(directory):
 
 
 @pytest.mark.parametrize("cache_before", ["none", "one kernel"])
-def test_full_disk_runs_correctly_warns_once_and_stays_verifiable(small_filesystem, cache_before):
+def test_full_disk_runs_correctly_warns_once_and_stays_verifiable(small_filesystem, cache_before,
+                                                                    one_kernel_cache, verify):
     cache_dir = os.path.join(small_filesystem, "cache")
     os.mkdir(cache_dir)
     if cache_before == "one kernel":  # the disk fills up under an existing database
-        run_program({"NEURON_CACHE_DIR": cache_dir}, program=ONE_KERNEL_PROGRAM)
+        copy_cache(one_kernel_cache, cache_dir)
     fill(small_filesystem)
     done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"})
     result = result_of(done)
@@ -81,7 +93,7 @@ def limit_file_size():
     resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
 
 
-def test_failing_writes_run_correctly_and_warn_once():
+def test_failing_writes_run_correctly_and_warn_once(verify):
     cache_dir = tempfile.mkdtemp(prefix="neuron-cache-fsize-")
     done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"},
                        preexec_fn=limit_file_size)
@@ -111,11 +123,10 @@ def as_reader_without_write_access():
     return {"preexec_fn": drop_permission_override} if os.geteuid() == 0 else {}
 
 
-def test_read_only_directory_runs_correctly_and_warns_once():
+def test_read_only_directory_runs_correctly_and_warns_once(one_kernel_cache, verify):
     parent = tempfile.mkdtemp(prefix="neuron-cache-ro-")
     os.chmod(parent, 0o755)
-    cache_dir = os.path.join(parent, "cache")
-    run_program({"NEURON_CACHE_DIR": cache_dir}, program=ONE_KERNEL_PROGRAM)
+    cache_dir = copy_cache(one_kernel_cache, os.path.join(parent, "cache"))
     for root, dirs, files in os.walk(cache_dir):
         os.chmod(root, 0o555)
         for name in files:

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from cache_program import run_program
+from cache_program import copy_cache, run_program
 from torchneuron import cache as cache_cli
 
 NOBODY = 65534
@@ -45,26 +45,27 @@ def add(cache_dir, **env):
     return result, [line for line in done.stderr.splitlines() if "[cache]" in line]
 
 
+@pytest.fixture(scope="module")
+def templates():
+    """Cache directories `x + y` ran in once, copied by the tests that need its kernel stored
+    (copying costs no interpreter): "own" under its per-user key, "cluster" under the key file
+    "key"."""
+    path = tempfile.mkdtemp(prefix="neuron-trust-templates-")
+    key = os.path.join(path, "cluster.key")
+    assert cache_cli.main(["keygen", key]) == 0
+    own, cluster = os.path.join(path, "own"), os.path.join(path, "cluster")
+    for directory, env in ((own, {}), (cluster, {"NEURON_CACHE_KEY_FILE": key})):
+        result, warned = add(directory, **env)
+        assert result["correct"] and result["compiles"] == 1 and warned == []
+    yield {"own": own, "cluster": cluster, "key": key}
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def forge(cache_dir, *args, env=None):
     done = subprocess.run([FORGER, cache_dir, *args], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **(env or {})))
     assert done.returncode == 0 and int(done.stdout) >= 1, done.stdout + done.stderr
     return int(done.stdout)
-
-
-@pytest.fixture
-def cli(capfd, monkeypatch):
-    """Runs torchneuron-cache in this process (a fresh interpreter per call costs seconds):
-    returns its exit status and what it wrote to stdout and stderr (file descriptors 1 and 2)."""
-    def run(*args, env=None):
-        capfd.readouterr()
-        with monkeypatch.context() as patch:
-            for name, value in (env or {}).items():
-                patch.setenv(name, value)
-            status = cache_cli.main(list(args))
-        out, err = capfd.readouterr()
-        return subprocess.CompletedProcess(args, status, out, err)
-    return run
 
 
 def key_file(cli, root, name="cluster.key"):
@@ -74,10 +75,8 @@ def key_file(cli, root, name="cluster.key"):
     return path
 
 
-def test_forged_entry_planted_in_the_store_is_never_mapped(root, cli):
-    cache = os.path.join(root, "cache")
-    first, _ = add(cache)
-    assert first["correct"] and first["compiles"] == 1
+def test_forged_entry_planted_in_the_store_is_never_mapped(root, cli, templates):
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
     forge(cache, "plant")
     assert "FORGED" in cli("--dir", cache, "list").stdout
     assert cli("--dir", cache, "verify").returncode == 1
@@ -89,19 +88,18 @@ def test_forged_entry_planted_in_the_store_is_never_mapped(root, cli):
     assert healed["correct"] and healed["compiles"] == 0 and warned == []
 
 
-def test_control_the_same_forgery_signed_with_the_key_would_run(root):
+def test_control_the_same_forgery_signed_with_the_key_would_run(root, templates):
     """What keeps the planted code out above is the MAC: signed, the same bytes are mapped."""
-    cache = os.path.join(root, "cache")
-    add(cache)
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
     forge(cache, "plant-signed")
     attacked, _ = add(cache)
     assert attacked["subtracted"] and attacked["hits"] == 1
 
 
-def test_forged_export_is_not_imported(root, cli):
-    key = key_file(cli, root)  # both caches share a cluster key: the forgery carries its key id
-    source, target = os.path.join(root, "source"), os.path.join(root, "target")
-    add(source, NEURON_CACHE_KEY_FILE=key)
+def test_forged_export_is_not_imported(root, cli, templates):
+    key = templates["key"]  # both caches share a cluster key: the forgery carries its key id
+    source = copy_cache(templates["cluster"], os.path.join(root, "source"))
+    target = os.path.join(root, "target")
     archive = os.path.join(root, "forged.export")
     forge(source, "export", archive, env={"NEURON_CACHE_KEY_FILE": key})
     done = cli("--dir", target, "import", archive, env={"NEURON_CACHE_KEY_FILE": key})
@@ -110,10 +108,10 @@ def test_forged_export_is_not_imported(root, cli):
     assert result["correct"] and result["compiles"] == 1 and warned == []
 
 
-def test_genuine_export_imports_under_a_shared_key_and_foreign_ones_need_trust(root, cli):
-    key = key_file(cli, root)
-    source = os.path.join(root, "source")
-    add(source, NEURON_CACHE_KEY_FILE=key)
+def test_genuine_export_imports_under_a_shared_key_and_foreign_ones_need_trust(root, cli,
+                                                                               templates):
+    key = templates["key"]
+    source = copy_cache(templates["cluster"], os.path.join(root, "source"))
     archive = os.path.join(root, "genuine.export")
     assert "exported 1 entries" in cli("--dir", source, "export", archive,
                                        env={"NEURON_CACHE_KEY_FILE": key}).stdout
@@ -132,9 +130,8 @@ def test_genuine_export_imports_under_a_shared_key_and_foreign_ones_need_trust(r
 
 
 @pytest.mark.parametrize("unsafe", ["world-writable", "group-writable", "foreign-owned"])
-def test_cache_directory_linked_to_an_unsafe_place_is_refused(root, unsafe, cli):
-    target = os.path.join(root, "target")
-    add(target)
+def test_cache_directory_linked_to_an_unsafe_place_is_refused(root, unsafe, cli, templates):
+    target = copy_cache(templates["own"], os.path.join(root, "target"))
     forge(target, "plant")  # what an attacker left there
     if unsafe == "foreign-owned":
         os.chown(target, NOBODY, NOBODY)
@@ -167,19 +164,18 @@ def test_key_file_readable_by_others_is_refused(root, cli):
     assert done.returncode == 2 and "has mode 0644" in done.stderr
 
 
-def test_changed_key_is_a_miss_not_a_forgery(root, cli):
-    cache = os.path.join(root, "cache")
-    first, second = key_file(cli, root, "first.key"), key_file(cli, root, "second.key")
-    assert add(cache, NEURON_CACHE_KEY_FILE=first)[0]["compiles"] == 1
+def test_changed_key_is_a_miss_not_a_forgery(root, cli, templates):
+    # The kernel stored under the first key (the template's), then the key file changes.
+    cache = copy_cache(templates["cluster"], os.path.join(root, "cache"))
+    second = key_file(cli, root, "second.key")
     result, warned = add(cache, NEURON_CACHE_KEY_FILE=second)
     assert result["correct"] and result["compiles"] == 1 and result["rejected"] == 0
     assert warned == []
     assert add(cache, NEURON_CACHE_KEY_FILE=second)[0]["compiles"] == 0
 
 
-def test_cli_errors_are_one_line_with_exit_status_2(root, cli):
-    cache = os.path.join(root, "cache")
-    add(cache)
+def test_cli_errors_are_one_line_with_exit_status_2(root, cli, templates):
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
     stray = os.path.join(root, "stray")
     os.mkdir(stray)
     open(os.path.join(stray, "notes.txt"), "w").close()
@@ -235,9 +231,8 @@ def test_import_of_a_crafted_file_is_a_clean_error(root, cli):
 
 
 @pytest.mark.parametrize("damage", ["CURRENT", "table file"])
-def test_damaged_database_is_reported_and_repaired(root, damage, cli):
-    cache = os.path.join(root, "cache")
-    add(cache)
+def test_damaged_database_is_reported_and_repaired(root, damage, cli, templates):
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
     db = os.path.join(cache, "db")
     if damage == "CURRENT":
         with open(os.path.join(db, "CURRENT"), "w") as f:

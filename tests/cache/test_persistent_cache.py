@@ -94,15 +94,15 @@ def test_bad_size_cap_names_the_value(cache_dir):
     assert "NEURON_CACHE_MAX_BYTES=lots is not a byte count" in done.stderr
 
 
-def cli(*args, check=True, env=None):
-    done = subprocess.run([sys.executable, "-m", "torchneuron.cache", *args], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, **(env or {})))
-    if check:
-        assert done.returncode == 0, done.stdout + done.stderr
-    return done
+@pytest.fixture
+def cli(cli):
+    """The CLI in this process (conftest.py), asserting exit status 0 unless check=False."""
+    def run(*args, check=True, env=None):
+        return cli(*args, check=check, env=env)
+    return run
 
 
-def test_cli_stats_list_verify_prune_export_import_clear(cache_dir):
+def test_cli_stats_list_verify_prune_export_import_clear(cache_dir, cli):
     # Two caches of one cluster: one key file (the per-user keys of two directories differ).
     elsewhere = tempfile.mkdtemp(prefix="neuron-cache-files-")
     shared = {"NEURON_CACHE_KEY_FILE": os.path.join(elsewhere, "cluster.key")}

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from cache_program import result_of, run_program
+from cache_program import copy_cache, result_of, run_program
 
 # Waits until the warm start is done before its first device op, so that what the background
 # thread made ready is counted deterministically; then runs a few kernels over 1 MiB tensors.
@@ -52,6 +52,26 @@ def profiles(cache_dir):
     return glob.glob(os.path.join(cache_dir, "profiles", "*.profile"))
 
 
+@pytest.fixture(scope="module")
+def first_run():
+    """PROGRAM's first run in an empty cache directory: that directory (its kernels stored, its
+    profile written), kept as a template, and the run's result."""
+    directory = tempfile.mkdtemp(prefix="neuron-warm-start-template-")
+    result = run(directory)
+    assert result["ok"] and result["compiles"] > 0 and len(profiles(directory)) == 1
+    yield directory, result
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def warmed(first_run, cache_dir):
+    """`cache_dir` as PROGRAM's first run left it (a copy of the template); the number of kernels
+    that run compiled."""
+    template, result = first_run
+    copy_cache(template, cache_dir)
+    return result["compiles"]
+
+
 def test_rerun_finds_its_kernels_linked_and_its_memory_faulted_in(cache_dir):
     first = run(cache_dir)
     assert first["ok"] and first["compiles"] > 0
@@ -70,8 +90,8 @@ def test_rerun_finds_its_kernels_linked_and_its_memory_faulted_in(cache_dir):
     assert second["allocator"]["system_allocations"] == second["allocator"]["prefaulted_blocks"]
 
 
-def test_turned_off_reads_and_writes_nothing(cache_dir):
-    run(cache_dir)  # leaves a profile
+def test_turned_off_reads_and_writes_nothing(cache_dir, warmed):
+    assert profiles(cache_dir)
     before = {p: os.path.getmtime(p) for p in profiles(cache_dir)}
     off = run(cache_dir, NEURON_WARM_START="0")
     assert off["ok"] and off["compiles"] == 0  # the compile cache itself still works
@@ -85,8 +105,9 @@ def test_turned_off_reads_and_writes_nothing(cache_dir):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
-def test_damaged_profile_is_a_cold_start_with_one_warning_then_rewritten(cache_dir, damage):
-    kernels = run(cache_dir)["compiles"]
+def test_damaged_profile_is_a_cold_start_with_one_warning_then_rewritten(cache_dir, warmed,
+                                                                         damage):
+    kernels = warmed
     [path] = profiles(cache_dir)
     with open(path, "rb") as f:
         text = f.read()
@@ -109,8 +130,8 @@ def test_damaged_profile_is_a_cold_start_with_one_warning_then_rewritten(cache_d
     assert healed["warnings"] == []
 
 
-def test_profile_naming_entries_the_store_lacks_is_harmless(cache_dir):
-    kernels = run(cache_dir)["compiles"]
+def test_profile_naming_entries_the_store_lacks_is_harmless(cache_dir, warmed):
+    kernels = warmed
     empty_store = tempfile.mkdtemp(prefix="neuron-warm-start-empty-")
     os.makedirs(os.path.join(empty_store, "profiles"))
     [path] = profiles(cache_dir)
@@ -122,16 +143,15 @@ def test_profile_naming_entries_the_store_lacks_is_harmless(cache_dir):
     shutil.rmtree(empty_store)
 
 
-def test_another_program_does_not_use_the_profile(cache_dir):
-    run(cache_dir)
+def test_another_program_does_not_use_the_profile(cache_dir, warmed):
     other = run(cache_dir, program=OTHER_PROGRAM)
     assert other["ok"] and not other["warm"]["profile_found"]
     assert other["compiles"] == 0  # same kernels: the compile cache is shared, the profile is not
     assert len(profiles(cache_dir)) == 2
 
 
-def test_memory_cap_bounds_what_is_made_ahead(cache_dir):
-    kernels = run(cache_dir)["compiles"]
+def test_memory_cap_bounds_what_is_made_ahead(cache_dir, warmed):
+    kernels = warmed
     capped = run(cache_dir, NEURON_WARM_START_MAX_BYTES="0")
     assert capped["ok"] and capped["warm"]["bytes_prefaulted"] == 0
     assert capped["allocator"]["prefaulted_bytes"] == 0
@@ -157,7 +177,7 @@ assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert not any(".tmp." in name for name in os.listdir(os.path.join(cache_dir, "profiles")))
 
 
-def test_forks_while_the_warm_start_works_leave_working_children(cache_dir):
+def test_forks_while_the_warm_start_works_leave_working_children(cache_dir, warmed):
     # Children forked at once after import, while the background thread links and faults in:
     # fork() waits for the item in hand, so no child starts with a lock the thread held.
     program = r"""
@@ -171,15 +191,12 @@ for _ in range(8):
     statuses.append(os.waitpid(pid, 0)[1])
 assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
 """ + PROGRAM
-    run(cache_dir, WAIT_FOR_WARM_START="0")  # leaves a profile for the runs below to warm from
+    # `warmed` holds the kernels; the first run below leaves the profile the second warms from.
     for _ in range(2):
         assert run(cache_dir, program=program, WAIT_FOR_WARM_START="0")["ok"]
 
 
-def test_cli_clear_removes_profiles(cache_dir):
-    run(cache_dir)
+def test_cli_clear_removes_profiles(cache_dir, warmed, cli):
     assert profiles(cache_dir)
-    cleared = run_program({}, program=f"import sys; from torchneuron import cache; "
-                                       f"sys.exit(cache.main(['--dir', {cache_dir!r}, 'clear']))")
-    assert cleared.returncode == 0
+    cli("--dir", cache_dir, "clear", check=True)
     assert profiles(cache_dir) == []

@@ -1,0 +1,25 @@
+"""Fixtures the cache tests share."""
+import subprocess
+
+import pytest
+
+
+@pytest.fixture
+def cli(capfd, monkeypatch):
+    """Runs torchneuron-cache in this process (a fresh interpreter per call costs over a second of
+    CPU): returns its exit status and what it wrote to stdout and stderr (file descriptors 1 and
+    2) as a CompletedProcess; `check=True` asserts the status is 0. The command-line entry point
+    itself is tested in test_cache_trust.py."""
+    from torchneuron import cache as cache_cli
+
+    def run(*args, env=None, check=False):
+        capfd.readouterr()
+        with monkeypatch.context() as patch:
+            for name, value in (env or {}).items():
+                patch.setenv(name, value)
+            status = cache_cli.main(list(args))
+        out, err = capfd.readouterr()
+        if check:
+            assert status == 0, (args, out, err)
+        return subprocess.CompletedProcess(args, status, out, err)
+    return run
