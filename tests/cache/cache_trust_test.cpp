@@ -364,7 +364,13 @@ protected:
     PersistentStore* store = PersistentStore::fromEnvironment();
     ASSERT_NE(store, nullptr);
     const std::string key = persistentKeyFor(add.key(), fusion::buildElementwiseKernel(add));
-    ExecutableContainer entry = *parseContainer(*store->get(key), nullptr);
+    // Present when this process's store is the child's (each case runs in its own process, as
+    // ctest runs them; the process's store is made once, from the first NEURON_CACHE_DIR).
+    const std::optional<std::vector<char>> stored = store->get(key);
+    ASSERT_TRUE(stored) << "the child's entry is not in this process's store";
+    std::optional<ExecutableContainer> parsed = parseContainer(*stored, nullptr);
+    ASSERT_TRUE(parsed);
+    ExecutableContainer entry = *parsed;
     entry.object = fusion::compileKernel(fusion::buildElementwiseKernel(sub),
                                          fusion::kernelEntryName(add.key()))
                        .bytes;
