@@ -88,41 +88,36 @@ void StoreWriter::run() {
     work_.wait_for(lock, coalesce_, [&] {
       return stopping_ || flush_target_ > done_ || queue_.size() >= kMaxBatch;
     });
-    std::vector<PendingWrite> batch;
-    batch.swap(queue_);
-    lock.unlock();
-    commit_(batch);
-    const size_t written = batch.size();
-    batch.clear(); // releases what the writes held (their keys' compile locks), now durable
-    lock.lock();
-    done_ += written;
-    stats_.pending -= static_cast<int64_t>(written);
-    stats_.writes += static_cast<int64_t>(written);
-    ++stats_.batches;
-    committed_.notify_all();
+    commitQueue(lock);
   }
 }
 
+void StoreWriter::commitQueue(std::unique_lock<std::mutex>& lock) {
+  std::vector<PendingWrite> batch;
+  batch.swap(queue_);
+  lock.unlock();
+  commit_(batch);
+  const size_t written = batch.size();
+  batch.clear(); // releases what the writes held (their keys' compile locks), now durable
+  lock.lock();
+  done_ += written;
+  stats_.pending -= static_cast<int64_t>(written);
+  stats_.writes += static_cast<int64_t>(written);
+  ++stats_.batches;
+  committed_.notify_all();
+}
+
 void StoreWriter::flush() {
-  const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t target = enqueued_;
   if (done_ >= target) return;
   if (!thread_.joinable()) { // stopped (at exit): the caller commits what is left itself
-    std::vector<PendingWrite> batch;
-    batch.swap(queue_);
-    lock.unlock();
-    commit_(batch);
-    lock.lock();
-    done_ += batch.size();
-    stats_.pending -= static_cast<int64_t>(batch.size());
+    commitQueue(lock);
     return;
   }
   flush_target_ = std::max(flush_target_, target);
   work_.notify_one(); // ends the writer's wait for more writes
   committed_.wait(lock, [&] { return done_ >= target; });
-  stats_.flush_wait_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 void StoreWriter::stop() {

@@ -36,8 +36,7 @@ struct PendingWrite {
 struct StoreWriterStats {
   int64_t batches = 0;
   int64_t writes = 0;
-  int64_t pending = 0;      // enqueued, not yet written
-  double flush_wait_ms = 0; // summed time callers of flush() waited
+  int64_t pending = 0; // enqueued, not yet written
 };
 
 class StoreWriter {
@@ -65,6 +64,8 @@ public:
 
 private:
   void run();
+  // Commits what is queued as one batch (`lock` holds mutex_; released during the commit).
+  void commitQueue(std::unique_lock<std::mutex>& lock);
   void forgetInChild();
   friend void registerWriterForFork(StoreWriter*);
 
