@@ -489,11 +489,7 @@ void PersistentStore::putLater(const std::string& key, const std::vector<char>& 
   PendingWrite write;
   write.key = key;
   write.value = value;
-  if (!sealContainer(write.value, *impl_->authenticator)) {
-    impl_->write_failures.fetch_add(1);
-    warnCacheOnce("seal", "refused to store an entry that is not an intact container");
-    return;
-  }
+  if (!seal(write.value)) return;
   write.hold = std::shared_ptr<KeyLock>(std::move(lock));
   writer().enqueue(std::move(write));
 }
@@ -565,15 +561,17 @@ StoreRead PersistentStore::authenticate(const std::string& key, const std::vecto
   return StoreRead::kRejected;
 }
 
+bool PersistentStore::seal(std::vector<char>& value) {
+  if (sealContainer(value, *impl_->authenticator)) return true;
+  impl_->write_failures.fetch_add(1);
+  warnCacheOnce("seal", "refused to store an entry that is not an intact container");
+  return false;
+}
+
 bool PersistentStore::put(const std::string& key, const std::vector<char>& value) {
   if (off()) return false;
   std::vector<char> sealed = value;
-  if (!sealContainer(sealed, *impl_->authenticator)) {
-    impl_->write_failures.fetch_add(1);
-    warnCacheOnce("seal", "refused to store an entry that is not an intact container");
-    return false;
-  }
-  return putVerbatim(key, sealed);
+  return seal(sealed) && putVerbatim(key, sealed);
 }
 
 bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char>& value) {

@@ -167,6 +167,9 @@ public:
 
 private:
   void takeSnapshot();
+  // Seals `value` (a serialized container) with this store's key; false (counted as a failed
+  // write, warned once) when it is not an intact container.
+  bool seal(std::vector<char>& value);
   StoreWriter& writer();
   void commit(std::vector<PendingWrite>& batch);
   void commitBatch(std::vector<PendingWrite>& batch);
