@@ -19,6 +19,7 @@
 #include "device/metrics.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
+#include "tracer/tracer.h"
 
 namespace py = pybind11;
 
@@ -55,6 +56,33 @@ py::dict warmStartDict() {
   return result;
 }
 
+// metrics()["adaptive"]: the tracer's counters (src/tracer/tracer.h).
+py::dict adaptiveDict() {
+  torchneuron::tracer::AdaptiveStats stats;
+  {
+    py::gil_scoped_release release;
+    stats = torchneuron::tracer::adaptiveStats();
+  }
+  py::dict result;
+  result["enabled"] = stats.enabled;
+  result["threshold"] = stats.threshold;
+  result["windows"] = stats.windows;
+  result["syncs"] = stats.syncs;
+  result["signatures_cold"] = stats.signatures_cold;
+  result["signatures_hot"] = stats.signatures_hot;
+  result["pinned_sites"] = stats.pinned_sites;
+  result["replays"] = stats.replays;
+  result["ops_traced"] = stats.ops_traced;
+  result["ops_deferred"] = stats.ops_deferred;
+  result["ops_replayed"] = stats.ops_replayed;
+  result["launches_recorded"] = stats.launches_recorded;
+  result["calls_from_plan_cache"] = stats.calls_from_plan_cache;
+  result["launches_saved"] = stats.launches_saved;
+  result["tracing_ns_per_op"] = stats.tracing_ns_per_op;
+  result["recording_ns_per_op"] = stats.recording_ns_per_op;
+  return result;
+}
+
 py::dict metricsDict() {
   const torchneuron::MetricsSnapshot snapshot = torchneuron::metricsSnapshot();
   py::dict result;
@@ -79,6 +107,7 @@ py::dict metricsDict() {
   result["persistent_write_batches"] = compile.persistent_write_batches;
   result["persistent_writes_pending"] = compile.persistent_writes_pending;
   result["warm_start"] = warmStartDict();
+  result["adaptive"] = adaptiveDict();
   return result;
 }
 
@@ -226,7 +255,37 @@ PYBIND11_MODULE(_C, m) {
   m.def("empty_cache", &torchneuron::emptyAllocatorCache);
   m.def("rounded_block_size", &torchneuron::roundedBlockSize, py::arg("nbytes"));
   m.def("metrics", &metricsDict);
-  m.def("reset_metrics", &torchneuron::resetMetrics);
+  m.def("reset_metrics", [] {
+    torchneuron::resetMetrics();
+    torchneuron::tracer::resetAdaptiveStats();
+  });
+  // The adaptive tracer (src/tracer/tracer.h). A bad NEURON_ADAPTIVE_* value is a ValueError.
+  m.def("configure_adaptive", [] {
+    try {
+      torchneuron::tracer::configureFromEnvironment();
+    } catch (const std::invalid_argument& error) {
+      throw py::value_error(error.what());
+    }
+  });
+  m.def("set_adaptive", &torchneuron::tracer::setAdaptive, py::arg("enabled"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("adaptive_enabled", &torchneuron::tracer::adaptiveEnabled);
+  m.def(
+      "sync_window",
+      [] { torchneuron::tracer::sync(torchneuron::tracer::SyncCause::kSynchronize); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "adaptive_signatures",
+      [](size_t count) {
+        std::vector<std::tuple<std::string, int64_t, bool>> result;
+        for (const auto& s : torchneuron::tracer::frequentSignatures(count))
+          result.emplace_back(s.hex, s.occurrences, s.hot);
+        return result;
+      },
+      py::arg("count") = 100);
+  m.def(
+      "explain", [](size_t windows) { return torchneuron::tracer::explain(windows); },
+      py::arg("windows") = 10, py::call_guard<py::gil_scoped_release>());
   // Warm start (src/device/warm_start.h): begun at import, finished at interpreter exit.
   m.def("start_warm_start", &torchneuron::startWarmStart);
   m.def("finish_warm_start", &torchneuron::finishWarmStart,

@@ -6,6 +6,9 @@ than spelling it.
 """
 
 import atexit
+import contextlib
+import os
+import sys
 import warnings
 
 import torch
@@ -25,6 +28,10 @@ def _emit_cache_warnings() -> None:
 _C.check_settings()
 _emit_cache_warnings()
 
+# Adaptive eager (docs/adaptive-eager.md): NEURON_ADAPTIVE_EAGER=1 turns the op-window tracer on
+# for the process; a bad NEURON_ADAPTIVE_* value raises ValueError here.
+_C.configure_adaptive()
+
 # Warm start (docs/warm-start.md): the kernels and memory the previous run of this program used
 # are made ready in the background while it starts; at exit this run's profile is written. Its
 # thread's warnings are raised by the next device op that needs a kernel, synchronize() or
@@ -41,6 +48,7 @@ __all__ = [
     "DEVICE_TYPE", "device", "is_available", "device_count", "synchronize", "manual_seed",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
+    "set_adaptive", "adaptive_enabled", "adaptive", "explain",
 ]
 
 
@@ -62,10 +70,11 @@ def device_count() -> int:
 
 
 def synchronize(device=None) -> None:
-    """Waits for all work on the device. Eager kernels complete before they return, so this
-    validates ``device``, waits until the compiled kernels handed to the persistent cache's
-    background writer are on disk, and raises the cache warnings that background work queued."""
+    """Waits for all work on the device: runs the adaptive tracer's recorded launches (a sync
+    point), waits until the compiled kernels handed to the persistent cache's background writer
+    are on disk, and raises the cache warnings that background work queued."""
     _index_of(device)
+    _C.sync_window()
     _C.flush_store_writes()
     _emit_cache_warnings()
 
@@ -140,4 +149,37 @@ def reset_metrics() -> None:
     _C.reset_metrics()
 
 
+def set_adaptive(enabled: bool) -> None:
+    """Turns adaptive eager mode (the op-window tracer) on or off for the whole process, as
+    ``NEURON_ADAPTIVE_EAGER`` does at import. Turning it off is a sync point."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"[adaptive] set_adaptive expects a bool, got {type(enabled).__name__}")
+    _C.set_adaptive(enabled)
+
+
+def adaptive_enabled() -> bool:
+    return _C.adaptive_enabled()
+
+
+@contextlib.contextmanager
+def adaptive(enabled: bool = True):
+    """``with torchneuron.adaptive():`` runs the block in adaptive eager mode (or, with
+    ``enabled=False``, eagerly) and restores the previous mode after it."""
+    previous = adaptive_enabled()
+    set_adaptive(enabled)
+    try:
+        yield
+    finally:
+        set_adaptive(previous)
+
+
+def explain(windows: int = 10) -> str:
+    """What the adaptive tracer saw: the most frequent windows, what ended each (the sync point
+    and the op), whether it is hot, and which recording sites were pinned to op-by-op."""
+    return _C.explain(windows)
+
+
 _storage_compat.install()
+
+if os.environ.get("NEURON_ADAPTIVE_EXPLAIN", "").lower() in ("1", "true", "yes", "on"):
+    atexit.register(lambda: print(explain(), file=sys.stderr))

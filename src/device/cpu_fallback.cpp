@@ -9,10 +9,12 @@
 #include "device/fallback_policy.h"
 #include "device/host_execution.h"
 #include "device/metrics.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 
 void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  tracer::sync(tracer::SyncCause::kFallback, &op);
   const c10::OperatorName& name = op.schema().operator_name();
   const std::string full_name =
       name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;

@@ -10,6 +10,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 namespace {
@@ -22,6 +23,8 @@ void dropStorageReference(void* context) {
 // resizable through the CPU allocator: a CPU kernel that grows an out= tensor gets fresh host
 // memory, and writeBack() moves the result to the device.
 c10::Storage makeHostStorage(const c10::Storage& device_storage) {
+  // The window may write these bytes, or read what the host is about to write.
+  tracer::sync(tracer::SyncCause::kHostAccess);
   materializeStorage(device_storage);
   c10::StorageImpl* impl = device_storage.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(impl);

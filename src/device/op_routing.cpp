@@ -21,6 +21,7 @@
 #include "cache/cache_warnings.h"
 #include "device/compiled_ops.h"
 #include "device/library_ops.h"
+#include "device/plan_replay.h"
 #include "device/runtime_ops.h"
 
 namespace torchneuron {
@@ -194,6 +195,8 @@ void registerDeviceKernels(torch::Library& aten) {
   // Cache faults (at most one warning per kind) reach Python as UserWarnings, like fallback
   // warnings; set before any kernel can compile.
   setCacheWarningHandler([](const std::string& text) { TORCH_WARN(text); });
+  // The adaptive tracer replays hot calls from captured plans (device/plan_replay.h).
+  installPlanReplay();
 
   // Steps 1-5 give ops PrivateUse1 kernels; 4 must follow 1-3 (it routes only ops left without
   // one), and registerDeviceKernel refuses a second kernel for an op, so no step can silently

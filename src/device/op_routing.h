@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "device/cpu_fallback.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 
@@ -32,17 +33,21 @@ using CompiledKernel = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack
 using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The per-call decision for every boxed device op. The route and its kernel are fixed when the
-// op is registered, so a call costs one direct call: no lookup, no allocation. The adaptive
-// tracer adds its branch here: a compiled call is recorded into the op window instead of run,
-// and the other routes are sync points (their host views materialize pending storages).
+// op is registered, so a call costs one direct call: no lookup, no allocation. In adaptive mode
+// (tracer/tracer.h) a compiled call goes through the tracer, which runs it eagerly or records
+// its launches into the op window; the other routes are sync points: the window runs before
+// they touch device memory (the fallback syncs in runCpuFallback).
 template <Route route, auto kernel = nullptr>
 void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if constexpr (route == Route::kCompiled) {
     static_assert(std::is_same_v<decltype(kernel), CompiledKernel>);
-    if (kernel(op, stack)) return;
+    if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)
+                                  : kernel(op, stack))
+      return;
     runCpuFallback(op, stack);
   } else if constexpr (route == Route::kLibrary) {
     static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
+    tracer::sync(tracer::SyncCause::kLibrary, &op);
     kernel(op, stack);
   } else {
     static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t>);

@@ -6,10 +6,12 @@
 
 #include "cache/kernel_cache.h"
 #include "device/compile_warnings.h"
+#include "device/plan_replay.h"
 #include "fusion/kernel_builder.h"
 #include "launcher/kernel_abi.h"
 #include "launcher/parallel_launch.h"
 #include "target/target.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 namespace {
@@ -40,11 +42,58 @@ const void* addressOf(const PlannedOperand& operand, at::ArrayRef<at::Tensor> in
          operand.offset * static_cast<int64_t>(tensor.itemsize());
 }
 
+// The window runs later: a CPU number a kernel reads is copied, since the host may change it
+// before then without a sync point (a wrapped Python number cannot change: it is kept as is).
+TensorList inputsForWindow(at::ArrayRef<at::Tensor> inputs) {
+  TensorList copies;
+  for (const at::Tensor& t : inputs)
+    copies.push_back(t.defined() && t.device().is_cpu() &&
+                             !t.unsafeGetTensorImpl()->is_wrapped_number()
+                         ? t.clone()
+                         : t);
+  return copies;
+}
+
 } // namespace
+
+TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> kernels,
+                              at::ArrayRef<at::Tensor> inputs,
+                              at::ArrayRef<at::Tensor> given_outputs, LaunchCounter* launches,
+                              bool deferred) {
+  TensorList outputs;
+  for (const PlannedOutput& output : plan.outputs)
+    outputs.push_back(materialize(output, given_outputs));
+  TensorList window_inputs;
+  if (deferred) {
+    window_inputs = inputsForWindow(inputs);
+    inputs = window_inputs;
+    tracer::recordPlanOperands(inputs, outputs);
+  }
+  for (size_t k = 0; k < plan.launches.size(); ++k) {
+    const PlannedLaunch& launch = plan.launches[k];
+    KernelArguments arguments;
+    for (const PlannedOperand& operand : launch.operands)
+      arguments.memref(addressOf(operand, inputs, outputs), operand.sizes.data(),
+                       operand.strides.data(), static_cast<int64_t>(operand.sizes.size()));
+    for (int64_t word : launch.words)
+      arguments.word(word);
+    const LaunchShape shape{launch.range, launch.work_per_index, at::get_num_threads()};
+    if (deferred) {
+      tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches);
+      continue;
+    }
+    deviceTarget().launch(kernels[k]->function, arguments.slots(), shape);
+    recordLaunch(launches);
+  }
+  return outputs;
+}
 
 c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::Tensor> inputs,
                                       at::ArrayRef<at::Tensor> given_outputs,
                                       LaunchCounter* launches) {
+  const bool deferred = tracer::deferringLaunches();
+  // An eager launch may read or overwrite what recorded launches use: they run first.
+  if (!deferred) tracer::runRecordedLaunches();
   c10::SmallVector<KernelHandle, 1> kernels;
   for (const PlannedLaunch& launch : plan.launches) {
     KernelHandle kernel = kernelOf(launch);
@@ -54,21 +103,8 @@ c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::T
     }
     kernels.push_back(std::move(kernel));
   }
-  TensorList outputs;
-  for (const PlannedOutput& output : plan.outputs)
-    outputs.push_back(materialize(output, given_outputs));
-  for (size_t k = 0; k < plan.launches.size(); ++k) {
-    const PlannedLaunch& launch = plan.launches[k];
-    KernelArguments arguments;
-    for (const PlannedOperand& operand : launch.operands)
-      arguments.memref(addressOf(operand, inputs, outputs), operand.sizes.data(),
-                       operand.strides.data(), static_cast<int64_t>(operand.sizes.size()));
-    for (int64_t word : launch.words)
-      arguments.word(word);
-    deviceTarget().launch(kernels[k]->function, arguments.slots(),
-                          LaunchShape{launch.range, launch.work_per_index, at::get_num_threads()});
-    recordLaunch(launches);
-  }
+  TensorList outputs = runPlanWithKernels(plan, kernels, inputs, given_outputs, launches, deferred);
+  if (deferred) captureDeferredPlan(plan, kernels, inputs, given_outputs, outputs, launches);
   return outputs;
 }
 

@@ -6,6 +6,7 @@
 #include <c10/util/Optional.h>
 #include <c10/util/SmallVector.h>
 
+#include "cache/kernel_cache.h"
 #include "device/launch_plan.h"
 #include "device/metrics.h"
 
@@ -20,6 +21,14 @@ using TensorList = c10::SmallVector<at::Tensor, 4>;
 // positions refer to, with the metadata the plan was built from. Returns nullopt, with no
 // output touched, when a kernel cannot be compiled (warned once per kernel; the caller falls
 // back to the CPU).
+// The step of executePlan after the kernels are found: materializes the outputs and launches
+// `kernels` (one per plan launch), or records the launches in the adaptive tracer's window when
+// `deferred`. Returns the outputs.
+TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> kernels,
+                              at::ArrayRef<at::Tensor> inputs,
+                              at::ArrayRef<at::Tensor> given_outputs, LaunchCounter* launches,
+                              bool deferred);
+
 c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::Tensor> inputs,
                                       at::ArrayRef<at::Tensor> given_outputs,
                                       LaunchCounter* launches);

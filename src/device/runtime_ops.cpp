@@ -16,6 +16,7 @@
 #include "device/compiled_ops.h"
 #include "device/device.h"
 #include "device/host_view.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 namespace {
@@ -84,6 +85,8 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
 // memory location" where views partially overlap), the same early exit for a view copied onto
 // itself, and the same results otherwise.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
+    tracer::sync(tracer::SyncCause::kCopy);
   if (copyWithCompiledKernel(self, dst)) return dst;
   if (self.device().type() == kNeuronDeviceType && dst.device().type() == kNeuronDeviceType &&
       self.is_alias_of(dst)) {
@@ -102,7 +105,8 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 
 const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
                          c10::optional<at::MemoryFormat> memory_format) {
-  // Growing copies the old bytes, so they must be materialized first.
+  // Growing moves the bytes to a new block: recorded launches hold the old block's address.
+  tracer::sync(tracer::SyncCause::kResize);
   materializeStorage(self.storage());
   return at::native::resize_(self, size, memory_format);
 }
@@ -134,6 +138,7 @@ at::Tensor& setEmpty(at::Tensor& self) {
 }
 
 at::Scalar localScalarDense(const at::Tensor& self) {
+  tracer::sync(tracer::SyncCause::kItem);
   return at::native::_local_scalar_dense_cpu(hostView(self));
 }
 

@@ -22,6 +22,7 @@
 namespace torchneuron {
 
 enum class ForkRank : int {
+  kTracerWindow = 5,      // tracer/tracer.cpp: the op window (held while a traced op compiles)
   kWarmStartItem = 10,    // device/warm_start.cpp: the kernel or block the thread works on
   kKernelCacheTable = 20, // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
   kStoreLocks = 30,       // cache/persistent_store.cpp: descriptors of held flock() locks

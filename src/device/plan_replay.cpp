@@ -1,0 +1,288 @@
+#include "device/plan_replay.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tracer/tracer.h"
+
+namespace torchneuron {
+namespace {
+
+using Fingerprint = c10::SmallVector<int64_t, 48>;
+
+// Where a tensor of a captured plan comes from.
+struct TensorSource {
+  enum Kind : uint8_t { kArgument, kListElement, kPlanOutput, kUndefined } kind = kArgument;
+  uint16_t index = 0;   // the argument, or the plan
+  uint16_t element = 0; // the list element, or the plan's output
+};
+
+struct CapturedPlan {
+  LaunchPlan plan;
+  c10::SmallVector<KernelHandle, 1> kernels;
+  c10::SmallVector<TensorSource, 4> inputs;
+  c10::SmallVector<TensorSource, 1> given_outputs;
+  LaunchCounter* launches = nullptr;
+};
+
+struct CapturedCall {
+  Fingerprint fingerprint;
+  size_t arguments = 0;
+  std::vector<CapturedPlan> plans;
+  c10::SmallVector<TensorSource, 2> returns;
+};
+
+int64_t bitsOf(double value) {
+  int64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// The value of a CPU 0-dim tensor (a wrapped Python number, or a scalar tensor planning reads).
+int64_t cpuScalarBits(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+  case at::kDouble:
+    return bitsOf(*t.data_ptr<double>());
+  case at::kFloat:
+    return bitsOf(*t.data_ptr<float>());
+  case at::kLong:
+    return *t.data_ptr<int64_t>();
+  case at::kInt:
+    return *t.data_ptr<int32_t>();
+  case at::kBool:
+    return *t.data_ptr<bool>();
+  default:
+    return bitsOf(t.item<double>());
+  }
+}
+
+class FingerprintBuilder {
+public:
+  explicit FingerprintBuilder(Fingerprint& out) : out_(out) {
+    out_.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  }
+
+  // False for an argument kind the cache does not describe (the call is then not cached).
+  bool add(const c10::IValue& value) {
+    if (value.isTensor()) return tensor(value.toTensor()), true;
+    if (value.isTensorList()) {
+      const c10::List<at::Tensor> list = value.toTensorList();
+      out_.push_back(1000 + static_cast<int64_t>(list.size()));
+      for (const at::Tensor& t : list)
+        tensor(t);
+      return true;
+    }
+    if (value.isDouble()) return push(1, bitsOf(value.toDouble())), true;
+    if (value.isInt()) return push(2, value.toInt()), true;
+    if (value.isBool()) return push(3, value.toBool()), true;
+    if (value.isNone()) return push(4, 0), true;
+    if (value.isIntList()) {
+      const auto list = value.toIntList();
+      push(5, static_cast<int64_t>(list.size()));
+      for (int64_t v : list)
+        out_.push_back(v);
+      return true;
+    }
+    if (value.isDevice()) {
+      const c10::Device device = value.toDevice();
+      return push(6, static_cast<int64_t>(device.type()) * 1000 + device.index()), true;
+    }
+    return false;
+  }
+
+private:
+  void push(int64_t tag, int64_t value) {
+    out_.push_back(tag);
+    out_.push_back(value);
+  }
+
+  void tensor(const at::Tensor& t) {
+    if (!t.defined()) return push(7, 0);
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    out_.push_back(8);
+    out_.push_back(
+        static_cast<int64_t>(t.scalar_type()) | static_cast<int64_t>(t.device().type()) << 8 |
+        static_cast<int64_t>(t.device().index() + 1) << 16 |
+        static_cast<int64_t>(t.layout()) << 24 | static_cast<int64_t>(t.is_conj()) << 32 |
+        static_cast<int64_t>(t.is_neg()) << 33 |
+        static_cast<int64_t>(impl->is_wrapped_number()) << 34);
+    if (t.layout() != at::kStrided) return;
+    out_.push_back(t.dim());
+    for (int64_t size : t.sizes())
+      out_.push_back(size);
+    for (int64_t stride : t.strides())
+      out_.push_back(stride);
+    out_.push_back(t.storage_offset());
+    // Which earlier argument's storage it shares (planning decides overlaps from it).
+    const c10::StorageImpl* storage =
+        t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+    int64_t shared = -1;
+    for (size_t i = 0; i < storages_.size() && shared < 0; ++i)
+      if (storages_[i] == storage) shared = static_cast<int64_t>(i);
+    if (shared < 0) storages_.push_back(storage);
+    out_.push_back(shared);
+    if (t.device().is_cpu() && t.dim() == 0) out_.push_back(cpuScalarBits(t));
+  }
+
+  Fingerprint& out_;
+  c10::SmallVector<const c10::StorageImpl*, 8> storages_;
+};
+
+bool fingerprintOf(c10::ArrayRef<c10::IValue> args, Fingerprint& out) {
+  FingerprintBuilder builder(out);
+  for (const c10::IValue& value : args)
+    if (!builder.add(value)) return false;
+  return true;
+}
+
+// The capture under way on this thread (between begin and end).
+struct Capture {
+  std::vector<c10::IValue> args;
+  std::vector<TensorList> plan_outputs;
+  CapturedCall call;
+  bool valid = true;
+};
+thread_local Capture* active_capture = nullptr;
+
+c10::optional<TensorSource> sourceOf(const Capture& capture, const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (size_t p = 0; p < capture.plan_outputs.size(); ++p)
+    for (size_t o = 0; o < capture.plan_outputs[p].size(); ++o)
+      if (capture.plan_outputs[p][o].unsafeGetTensorImpl() == impl)
+        return TensorSource{TensorSource::kPlanOutput, static_cast<uint16_t>(p),
+                            static_cast<uint16_t>(o)};
+  for (size_t a = 0; a < capture.args.size(); ++a) {
+    const c10::IValue& arg = capture.args[a];
+    if (arg.isTensor() && arg.toTensor().unsafeGetTensorImpl() == impl)
+      return TensorSource{TensorSource::kArgument, static_cast<uint16_t>(a), 0};
+    if (arg.isTensorList()) {
+      const c10::List<at::Tensor> list = arg.toTensorList();
+      for (size_t e = 0; e < list.size(); ++e)
+        if (list.get(e).unsafeGetTensorImpl() == impl)
+          return TensorSource{TensorSource::kListElement, static_cast<uint16_t>(a),
+                              static_cast<uint16_t>(e)};
+    }
+  }
+  return c10::nullopt;
+}
+
+bool sourcesOf(const Capture& capture, at::ArrayRef<at::Tensor> tensors,
+               c10::SmallVectorImpl<TensorSource>& out) {
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) {
+      out.push_back(TensorSource{TensorSource::kUndefined, 0, 0}); // an output the plan allocates
+      continue;
+    }
+    c10::optional<TensorSource> source = sourceOf(capture, t);
+    if (!source) return false;
+    out.push_back(*source);
+  }
+  return true;
+}
+
+void beginCapture(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  auto* capture = new Capture();
+  const size_t count = op.schema().arguments().size();
+  for (const c10::IValue& value : torch::jit::last(stack, count))
+    capture->args.push_back(value);
+  capture->call.arguments = count;
+  capture->valid = fingerprintOf(capture->args, capture->call.fingerprint);
+  delete active_capture;
+  active_capture = capture;
+}
+
+std::shared_ptr<const void> endCapture(const c10::OperatorHandle& op,
+                                       const torch::jit::Stack& stack, bool ran) {
+  std::unique_ptr<Capture> capture(active_capture);
+  active_capture = nullptr;
+  if (!capture || !ran || !capture->valid) return nullptr;
+  const size_t returns = op.schema().returns().size();
+  if (stack.size() < returns) return nullptr;
+  for (size_t i = stack.size() - returns; i < stack.size(); ++i) {
+    if (!stack[i].isTensor()) return nullptr;
+    c10::optional<TensorSource> source = sourceOf(*capture, stack[i].toTensor());
+    if (!source) return nullptr;
+    capture->call.returns.push_back(*source);
+  }
+  return std::make_shared<const CapturedCall>(std::move(capture->call));
+}
+
+const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue> args,
+                          const std::vector<TensorList>& plan_outputs,
+                          std::vector<at::Tensor>& list_elements) {
+  static const at::Tensor undefined;
+  switch (source.kind) {
+  case TensorSource::kUndefined:
+    return undefined;
+  case TensorSource::kArgument:
+    return args[source.index].toTensor();
+  case TensorSource::kListElement:
+    list_elements.push_back(args[source.index].toTensorList().get(source.element));
+    return list_elements.back();
+  case TensorSource::kPlanOutput:
+    break;
+  }
+  return plan_outputs[source.index][source.element];
+}
+
+bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& call = *static_cast<const CapturedCall*>(captured);
+  if (stack->size() < call.arguments) return false;
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, call.arguments);
+  Fingerprint fingerprint;
+  if (!fingerprintOf(args, fingerprint) || fingerprint != call.fingerprint) return false;
+  std::vector<TensorList> plan_outputs;
+  plan_outputs.reserve(call.plans.size());
+  std::vector<at::Tensor> list_elements;
+  list_elements.reserve(16);
+  for (const CapturedPlan& captured_plan : call.plans) {
+    TensorList inputs, given;
+    for (const TensorSource& source : captured_plan.inputs)
+      inputs.push_back(resolve(source, args, plan_outputs, list_elements));
+    for (const TensorSource& source : captured_plan.given_outputs)
+      given.push_back(resolve(source, args, plan_outputs, list_elements));
+    plan_outputs.push_back(runPlanWithKernels(captured_plan.plan, captured_plan.kernels, inputs,
+                                              given, captured_plan.launches, /*deferred=*/true));
+  }
+  c10::SmallVector<at::Tensor, 2> results;
+  for (const TensorSource& source : call.returns)
+    results.push_back(resolve(source, args, plan_outputs, list_elements));
+  torch::jit::drop(*stack, call.arguments);
+  for (at::Tensor& result : results)
+    torch::jit::push(*stack, std::move(result));
+  return true;
+}
+
+} // namespace
+
+void installPlanReplay() {
+  tracer::CallCacheHooks hooks;
+  hooks.begin_capture = &beginCapture;
+  hooks.end_capture = &endCapture;
+  hooks.replay = &replayCapture;
+  tracer::setCallCacheHooks(hooks);
+}
+
+void captureDeferredPlan(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> kernels,
+                         at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> given_outputs,
+                         at::ArrayRef<at::Tensor> outputs, LaunchCounter* launches) {
+  Capture* capture = active_capture;
+  if (capture == nullptr || !capture->valid) return;
+  CapturedPlan captured;
+  if (capture->plan_outputs.size() >= 0xffff || !sourcesOf(*capture, inputs, captured.inputs) ||
+      !sourcesOf(*capture, given_outputs, captured.given_outputs)) {
+    capture->valid = false;
+    return;
+  }
+  captured.plan = plan;
+  captured.kernels.assign(kernels.begin(), kernels.end());
+  captured.launches = launches;
+  capture->call.plans.push_back(std::move(captured));
+  capture->plan_outputs.emplace_back(outputs.begin(), outputs.end());
+}
+
+} // namespace torchneuron

@@ -1,0 +1,23 @@
+#pragma once
+// The adaptive tracer's NEURON_ADAPTIVE_* settings (README, "Environment variables"), read at
+// import. A value outside its type or range is an error naming the variable and the value.
+
+#include <cstdint>
+#include <functional>
+
+namespace torchneuron::tracer {
+
+struct AdaptiveSettings {
+  bool enabled = false;                      // NEURON_ADAPTIVE_EAGER
+  int64_t threshold = 2;                     // NEURON_ADAPTIVE_THRESHOLD: occurrences to be hot
+  int64_t window_ops = 512;                  // NEURON_ADAPTIVE_WINDOW: ops per window at most
+  int64_t window_bytes = int64_t{256} << 20; // NEURON_ADAPTIVE_WINDOW_BYTES: pending bytes
+  bool debug = false;                        // NEURON_ADAPTIVE_DEBUG
+  bool explain = false;                      // NEURON_ADAPTIVE_EXPLAIN
+};
+
+// Reads the settings through `lookup` (nullptr: unset); throws std::invalid_argument naming the
+// variable and the value when one is malformed or out of range.
+AdaptiveSettings parseAdaptiveSettings(const std::function<const char*(const char*)>& lookup);
+
+} // namespace torchneuron::tracer

@@ -1,0 +1,48 @@
+#include "tracer/op_window.h"
+
+#include <c10/util/Exception.h>
+
+#include <exception>
+
+#include "target/target.h"
+
+namespace torchneuron::tracer {
+std::string opName(const c10::OperatorHandle& op) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+void OpWindow::runLaunches() {
+  std::vector<DeferredLaunch> pending;
+  pending.swap(launches);
+  size_t next = 0;
+  try {
+    for (; next < pending.size(); ++next) {
+      const DeferredLaunch& launch = pending[next];
+      deviceTarget().launch(launch.kernel->function, launch.slots.data(), launch.shape);
+    }
+  } catch (const std::exception& error) {
+    held.clear();
+    held_host_values.clear();
+    pending_bytes = 0;
+    TORCH_CHECK(false, "[adaptive] a recorded launch of ",
+                (pending[next].op ? opName(*pending[next].op) : std::string("an op")),
+                " failed when its window ran: ", error.what());
+  }
+  held.clear();
+  held_host_values.clear();
+  pending_bytes = 0;
+}
+
+void OpWindow::resetTrace() {
+  open = false;
+  pinned = false;
+  signature = Hash128();
+  records.clear();
+  first_op.clear();
+  cursor = nullptr;
+  deferred_ops = 0;
+  sources.clear();
+}
+
+} // namespace torchneuron::tracer

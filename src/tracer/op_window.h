@@ -1,0 +1,68 @@
+#pragma once
+// The op window (DESIGN.md decision 4): the launches recorded since the last sync point, not run
+// yet, with the storages they read and write held alive, and the window's signature so far.
+// Outputs of recorded launches are ordinary device tensors whose storage is allocated at record
+// time and whose contents are pending until the window flushes.
+//
+// Locking: one window per process, guarded by the tracer's window lock (tracer.cpp). Ops of
+// every thread (the script's, autograd's device thread) record into it in the order they take
+// the lock, which is program order: a thread that uses another thread's result synchronized
+// with it after that thread's record released the lock.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Storage.h>
+#include <c10/util/Optional.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/kernel_cache.h"
+#include "launcher/parallel_launch.h"
+#include "support/hash.h"
+#include "tracer/op_record.h"
+#include "tracer/recurrence.h"
+
+namespace torchneuron::tracer {
+
+// One kernel launch recorded for later: its argument slots hold the operands' addresses, which
+// stay valid because the window holds their storages.
+struct DeferredLaunch {
+  KernelHandle kernel; // keeps the code linked
+  c10::SmallVector<int64_t, 40> slots;
+  LaunchShape shape;
+  c10::optional<c10::OperatorHandle> op; // to name it in errors
+};
+
+class OpWindow {
+public:
+  // State of the window being traced since the last sync point.
+  bool open = false;   // an op was traced since the last sync
+  bool pinned = false; // its site is pinned: nothing is hashed or counted
+  Hash128 signature;   // chained over the op records
+  std::vector<Hash64> records;
+  std::string first_op;             // for explain()
+  const TrieNode* cursor = nullptr; // position among hot windows; nullptr once diverged
+  int64_t deferred_ops = 0;         // ops whose launches were recorded rather than run
+  SourceTable sources;
+
+  // Launches recorded and not yet run, and what they need alive.
+  std::vector<DeferredLaunch> launches;
+  std::vector<c10::Storage> held;
+  std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
+  int64_t pending_bytes = 0;
+
+  // Runs the recorded launches in order, then lets go of what they held. A launch that throws
+  // drops the rest (they may read its result) and rethrows, naming the op.
+  void runLaunches();
+  // Forgets the traced state (not the launches) for the next window.
+  void resetTrace();
+};
+
+// "aten::add.Tensor".
+std::string opName(const c10::OperatorHandle& op);
+
+} // namespace torchneuron::tracer

@@ -1,0 +1,377 @@
+// The tracer's process state: the window, the recurrence table, the settings and the counters,
+// all behind one lock.
+//
+// Locking: `window_mutex` (recursive) guards everything in this file. It is taken by every
+// traced op call and sync point, on any thread, and held while a traced call runs its kernel
+// (which may compile, and may reach a sync point itself: a resize, a host view, hence
+// recursive). It ranks below every other lock of the project (ForkRank::kTracerWindow): held
+// across fork(), so a child inherits a consistent window and runs its recorded launches on its
+// own copy of memory.
+
+#include "tracer/tracer.h"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+#include "support/fork_handlers.h"
+#include "tracer/adaptive_settings.h"
+#include "tracer/op_window.h"
+
+namespace torchneuron::tracer {
+
+namespace detail {
+std::atomic<bool> adaptive_on{false};
+std::atomic<bool> window_open{false};
+std::atomic<bool> launches_recorded{false};
+thread_local bool deferring = false;
+} // namespace detail
+
+namespace {
+
+// Compiled calls this thread is inside: a compiled kernel that dispatches another compiled op
+// runs it in its own mode (deferred or eager), untraced, so the two stay in order.
+thread_local int traced_call_depth = 0;
+// The op whose launches this thread is recording.
+thread_local const c10::OperatorHandle* deferred_op = nullptr;
+
+std::recursive_mutex window_mutex;
+
+struct Counters {
+  int64_t windows = 0;
+  int64_t syncs[static_cast<size_t>(SyncCause::kCount)] = {};
+  int64_t replays = 0;
+  int64_t ops_traced = 0;
+  int64_t ops_deferred = 0;
+  int64_t ops_replayed = 0;
+  int64_t launches_recorded = 0;
+  int64_t calls_from_plan_cache = 0;
+  int64_t timed_ops = 0;
+  int64_t tracing_ns = 0;
+  int64_t timed_deferred_ops = 0;
+  int64_t recording_ns = 0;
+};
+
+struct TracerState {
+  CallCacheHooks hooks;
+  AdaptiveSettings settings;
+  OpWindow window;
+  Recurrence recurrence{settings.threshold};
+  Counters counters;
+};
+
+// Made at first use, never destroyed: ops may be traced during static destruction.
+TracerState& state() {
+  static TracerState* instance = [] {
+    // The child re-creates the lock rather than unlocking it: a recursive mutex records its
+    // owner's thread id, which the child's thread does not have, so its unlock() would fail.
+    registerForkHandlers(ForkRank::kTracerWindow,
+                         {[] { window_mutex.lock(); }, [] { window_mutex.unlock(); },
+                          [] { new (&window_mutex) std::recursive_mutex(); }});
+    return new TracerState();
+  }();
+  return *instance;
+}
+
+std::unique_lock<std::recursive_mutex> lockWindow() {
+  TracerState& tracer = state(); // registers the fork handlers before the first lock
+  (void)tracer;
+  return std::unique_lock<std::recursive_mutex>(window_mutex);
+}
+
+void runRecordedLaunchesLocked(TracerState& tracer) {
+  if (tracer.window.launches.empty() && tracer.window.held.empty()) return;
+  detail::launches_recorded.store(false, std::memory_order_release);
+  tracer.window.runLaunches();
+}
+
+// Ends the window: runs its recorded launches, counts its signature, starts the next one.
+void syncLocked(TracerState& tracer, SyncCause cause, const c10::OperatorHandle* op) {
+  OpWindow& window = tracer.window;
+  const bool replayed = window.open && window.cursor != nullptr && window.cursor->ends_hot_window &&
+                        !window.records.empty() &&
+                        window.deferred_ops == static_cast<int64_t>(window.records.size());
+  runRecordedLaunchesLocked(tracer);
+  if (window.open) {
+    Counters& counters = tracer.counters;
+    ++counters.windows;
+    ++counters.syncs[static_cast<size_t>(cause)];
+    if (replayed) {
+      ++counters.replays;
+      counters.ops_replayed += static_cast<int64_t>(window.records.size());
+    }
+    if (!window.pinned)
+      tracer.recurrence.countWindow(window.signature, window.records, cause,
+                                    op != nullptr ? opName(*op) : std::string(), window.first_op);
+  }
+  window.resetTrace();
+  detail::window_open.store(false, std::memory_order_release);
+}
+
+// Adds one op record to the window; true when the call is to be deferred (the window so far
+// follows a hot window's records).
+bool advance(TracerState& tracer, const c10::OperatorHandle& op, Hash64 record) {
+  OpWindow& window = tracer.window;
+  if (!window.open) {
+    window.open = true;
+    detail::window_open.store(true, std::memory_order_release);
+    window.first_op = opName(op);
+    window.cursor = &tracer.recurrence.root();
+  }
+  const uint64_t chained[3] = {window.signature.low, window.signature.high, record};
+  window.signature = hashBytes128(chained, sizeof chained);
+  window.records.push_back(record);
+  if (window.cursor == nullptr) return false;
+  const TrieNode* next = window.cursor->child(record);
+  if (next == nullptr) {
+    // Diverged from every hot window: what was recorded runs now, the rest eagerly.
+    window.cursor = nullptr;
+    runRecordedLaunchesLocked(tracer);
+    return false;
+  }
+  window.cursor = next;
+  ++window.deferred_ops;
+  return true;
+}
+
+// Notes the call's results as outputs of this step (their storages' source for later records).
+void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t returns = op.schema().returns().size();
+  const int64_t step = static_cast<int64_t>(window.records.size()) - 1;
+  for (size_t i = 0; i < returns && i < stack.size(); ++i) {
+    const c10::IValue& value = stack[stack.size() - returns + i];
+    if (!value.isTensor()) continue;
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.has_storage() && !t.device().is_cpu())
+      window.sources.noteOutput(t.storage(), step, static_cast<int64_t>(i));
+  }
+}
+
+// A deferred call: replayed from its trie node's capture when the metadata match, else run
+// (recording its launches) and captured for next time.
+bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                 CompiledKernelFunction kernel) {
+  const TrieNode* node = tracer.window.cursor;
+  const CallCacheHooks& hooks = tracer.hooks;
+  if (hooks.replay == nullptr) return kernel(op, stack);
+  if (node->captured_call && hooks.replay(node->captured_call.get(), op, stack)) {
+    ++tracer.counters.calls_from_plan_cache;
+    return true;
+  }
+  hooks.begin_capture(op, *stack);
+  bool ran = false;
+  try {
+    ran = kernel(op, stack);
+  } catch (...) {
+    hooks.end_capture(op, *stack, false);
+    throw;
+  }
+  node->captured_call = hooks.end_capture(op, *stack, ran);
+  return ran;
+}
+
+int64_t nanosecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+      .count();
+}
+
+} // namespace
+
+namespace detail {
+
+void syncSlow(SyncCause cause, const c10::OperatorHandle* op) {
+  auto lock = lockWindow();
+  syncLocked(state(), cause, op);
+}
+
+void runRecordedLaunchesSlow() {
+  auto lock = lockWindow();
+  runRecordedLaunchesLocked(state());
+}
+
+} // namespace detail
+
+void configureFromEnvironment() {
+  AdaptiveSettings settings =
+      parseAdaptiveSettings([](const char* name) { return std::getenv(name); });
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
+  tracer.settings = settings;
+  tracer.recurrence = Recurrence(settings.threshold);
+  detail::adaptive_on.store(settings.enabled, std::memory_order_release);
+}
+
+void setCallCacheHooks(const CallCacheHooks& hooks) {
+  auto lock = lockWindow();
+  state().hooks = hooks;
+}
+
+void setAdaptive(bool enabled) {
+  auto lock = lockWindow();
+  if (!enabled) syncLocked(state(), SyncCause::kAdaptiveOff, nullptr);
+  detail::adaptive_on.store(enabled, std::memory_order_release);
+}
+
+bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                       CompiledKernelFunction kernel) {
+  if (traced_call_depth > 0) return kernel(op, stack);
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  OpWindow& window = tracer.window;
+  Counters& counters = tracer.counters;
+  const bool timed = (counters.ops_traced++ & 15) == 0;
+  const auto start =
+      timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+
+  bool defer = false;
+  if (!window.pinned) {
+    const Hash64 record =
+        opRecordKey(op, torch::jit::last(*stack, op.schema().arguments().size()), window.sources);
+    if (!window.open && tracer.recurrence.pinned(record)) {
+      window.open = true;
+      window.pinned = true;
+      detail::window_open.store(true, std::memory_order_release);
+    } else {
+      defer = advance(tracer, op, record);
+    }
+  }
+  if (!defer) runRecordedLaunchesLocked(tracer);
+
+  const int64_t tracing_ns = timed ? nanosecondsSince(start) : 0;
+  const auto kernel_start = timed ? std::chrono::steady_clock::now() : start;
+  if (defer) deferred_op = &op;
+  bool ran;
+  {
+    ++traced_call_depth;
+    detail::deferring = defer;
+    struct Restore {
+      ~Restore() {
+        detail::deferring = false;
+        --traced_call_depth;
+      }
+    } restore;
+    ran = defer ? runDeferred(tracer, op, stack, kernel) : kernel(op, stack);
+  }
+  if (!ran) return false;
+  if (!window.pinned) noteOutputs(window, op, *stack);
+  if (defer) ++counters.ops_deferred;
+
+  if (timed) {
+    const int64_t kernel_ns = nanosecondsSince(kernel_start);
+    counters.tracing_ns += tracing_ns + (nanosecondsSince(start) - tracing_ns - kernel_ns);
+    ++counters.timed_ops;
+    if (defer) {
+      counters.recording_ns += nanosecondsSince(start);
+      ++counters.timed_deferred_ops;
+    }
+  }
+  if (static_cast<int64_t>(window.records.size()) >= tracer.settings.window_ops)
+    syncLocked(tracer, SyncCause::kOpLimit, nullptr);
+  else if (window.pending_bytes >= tracer.settings.window_bytes)
+    syncLocked(tracer, SyncCause::kByteLimit, nullptr);
+  return true;
+}
+
+void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs) {
+  auto lock = lockWindow();
+  OpWindow& window = state().window;
+  for (const at::Tensor& t : inputs) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (t.device().is_cpu())
+      window.held_host_values.push_back(t);
+    else
+      window.held.push_back(t.storage());
+  }
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || !t.has_storage()) continue;
+    window.held.push_back(t.storage());
+    window.pending_bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  detail::window_open.store(true, std::memory_order_release);
+  detail::launches_recorded.store(true, std::memory_order_release);
+}
+
+void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
+                  const LaunchShape& shape, std::atomic<int64_t>* counter) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  DeferredLaunch launch;
+  launch.kernel = std::move(kernel);
+  launch.slots.assign(slots, slots + slot_count);
+  launch.shape = shape;
+  counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
+  if (deferred_op != nullptr) launch.op = *deferred_op;
+  tracer.window.launches.push_back(std::move(launch));
+  ++tracer.counters.launches_recorded;
+  detail::window_open.store(true, std::memory_order_release);
+  detail::launches_recorded.store(true, std::memory_order_release);
+}
+
+AdaptiveStats adaptiveStats() {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  const Counters& counters = tracer.counters;
+  AdaptiveStats stats;
+  stats.enabled = adaptiveEnabled();
+  stats.threshold = tracer.settings.threshold;
+  stats.windows = counters.windows;
+  for (size_t i = 0; i < static_cast<size_t>(SyncCause::kCount); ++i)
+    stats.syncs[syncCauseName(static_cast<SyncCause>(i))] = counters.syncs[i];
+  const RecurrenceCounts recurrence = tracer.recurrence.counts();
+  stats.signatures_cold = recurrence.cold;
+  stats.signatures_hot = recurrence.hot;
+  stats.pinned_sites = recurrence.pinned_sites;
+  stats.replays = counters.replays;
+  stats.ops_traced = counters.ops_traced;
+  stats.ops_deferred = counters.ops_deferred;
+  stats.ops_replayed = counters.ops_replayed;
+  stats.launches_recorded = counters.launches_recorded;
+  stats.calls_from_plan_cache = counters.calls_from_plan_cache;
+  if (counters.timed_ops > 0)
+    stats.tracing_ns_per_op = static_cast<double>(counters.tracing_ns) / counters.timed_ops;
+  if (counters.timed_deferred_ops > 0)
+    stats.recording_ns_per_op =
+        static_cast<double>(counters.recording_ns) / counters.timed_deferred_ops;
+  return stats;
+}
+
+void resetAdaptiveStats() {
+  auto lock = lockWindow();
+  state().counters = Counters();
+}
+
+std::vector<SignatureSummary> frequentSignatures(size_t count) {
+  auto lock = lockWindow();
+  std::vector<SignatureSummary> summaries;
+  for (const auto& [signature, stats] : state().recurrence.mostFrequent(count))
+    summaries.push_back({signature.hex(), stats.occurrences, stats.hot});
+  return summaries;
+}
+
+std::string explain(size_t windows) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  std::ostringstream text;
+  text << "[adaptive] " << (adaptiveEnabled() ? "on" : "off") << ", threshold "
+       << tracer.settings.threshold << "; the most frequent windows:\n";
+  for (const auto& [signature, stats] : tracer.recurrence.mostFrequent(windows)) {
+    text << "  " << signature.hex().substr(0, 12) << "  " << stats.occurrences << "x  " << stats.ops
+         << " ops from " << stats.first_op << ", " << (stats.hot ? "hot" : "cold") << ", ended by "
+         << syncCauseName(stats.ended_by);
+    if (!stats.ending_op.empty()) text << " (" << stats.ending_op << ")";
+    text << "\n";
+  }
+  for (const auto& [site, first_op] : tracer.recurrence.pinnedSites())
+    text << "  pinned: windows starting with " << first_op << " gave more than "
+         << Recurrence::kSignaturesPerSite << " signatures, none recurring\n";
+  return text.str();
+}
+
+} // namespace torchneuron::tracer

@@ -1,0 +1,121 @@
+#pragma once
+// The adaptive eager tracer (NEURON_ADAPTIVE_EAGER=1; DESIGN.md decisions 4-6): the device's
+// interface to it. The routing point (device/op_routing.h) sends every compiled op call through
+// traceCompiledCall; the plan executor records launches instead of running them while a call is
+// deferred; every path that hands out device memory calls sync() first.
+//
+// How it adapts: every compiled op call adds its op record (op_record.h) to the current
+// window's signature. At each sync point the window's signature is counted (recurrence.h); a
+// signature seen NEURON_ADAPTIVE_THRESHOLD times is hot. While the ops of a window match a hot
+// window's records, their launches are recorded (deferred) and run back to back when the window
+// flushes; cold code runs op by op exactly as eager mode does.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/kernel_cache.h"
+#include "launcher/parallel_launch.h"
+#include "tracer/sync_cause.h"
+
+namespace torchneuron::tracer {
+
+namespace detail {
+extern std::atomic<bool> adaptive_on;       // adaptive mode is on
+extern std::atomic<bool> window_open;       // a window has traced ops or recorded launches
+extern std::atomic<bool> launches_recorded; // a window has launches not run yet
+extern thread_local bool deferring;         // this thread is inside a deferred op call
+void syncSlow(SyncCause cause, const c10::OperatorHandle* op);
+void runRecordedLaunchesSlow();
+} // namespace detail
+
+inline bool adaptiveEnabled() { return detail::adaptive_on.load(std::memory_order_relaxed); }
+
+// Reads NEURON_ADAPTIVE_* (at import); throws std::invalid_argument naming a malformed value.
+void configureFromEnvironment();
+// Turns adaptive mode on or off for the process; turning it off is a sync point.
+void setAdaptive(bool enabled);
+
+using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The routing point's adaptive branch for a compiled op: traces the call and runs `kernel`
+// either eagerly or deferred (its launches recorded). Returns what `kernel` returned: false
+// means the call was declined, with the stack untouched (the router falls back).
+bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                       CompiledKernelFunction kernel);
+
+// A sync point: runs the recorded launches and ends the window. `op` names the op that needs
+// it, if any (explain()). Costs one relaxed load when no window is open.
+inline void sync(SyncCause cause, const c10::OperatorHandle* op = nullptr) {
+  if (detail::window_open.load(std::memory_order_acquire)) detail::syncSlow(cause, op);
+}
+
+// The plan executor's branch: whether this call's launches are to be recorded.
+inline bool deferringLaunches() { return detail::deferring; }
+// Runs the launches recorded so far without ending the window: before an eager launch, which
+// may read or overwrite what they use.
+inline void runRecordedLaunches() {
+  if (detail::launches_recorded.load(std::memory_order_acquire)) detail::runRecordedLaunchesSlow();
+}
+// Records one plan's operands (held alive until the window runs) and, for each launch,
+// `recordLaunch`. CPU tensors among `inputs` must be copies the caller made for the window.
+void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs);
+void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
+                  const LaunchShape& shape, std::atomic<int64_t>* counter);
+
+// The device's plan cache for hot windows (device/plan_replay.h): a deferred call is captured
+// once (its plans, kernels and where each operand comes from) and kept at its trie node, opaque
+// to the tracer; its next occurrences with the same argument metadata replay the capture
+// without binding or planning. `end_capture` returns nullptr for a call it cannot replay;
+// `replay` returns false, touching nothing, when the call's metadata differ from the capture's.
+struct CallCacheHooks {
+  void (*begin_capture)(const c10::OperatorHandle& op, const torch::jit::Stack& stack) = nullptr;
+  std::shared_ptr<const void> (*end_capture)(const c10::OperatorHandle& op,
+                                             const torch::jit::Stack& stack, bool ran) = nullptr;
+  bool (*replay)(const void* captured, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack) = nullptr;
+};
+// Set once, by the device library as it loads.
+void setCallCacheHooks(const CallCacheHooks& hooks);
+
+// metrics()["adaptive"].
+struct AdaptiveStats {
+  bool enabled = false;
+  int64_t threshold = 0;
+  int64_t windows = 0;                  // windows ended (sync points with traced ops)
+  std::map<std::string, int64_t> syncs; // windows ended, by cause
+  int64_t signatures_cold = 0;          // distinct signatures not (yet) hot
+  int64_t signatures_hot = 0;
+  int64_t pinned_sites = 0;
+  int64_t replays = 0; // hot windows that ran entirely from recorded launches
+  int64_t ops_traced = 0;
+  int64_t ops_deferred = 0;          // ops whose launches were recorded
+  int64_t ops_replayed = 0;          // ops of replayed windows
+  int64_t calls_from_plan_cache = 0; // deferred calls replayed without planning
+  int64_t launches_recorded = 0;
+  int64_t launches_saved = 0;     // launches fusion removed (part 2; 0 until then)
+  double tracing_ns_per_op = 0;   // mean tracer bookkeeping per traced op (the kernel excluded)
+  double recording_ns_per_op = 0; // mean whole cost of a deferred op call (planning included)
+};
+AdaptiveStats adaptiveStats();
+void resetAdaptiveStats();
+
+// The most frequent window signatures: (hex, occurrences, hot), most frequent first.
+struct SignatureSummary {
+  std::string hex;
+  int64_t occurrences = 0;
+  bool hot = false;
+};
+std::vector<SignatureSummary> frequentSignatures(size_t count);
+
+// What ended the most frequent windows, and why sites were pinned, as text.
+std::string explain(size_t windows = 10);
+
+} // namespace torchneuron::tracer

@@ -1,0 +1,311 @@
+"""Adaptive eager (NEURON_ADAPTIVE_EAGER; docs/adaptive-eager.md): the op-window tracer records the
+launches of hot windows and runs them at sync points. Every test compares with the CPU (or with
+eager mode on the device), and each hazard test fails without its handling: a missed sync point
+reads stale memory, a missed write ordering reads the wrong values."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import torchneuron
+
+from conftest import assert_same
+
+
+def chain(t):
+    """The ten elementwise ops of bench's tiny-chain-10."""
+    t = t + 1
+    t = t * 2.0
+    t = torch.tanh(t)
+    t = t - 0.5
+    t = torch.sigmoid(t)
+    t = t * t
+    t = torch.exp(t)
+    t = t + 3
+    t = -t
+    return torch.relu(t)
+
+
+def adaptive_metrics():
+    return torchneuron.metrics()["adaptive"]
+
+
+@pytest.fixture(autouse=True)
+def adaptive_mode():
+    """Each test starts in adaptive mode with fresh counters and leaves the process's mode as it
+    found it."""
+    previous = torchneuron.adaptive_enabled()
+    torchneuron.set_adaptive(True)
+    torchneuron.reset_metrics()
+    yield
+    torchneuron.set_adaptive(previous)
+
+
+def test_a_recurring_window_turns_hot_and_replays_with_eager_results(dev):
+    x = torch.randn(64)
+    d = x.to(dev)
+    for i in range(6):
+        # The scale changes every step: a number is a run-time argument, not part of the key.
+        assert_same(chain(d * (i + 1)), chain(x * (i + 1)))
+    m = adaptive_metrics()
+    assert m["signatures_hot"] >= 1
+    assert m["replays"] >= 6 - m["threshold"] - 1
+    assert m["ops_deferred"] >= 11 * m["replays"]
+    assert m["syncs"]["copy"] >= 6
+    assert "ended by copy" in torchneuron.explain(10000)
+
+
+def read_item(t):
+    return torch.tensor(t.sum().item())
+
+
+def read_tolist(t):
+    return torch.tensor(t.tolist())
+
+
+def read_repr(t):
+    text = repr(t)
+    assert "privateuseone" in text
+    return t.cpu()
+
+
+def read_by_fallback(t):
+    return torch.erfinv(t * 0.01).cpu()  # erfinv has no device kernel
+
+
+def read_by_library(t):
+    return (t.view(8, 8) @ t.view(8, 8)).cpu()
+
+
+def read_after_synchronize(t):
+    torchneuron.synchronize()
+    return t.cpu()
+
+
+CPU_SIDE = {read_item: lambda c: torch.tensor(c.sum().item()), read_tolist: lambda c: c,
+            read_repr: lambda c: c, read_by_fallback: lambda c: torch.erfinv(c * 0.01),
+            read_by_library: lambda c: c.view(8, 8) @ c.view(8, 8),
+            read_after_synchronize: lambda c: c}
+# Printing runs fallback ops on the values before it copies them.
+CAUSE = {read_item: "item", read_tolist: "copy", read_repr: "fallback", read_by_fallback: "fallback",
+         read_by_library: "library", read_after_synchronize: "synchronize"}
+
+
+@pytest.mark.parametrize("read", list(CPU_SIDE), ids=lambda f: f.__name__)
+def test_every_way_of_reading_a_pending_result_is_a_sync_point(dev, read):
+    x = torch.randn(64)
+    d = x.to(dev)
+    for i in range(5):
+        got = read(chain(d + i))
+        torch.testing.assert_close(got, CPU_SIDE[read](chain(x + i)))
+    m = adaptive_metrics()
+    assert m["replays"] >= 1, m
+    assert m["syncs"][CAUSE[read]] >= 1, m["syncs"]
+
+
+def test_leaving_adaptive_mode_runs_the_window(dev):
+    x = torch.randn(64)
+    d = x.to(dev)
+    results = []
+    torchneuron.set_adaptive(False)
+    for i in range(4):
+        with torchneuron.adaptive():
+            results.append(chain(d + i))
+    # The results stayed pending across the exits only if the exit did not run them.
+    assert adaptive_metrics()["syncs"]["adaptive_off"] >= 3
+    with torchneuron.adaptive(False):
+        for i, r in enumerate(results):
+            assert_same(r, chain(x + i))
+
+
+def test_host_writes_after_a_recorded_read_do_not_reach_the_window(dev):
+    x = torch.randn(64)
+    for i in range(5):
+        d = x.to(dev)
+        y = chain(d)
+        d.copy_(torch.zeros(64))  # a host write: the window reading d runs first
+        z = d * 2  # recorded after the write
+        d.add_(5)  # an in-place device op after both: ordered in the window
+        assert_same(y, chain(x))
+        assert_same(z, torch.zeros(64))
+        assert_same(d, torch.full((64,), 5.0))
+
+
+def test_in_place_ops_and_writes_through_views_follow_program_order(dev):
+    base = torch.arange(16.0)
+    for _ in range(5):
+        t = base.to(dev)
+        v = t[::2]
+        v.mul_(3)
+        t.add_(1)
+        w = t.view(4, 4)[:, 1:3]
+        w.sub_(0.5)
+        s = t * t
+        expected = base.clone()
+        expected[::2] *= 3
+        expected += 1
+        expected.view(4, 4)[:, 1:3] -= 0.5
+        assert_same(t, expected)
+        assert_same(s, expected * expected)
+
+
+def test_errors_raise_at_the_op_call_while_recording(dev):
+    d = torch.randn(8, device=dev)
+    for _ in range(4):
+        chain(d).cpu()
+    y = d + 1  # a hot window's first op: recorded
+    with pytest.raises(RuntimeError, match="must match the size"):
+        y * torch.ones(3, device=dev)
+    assert_same(y, d.cpu() + 1)
+
+
+def test_autograd_inplace_errors_and_version_counters_behave_as_eagerly(dev):
+    for _ in range(4):
+        a = torch.randn(8, device=dev, requires_grad=True)
+        b = a.sigmoid()
+        version = b._version
+        b.mul_(2)
+        assert b._version == version + 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            b.sum().backward()
+
+
+def train(dev, adaptive, steps=6):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    model.to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data = torch.randn(8, 16).to(dev)
+    target = torch.randn(8, 4).to(dev)
+    losses = []
+    with torchneuron.adaptive(adaptive):
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = ((model(data) - target) ** 2).mean()
+            loss.backward()  # backward ops run on autograd's device thread
+            opt.step()
+            losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_training_with_backward_on_the_autograd_thread_matches_eager_exactly(dev):
+    eager_losses, eager_params = train(dev, False)
+    torchneuron.reset_metrics()
+    losses, params = train(dev, True)
+    assert losses == eager_losses
+    for p, q in zip(params, eager_params):
+        assert torch.equal(p, q)
+    assert adaptive_metrics()["ops_deferred"] > 0
+
+
+def test_ops_of_two_threads_share_the_window_in_a_valid_order(dev):
+    x = torch.randn(256)
+    errors = []
+
+    def worker(offset):
+        try:
+            d = x.to(dev)
+            for i in range(20):
+                assert_same(chain(d + offset + i), chain(x + offset + i))
+        except BaseException as error:  # noqa: B036 - reported to the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(k * 100,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_tensor_that_dies_before_its_window_runs_is_no_error(dev):
+    d = torch.randn(1 << 16, device=dev)
+    for _ in range(4):
+        chain(d).cpu()
+    torchneuron.synchronize()
+    baseline = torchneuron.memory_allocated()
+    for _ in range(3):
+        y = chain(d)
+        del y  # dies pending
+    torchneuron.synchronize()
+    assert torchneuron.memory_allocated() == baseline
+
+
+def test_fork_in_the_middle_of_a_window_leaves_parent_and_child_correct(dev):
+    x = torch.randn(64)
+    d = x.to(dev)
+    for _ in range(4):
+        chain(d).cpu()
+    pending = chain(d)
+    assert adaptive_metrics()["ops_deferred"] > 0
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = torch.allclose(pending.cpu(), chain(x)) and torch.allclose(
+                chain(d + 1).cpu(), chain(x + 1))
+            os.write(write_end, b"ok" if ok else b"wrong")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read_end, 16)
+    os.close(read_end)
+    assert status == 0 and report == b"ok", report
+    assert_same(pending, chain(x))
+
+
+def test_set_adaptive_takes_a_bool():
+    with pytest.raises(TypeError, match="expects a bool"):
+        torchneuron.set_adaptive(1)
+
+
+PROGRAM = """
+import json, torch, torchneuron
+dc = torch.arange(32.0)
+d = dc.to(torchneuron.device())
+for step in range(6):
+    y, c = d * (step + 1), dc * (step + 1)
+    for _ in range(20):  # 21 ops: NEURON_ADAPTIVE_WINDOW=8 cuts them at stable places
+        y, c = torch.tanh(y) + 0.5, torch.tanh(c) + 0.5
+    assert torch.allclose(y.cpu(), c)
+for n in range(16):  # one site, 16 different windows, none recurring: pinned
+    t, c = d + 1, dc + 1
+    for bit in range(4):
+        t, c = (t * 1.5, c * 1.5) if n >> bit & 1 else (t - 1.5, c - 1.5)
+    assert torch.allclose(t.cpu(), c)
+m = torchneuron.metrics()["adaptive"]
+print(json.dumps({"hot": sorted(s[0] for s in torchneuron._C.adaptive_signatures(50) if s[2]),
+                  "op_limit": m["syncs"]["op_limit"], "replays": m["replays"],
+                  "pinned": m["pinned_sites"]}))
+"""
+
+
+def run_program(**env):
+    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", NEURON_ADAPTIVE_THRESHOLD="2",
+               NEURON_ADAPTIVE_WINDOW="8", **env)
+    return subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_signatures_are_the_same_in_two_processes_and_windows_cut_at_stable_places():
+    runs = [run_program() for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    first, second = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
+    assert first["hot"] and first["hot"] == second["hot"]
+    # The op limit cut the 21-op steps into windows that recur, so they replayed.
+    assert first["op_limit"] >= 12 and first["replays"] >= 6
+    assert first["pinned"] == 1
+
+
+def test_a_bad_setting_fails_the_import_naming_it():
+    run = subprocess.run([sys.executable, "-c", "import torchneuron"], capture_output=True,
+                         text=True, timeout=60,
+                         env=dict(os.environ, NEURON_ADAPTIVE_THRESHOLD="0"))
+    assert run.returncode != 0
+    assert "ValueError" in run.stderr and "NEURON_ADAPTIVE_THRESHOLD='0'" in run.stderr
