@@ -124,6 +124,12 @@ def collectives_against_gloo():
             dist.all_reduce(on_device, op=op)
             dist.all_reduce(on_cpu, op=op, group=gloo)
             results[f"all_reduce.{name}.{dtype}"] = torch.equal(on_device.cpu(), on_cpu)
+    for name, op in {"band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
+                     "bxor": dist.ReduceOp.BXOR}.items():
+        on_device, on_cpu = data(torch.int64).to(DEV), data(torch.int64)
+        dist.all_reduce(on_device, op=op)
+        dist.all_reduce(on_cpu, op=op, group=gloo)
+        results[f"all_reduce.{name}"] = torch.equal(on_device.cpu(), on_cpu)
     # AVG, which gloo refuses: against gloo's sum divided by the group size.
     on_device, on_cpu = data(torch.float32).to(DEV), data(torch.float32)
     work = dist.all_reduce(on_device, op=dist.ReduceOp.AVG, async_op=True)
@@ -145,6 +151,24 @@ def collectives_against_gloo():
     dist.all_gather(outs_cpu, data(torch.float32), group=gloo)
     results["all_gather"] = all(torch.equal(d.cpu(), c) for d, c in zip(outs_device, outs_cpu))
 
+    on_device, on_cpu = data(torch.float32).to(DEV), data(torch.float32)
+    dist.reduce(on_device, dst=1, op=dist.ReduceOp.MAX)
+    dist.reduce(on_cpu, dst=1, op=dist.ReduceOp.MAX, group=gloo)
+    results["reduce"] = RANK != 1 or torch.equal(on_device.cpu(), on_cpu)
+
+    slots_device = [torch.empty(1000, device=DEV) for _ in range(WORLD)] if RANK == 0 else None
+    slots_cpu = [torch.empty(1000) for _ in range(WORLD)] if RANK == 0 else None
+    dist.gather(data(torch.float32).to(DEV), slots_device, dst=0)
+    dist.gather(data(torch.float32), slots_cpu, dst=0, group=gloo)
+    results["gather"] = RANK != 0 or all(
+        torch.equal(d.cpu(), c) for d, c in zip(slots_device, slots_cpu))
+
+    pieces = [torch.full((10,), float(r)) for r in range(WORLD)]
+    got_device, got_cpu = torch.empty(10, device=DEV), torch.empty(10)
+    dist.scatter(got_device, [p.to(DEV) for p in pieces] if RANK == 1 else None, src=1)
+    dist.scatter(got_cpu, pieces if RANK == 1 else None, src=1, group=gloo)
+    results["scatter"] = torch.equal(got_device.cpu(), got_cpu)
+
     # send/recv both ways, the device receive posted before the other rank sends (irecv).
     peer = 1 - RANK
     inbox = torch.empty(1000, device=DEV)
@@ -153,6 +177,14 @@ def collectives_against_gloo():
     pending.wait()
     g = torch.Generator().manual_seed(7 + peer)
     results["send_recv"] = torch.equal(inbox.cpu(), torch.randn(1000, generator=g))
+    # A receive from any source learns the sender.
+    if RANK == 0:
+        dist.send(torch.full((3,), 5.0, device=DEV), dst=1)
+        results["recv_any_source"] = True
+    else:
+        anywhere = torch.empty(3, device=DEV)
+        sender = dist.recv(anywhere)
+        results["recv_any_source"] = sender == 0 and anywhere.cpu().tolist() == [5.0] * 3
 
     dist.barrier()
     report["collectives"] = results

@@ -56,8 +56,9 @@ def test_collectives_equal_gloo_on_cpu_tensors(job):
     for r, results in enumerate(part(job, "collectives")):
         failed = [name for name, ok in results.items() if not ok]
         assert not failed, f"rank {r}: {failed}"
-        # sum, max, min, product in four dtypes, avg, broadcast, all_gather, send/recv, futures
-        assert len(results) == 21
+        # sum, max, min, product in four dtypes, band, bor, bxor, avg, broadcast, reduce,
+        # all_gather, gather, scatter, send/recv, recv from any source, futures
+        assert len(results) == 28
 
 
 def test_ddp_matches_one_process_on_the_concatenated_batch(job):
