@@ -69,7 +69,8 @@ def main(argv):
     args = parser.parse_args(argv)
     if args.rank is not None:
         return rank_main(args)
-    env = dict(os.environ, NEURON_FALLBACK="silent")
+    # As the workload cells: no persistent cache (the bench compiles one fill kernel).
+    env = dict(os.environ, NEURON_FALLBACK="silent", NEURON_CACHE="0")
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.abspath(os.path.join(args.build, "python"))] +
         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

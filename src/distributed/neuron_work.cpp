@@ -12,7 +12,7 @@ namespace {
 
 bool isNamedError(const std::string& message) { return message.rfind("[distributed]", 0) == 0; }
 
-std::exception_ptr namedError(const std::string& description, std::exception_ptr error) {
+std::exception_ptr namedError(const std::string& description, const std::exception_ptr& error) {
   try {
     rethrowNamed(description, error);
   } catch (...) {
@@ -22,7 +22,7 @@ std::exception_ptr namedError(const std::string& description, std::exception_ptr
 
 } // namespace
 
-void rethrowNamed(const std::string& description, std::exception_ptr error) {
+void rethrowNamed(const std::string& description, const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {

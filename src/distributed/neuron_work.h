@@ -54,6 +54,6 @@ callerFuture(const c10::intrusive_ptr<c10::ivalue::Future>& transport, std::stri
              std::function<void()> finish, std::function<c10::IValue(const c10::IValue&)> toCaller);
 
 // Throws a c10::Error "[distributed] <description> failed: <what error says>".
-[[noreturn]] void rethrowNamed(const std::string& description, std::exception_ptr error);
+[[noreturn]] void rethrowNamed(const std::string& description, const std::exception_ptr& error);
 
 } // namespace torchneuron

@@ -54,7 +54,7 @@ std::string ProcessGroupNeuron::describe(const std::string& what) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::issueCollective(
-    const CollectiveFingerprint& print, std::shared_ptr<CollectiveOperands> operands,
+    const CollectiveFingerprint& print, const std::shared_ptr<CollectiveOperands>& operands,
     std::vector<at::Tensor> outputs, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
     std::function<void()> finish) {
   const std::string description = describe(print.describe());

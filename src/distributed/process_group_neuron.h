@@ -65,7 +65,8 @@ private:
   // transport's op on the host tensors) and wraps its work; `finish` runs once the transport
   // succeeded, before the work's future completes with `outputs`.
   c10::intrusive_ptr<c10d::Work>
-  issueCollective(const CollectiveFingerprint& print, std::shared_ptr<CollectiveOperands> operands,
+  issueCollective(const CollectiveFingerprint& print,
+                  const std::shared_ptr<CollectiveOperands>& operands,
                   std::vector<at::Tensor> outputs,
                   const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
                   std::function<void()> finish = nullptr);
