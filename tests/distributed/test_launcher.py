@@ -4,9 +4,11 @@ hosting the rendezvous at a port this test holds reserved until the launcher tak
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ddp_train.py")
 
@@ -24,7 +26,9 @@ def reserved_loopback_port():
 def test_two_nodes_on_loopback_train_the_example_in_step():
     holder = reserved_loopback_port()
     port = holder.getsockname()[1]
-    env = dict(os.environ, NEURON_FALLBACK="silent")
+    # torchrun's agents make their log directories under TMPDIR and leave them: the test's own.
+    scratch = tempfile.mkdtemp(prefix="neuron-launcher-")
+    env = dict(os.environ, NEURON_FALLBACK="silent", TMPDIR=scratch)
     try:
         nodes = [subprocess.Popen(
             [sys.executable, "-m", "torchneuron.run", "--nnodes=2", f"--node_rank={node}",
@@ -35,6 +39,7 @@ def test_two_nodes_on_loopback_train_the_example_in_step():
         outputs = [node.communicate(timeout=300)[0] for node in nodes]
     finally:
         holder.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     for node, out in zip(nodes, outputs):
         assert node.returncode == 0, out[-4000:]
         assert "AttributeError" not in out
