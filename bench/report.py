@@ -223,10 +223,29 @@ def markdown(result):
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
             lines += cold_pass_lines(cache.get("cold_pass")) + [""]
+    lines += allreduce_lines(result.get("allreduce"))
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def allreduce_lines(allreduce):
+    """The neuron c10d backend against gloo (bench/allreduce_bench.py, issue 17)."""
+    if not allreduce:
+        return []
+    lines = ["## All-reduce, 2 local ranks (issue 17; `bench/allreduce_bench.py`)", ""]
+    if "error" in allreduce:
+        return lines + [f"- error: {allreduce['error']}", ""]
+    for label, what in (("bucket", "gradient bucket"), ("small", "small all-reduce")):
+        a = allreduce[label]
+        size = (f"{a['bytes'] / 2**20:g} MB" if a["bytes"] >= 2**20 else f"{a['bytes'] / 2**10:g} KB")
+        lines.append(
+            f"- {size} {what}: neuron backend on device tensors "
+            f"{a['neuron_median_ms']:.2f} ms, gloo on CPU tensors {a['gloo_median_ms']:.2f} ms: "
+            f"{a['neuron_over_gloo']:.2f}x (medians of {a['repeats']}, alternating; min "
+            f"{a['neuron_min_ms']:.2f} / {a['gloo_min_ms']:.2f} ms)")
+    return lines + [""]
 
 
 def warm_start_lines(cache):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make bench: every workload in every mode at 1 and 2 threads, one process per cell, plus the
-Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad). Writes
+Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad), the cache and
+all-reduce benchmarks (cache_bench.py, allreduce_bench.py). Writes
 build/bench/report.json, report.md and report.png.
 
     /usr/bin/python3 bench/run_bench.py [--quick] [--out build/bench] [--modes a,b] [--workloads a,b]
@@ -100,6 +101,14 @@ def run_cache_bench(args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def run_allreduce_bench(args):
+    command = [sys.executable, os.path.join(HERE, "allreduce_bench.py"), "--build", args.build]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def machine():
     model = "unknown"
     try:
@@ -162,9 +171,11 @@ def main(argv):
     rows = [merge_rounds(by_cell[cell]) for cell in cells]
     print("[bench] persistent compile cache ...", flush=True)
     cache = run_cache_bench(args)
+    print("[bench] all-reduce, neuron backend against gloo ...", flush=True)
+    allreduce = run_allreduce_bench(args)
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
               "rounds": args.rounds, "micro": micro, "op_overhead": op_overhead, "rows": rows,
-              "cache": cache}
+              "cache": cache, "allreduce": allreduce}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

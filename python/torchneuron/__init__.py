@@ -15,6 +15,7 @@ import torch
 
 from . import _C
 from . import _storage_compat
+from . import distributed  # registers the c10d backend "neuron" (docs/distributed.md)
 
 
 def _emit_cache_warnings() -> None:
