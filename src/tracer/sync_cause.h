@@ -16,6 +16,7 @@ enum class SyncCause : uint8_t {
   kAdaptiveOff, // leaving adaptive mode
   kOpLimit,     // NEURON_ADAPTIVE_WINDOW ops recorded
   kByteLimit,   // NEURON_ADAPTIVE_WINDOW_BYTES of pending results
+  kBackward,    // the end of a backward pass that traced ops
   kCount,
 };
 
@@ -41,6 +42,8 @@ constexpr const char* syncCauseName(SyncCause cause) {
     return "op_limit";
   case SyncCause::kByteLimit:
     return "byte_limit";
+  case SyncCause::kBackward:
+    return "backward";
   case SyncCause::kCount:
     break;
   }

@@ -11,9 +11,12 @@
 #include "tracer/tracer.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -41,6 +44,24 @@ thread_local int traced_call_depth = 0;
 thread_local const c10::OperatorHandle* deferred_op = nullptr;
 
 std::recursive_mutex window_mutex;
+
+// The token of the backward pass whose end has a sync queued: alive while that pass's callback
+// is (a pass that fails drops its callbacks, and the token expires with them). One per pass; two
+// concurrent passes share it, and the window then ends at the first one's end. Guarded by
+// `window_mutex`.
+std::weak_ptr<void> queued_backward_sync;
+
+// A traced op on autograd's thread: the window ends when the backward pass does, so a training
+// step's backward is a window of its own, whatever the optimizer does next on the main thread.
+// The caller holds `window_mutex`.
+void syncAtEndOfBackward() {
+  if (torch::autograd::get_current_graph_task_nodes_in_graph() == nullptr) return;
+  if (!queued_backward_sync.expired()) return;
+  auto token = std::make_shared<int>(0);
+  queued_backward_sync = token;
+  torch::autograd::Engine::get_default_engine().queue_callback(
+      [token] { sync(SyncCause::kBackward); });
+}
 
 struct Counters {
   int64_t windows = 0;
@@ -223,6 +244,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
   auto lock = lockWindow();
+  syncAtEndOfBackward();
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
   Counters& counters = tracer.counters;

@@ -199,7 +199,9 @@ def test_training_with_backward_on_the_autograd_thread_matches_eager_exactly(dev
     assert losses == eager_losses
     for p, q in zip(params, eager_params):
         assert torch.equal(p, q)
-    assert adaptive_metrics()["ops_deferred"] > 0
+    m = adaptive_metrics()
+    assert m["ops_deferred"] > 0
+    assert m["syncs"]["backward"] >= 6  # each backward pass ended its window
 
 
 def test_ops_of_two_threads_share_the_window_in_a_valid_order(dev):
