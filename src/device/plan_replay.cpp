@@ -34,6 +34,7 @@ struct CapturedCall {
   size_t arguments = 0;
   std::vector<CapturedPlan> plans;
   c10::SmallVector<TensorSource, 2> returns;
+  size_t list_elements = 0; // tensor-list elements the plans and returns name, counted
 };
 
 int64_t bitsOf(double value) {
@@ -170,7 +171,7 @@ c10::optional<TensorSource> sourceOf(const Capture& capture, const at::Tensor& t
   return c10::nullopt;
 }
 
-bool sourcesOf(const Capture& capture, at::ArrayRef<at::Tensor> tensors,
+bool sourcesOf(Capture& capture, at::ArrayRef<at::Tensor> tensors,
                c10::SmallVectorImpl<TensorSource>& out) {
   for (const at::Tensor& t : tensors) {
     if (!t.defined()) {
@@ -179,6 +180,7 @@ bool sourcesOf(const Capture& capture, at::ArrayRef<at::Tensor> tensors,
     }
     c10::optional<TensorSource> source = sourceOf(capture, t);
     if (!source) return false;
+    if (source->kind == TensorSource::kListElement) ++capture.call.list_elements;
     out.push_back(*source);
   }
   return true;
@@ -206,6 +208,7 @@ std::shared_ptr<const void> endCapture(const c10::OperatorHandle& op,
     if (!stack[i].isTensor()) return nullptr;
     c10::optional<TensorSource> source = sourceOf(*capture, stack[i].toTensor());
     if (!source) return nullptr;
+    if (source->kind == TensorSource::kListElement) ++capture->call.list_elements;
     capture->call.returns.push_back(*source);
   }
   return std::make_shared<const CapturedCall>(std::move(capture->call));
@@ -237,8 +240,8 @@ bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::j
   if (!fingerprintOf(args, fingerprint) || fingerprint != call.fingerprint) return false;
   std::vector<TensorList> plan_outputs;
   plan_outputs.reserve(call.plans.size());
-  std::vector<at::Tensor> list_elements;
-  list_elements.reserve(16);
+  std::vector<at::Tensor> list_elements; // cat's inputs; references into it stay valid:
+  list_elements.reserve(call.list_elements);
   for (const CapturedPlan& captured_plan : call.plans) {
     TensorList inputs, given;
     for (const TensorSource& source : captured_plan.inputs)

@@ -324,6 +324,7 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
                   const LaunchShape& shape, std::atomic<int64_t>* counter) {
   auto lock = lockWindow();
   TracerState& tracer = state();
+  if (tracer.window.launches.capacity() == 0) tracer.window.launches.reserve(64);
   DeferredLaunch launch;
   launch.kernel = std::move(kernel);
   launch.slots.assign(slots, slots + slot_count);
