@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -160,6 +161,31 @@ public:
     if (!reply) return result;
     if (reply->type != REDIS_REPLY_INTEGER) return outOfProtocol(reply.get());
     return {reply->integer > 0 ? RemoteOutcome::kOk : RemoteOutcome::kAbsent, "", {}};
+  }
+
+  RemoteResult addUsage(const std::map<std::string, int64_t>& counts) override {
+    for (const auto& [name, count] : counts) {
+      RemoteResult result;
+      Reply reply = run({"HINCRBY", prefix_ + "usage", name, std::to_string(count)}, &result);
+      if (!reply) return result;
+      if (reply->type != REDIS_REPLY_INTEGER) return outOfProtocol(reply.get());
+    }
+    return {RemoteOutcome::kOk, "", {}};
+  }
+
+  RemoteResult readUsage(std::map<std::string, int64_t>* sums) override {
+    RemoteResult result;
+    Reply reply = run({"HGETALL", prefix_ + "usage"}, &result);
+    if (!reply) return result;
+    if (reply->type != REDIS_REPLY_ARRAY) return outOfProtocol(reply.get());
+    for (size_t i = 0; i + 1 < reply->elements; i += 2) {
+      const redisReply* name = reply->element[i];
+      const redisReply* value = reply->element[i + 1];
+      if (name->type == REDIS_REPLY_STRING && value->type == REDIS_REPLY_STRING)
+        (*sums)[std::string(name->str, name->len)] +=
+            std::strtoll(std::string(value->str, value->len).c_str(), nullptr, 10);
+    }
+    return {RemoteOutcome::kOk, "", {}};
   }
 
   void prepareFork() override { mutex_.lock(); }

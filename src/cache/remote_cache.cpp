@@ -87,15 +87,19 @@ void registerRemoteCacheForFork(RemoteCache* cache) {
                                                         c->forgetInChild();
                                                     live_mutex.unlock();
                                                   }});
-    // Lease renewal stops before the statics it uses go (the publisher has its own handler).
+    // At exit, before the statics they use go: what is queued is published, lease renewal
+    // stops, and the process's counters are added to the tier's usage counters.
     std::atexit([] {
       std::vector<RemoteCache*> caches;
       {
         std::lock_guard<std::mutex> lock(live_mutex);
         if (live) caches = *live;
       }
-      for (RemoteCache* c : caches)
+      for (RemoteCache* c : caches) {
+        if (StoreWriter* w = c->writer_ptr_.load()) w->stop();
         c->stopKeeper();
+        c->recordUsage();
+      }
     });
   });
   std::lock_guard<std::mutex> lock(live_mutex);
@@ -201,6 +205,7 @@ void RemoteCache::reject(const std::string& key, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.rejected;
+    ++caller_rejects_;
   }
   warnCacheOnce("remote-mismatch", "an entry of the remote compile cache " + location_ +
                                        " failed verification (" + why +
@@ -531,9 +536,37 @@ RemoteCacheStats RemoteCache::stats() const {
 }
 
 void RemoteCache::resetCounters() {
+  recordUsage(); // what the reset would lose
   std::lock_guard<std::mutex> lock(mutex_);
   counters_ = RemoteCacheStats();
   counters_.location = location_;
+  caller_rejects_ = 0;
+  recorded_.clear();
+}
+
+std::map<std::string, int64_t> RemoteCache::usage(std::string* problem) {
+  std::map<std::string, int64_t> sums;
+  RemoteResult result = backend_->readUsage(&sums);
+  if (result.outcome != RemoteOutcome::kOk && problem) *problem = result.detail;
+  return sums;
+}
+
+void RemoteCache::recordUsage() {
+  std::map<std::string, int64_t> increments;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::map<std::string, int64_t> now = {{"hits", counters_.fetched - caller_rejects_},
+                                                {"misses", counters_.misses},
+                                                {"rejected", counters_.rejected},
+                                                {"published", counters_.published}};
+    for (const auto& [name, value] : now)
+      if (value != recorded_[name]) increments[name] = value - recorded_[name];
+    if (increments.empty()) return;
+    recorded_ = now;
+  }
+  if (!admit()) return;
+  RemoteResult added = backend_->addUsage(increments);
+  if (added.outcome == RemoteOutcome::kFault) noteFault(added.detail);
 }
 
 } // namespace torchneuron

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -124,6 +125,11 @@ public:
 
   RemoteCacheStats stats() const;
   void resetCounters();
+  // The tier's usage counters summed over every process that used it ("hits", "misses",
+  // "rejected", "published"), each process adding its own at exit; `problem` when unreadable.
+  std::map<std::string, int64_t> usage(std::string* problem);
+  // Adds this process's counters since the last call to the tier's usage counters.
+  void recordUsage();
 
 private:
   friend class Lease;
@@ -152,6 +158,8 @@ private:
   mutable std::mutex mutex_;
   CircuitBreaker breaker_;
   RemoteCacheStats counters_;
+  int64_t caller_rejects_ = 0;              // reject() calls: values fetched, then refused
+  std::map<std::string, int64_t> recorded_; // what recordUsage() added already
   std::set<Lease*> held_;
   std::condition_variable keeper_wake_;
   std::thread keeper_;

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +76,11 @@ public:
   virtual RemoteResult releaseLease(const std::string& key, const std::string& token) = 0;
   virtual RemoteResult leaseHeld(const std::string& key) = 0;
 
+  // The tier's usage counters, summed over every process that used it (the CLI's stats): adds
+  // `counts` (name -> increment) atomically, and reads the sums.
+  virtual RemoteResult addUsage(const std::map<std::string, int64_t>& counts) = 0;
+  virtual RemoteResult readUsage(std::map<std::string, int64_t>* sums) = 0;
+
   // fork(): the owner calls these from its handlers. A child never uses its parent's connections
   // or leases: it opens its own.
   virtual void prepareFork() {}
@@ -85,14 +92,16 @@ public:
 // ("v2/<16 hex digits of the engine>/<key id>"). Entries of another engine or key are never seen.
 std::string remoteNamespace(const std::string& key_id_hex);
 
-// Redis through hiredis: keys "torchneuron/<namespace>/e/<key>" and ".../l/<key>" (leases), a
-// small pool of connections made on demand, each with `timeout` to connect and per reply.
+// Redis through hiredis: keys "torchneuron/<namespace>/e/<key>", ".../l/<key>" (leases) and the
+// hash ".../usage", a small pool of connections made on demand, each with `timeout` to connect
+// and per reply.
 std::unique_ptr<RemoteBackend> makeRedisBackend(const RemoteLocation& location,
                                                 const std::string& name_space,
                                                 std::chrono::milliseconds timeout);
 
 // A shared directory: <path>/torchneuron/<namespace>/entries/<key> (one file per entry, written
-// to a temporary file and renamed) and .../leases/<key> (a lease file holding its expiry).
+// to a temporary file and renamed), .../leases/<key> (a lease file holding its expiry) and
+// .../usage/<host> (each host's usage counters, rewritten under an flock by that host only).
 std::unique_ptr<RemoteBackend> makeSharedDirectoryBackend(const RemoteLocation& location,
                                                           const std::string& name_space);
 

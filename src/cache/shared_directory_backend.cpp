@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ std::string uniqueSuffix() {
   gethostname(host, sizeof host - 1);
   host[sizeof host - 1] = '\0';
   for (char* c = host; *c; ++c)
-    if (*c == '/' || *c == '.') *c = '_';
+    if (*c == '/' || *c == '.' || *c == ' ') *c = '_';
   char text[160];
   std::snprintf(text, sizeof text, "%s.%d.%016llx", host, static_cast<int>(getpid()),
                 static_cast<unsigned long long>(random()));
@@ -254,6 +255,63 @@ public:
     return {held ? RemoteOutcome::kOk : RemoteOutcome::kAbsent, "", {}};
   }
 
+  // This host's counters live in usage/<host>, rewritten (temporary file, rename) under an flock
+  // of usage/<host>.lock: only this host's processes write it, so the lock is a local one even
+  // where the filesystem's locking does not reach across hosts.
+  RemoteResult addUsage(const std::map<std::string, int64_t>& counts) override {
+    Descriptor usage_dir;
+    if (RemoteResult r = directories(nullptr, nullptr, usage_dir.out());
+        r.outcome != RemoteOutcome::kOk)
+      return r;
+    const int usage = usage_dir.get();
+    const std::string host = hostName();
+    Descriptor lock;
+    *lock.out() =
+        openat(usage, (host + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (lock.get() < 0 || flock(lock.get(), LOCK_EX) != 0)
+      return failure("cannot lock the usage counters", errno);
+    std::map<std::string, int64_t> sums = counts;
+    readCounters(usage, host, &sums);
+    std::string text;
+    for (const auto& [name, value] : sums)
+      text += name + " " + std::to_string(value) + "\n";
+    const std::string temporary = ".tmp." + host + "." + uniqueSuffix();
+    Descriptor out;
+    *out.out() = openat(usage, temporary.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (out.get() < 0) return failure("cannot write the usage counters", errno);
+    const bool written =
+        write(out.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+        renameat(usage, temporary.c_str(), usage, host.c_str()) == 0;
+    const int error = errno;
+    if (!written) {
+      unlinkat(usage, temporary.c_str(), 0);
+      return failure("cannot write the usage counters", error);
+    }
+    return {RemoteOutcome::kOk, "", {}};
+  }
+
+  RemoteResult readUsage(std::map<std::string, int64_t>* sums) override {
+    Descriptor usage_dir;
+    if (RemoteResult r = directories(nullptr, nullptr, usage_dir.out());
+        r.outcome != RemoteOutcome::kOk)
+      return r;
+    const int fd = openat(usage_dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* dir = fd >= 0 ? fdopendir(fd) : nullptr; // owns fd from here
+    if (dir == nullptr) {
+      const int error = errno;
+      if (fd >= 0) close(fd);
+      return failure("cannot list the usage counters", error);
+    }
+    while (dirent* item = readdir(dir)) {
+      const std::string name = item->d_name;
+      if (name[0] == '.' || (name.size() > 5 && name.substr(name.size() - 5) == ".lock")) continue;
+      readCounters(usage_dir.get(), name, sums);
+    }
+    closedir(dir);
+    return {RemoteOutcome::kOk, "", {}};
+  }
+
   void prepareFork() override { mutex_.lock(); }
   void afterForkInParent() override { mutex_.unlock(); }
   // The leases are the parent's (its threads renew and release them): the child closes its copies
@@ -274,9 +332,9 @@ private:
   // The namespace's `entries` and `leases` directories, opened (made when missing) at first use
   // and again after a fault: new descriptors of them, which the caller closes, in `*entries` /
   // `*leases` (either may be null). The backend's own stay open for the next call.
-  RemoteResult directories(int* entries, int* leases) {
+  RemoteResult directories(int* entries, int* leases, int* usage = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (entries_fd_ < 0 || leases_fd_ < 0) {
+    if (entries_fd_ < 0 || leases_fd_ < 0 || usage_fd_ < 0) {
       closeDirectories();
       RemoteResult opened = openDirectories();
       if (opened.outcome != RemoteOutcome::kOk) {
@@ -286,12 +344,13 @@ private:
     }
     if (entries) *entries = fcntl(entries_fd_, F_DUPFD_CLOEXEC, 0);
     if (leases) *leases = fcntl(leases_fd_, F_DUPFD_CLOEXEC, 0);
-    if ((entries && *entries < 0) || (leases && *leases < 0))
+    if (usage) *usage = fcntl(usage_fd_, F_DUPFD_CLOEXEC, 0);
+    if ((entries && *entries < 0) || (leases && *leases < 0) || (usage && *usage < 0))
       return {RemoteOutcome::kFault, errnoText("cannot duplicate a descriptor", errno), {}};
     return {RemoteOutcome::kOk, "", {}};
   }
 
-  // Walks from the root to <root>/torchneuron/<namespace>/{entries,leases}, making what is
+  // Walks from the root to <root>/torchneuron/<namespace>/{entries,leases,usage}, making what is
   // missing with the root's permission bits (a group-writable, setgid root gives group-writable
   // directories of the root's group), never following a link below the root.
   RemoteResult openDirectories() {
@@ -310,7 +369,7 @@ private:
     for (size_t start = 0, slash; (slash = path.find('/', start)) != std::string::npos;
          start = slash + 1)
       parts.push_back(path.substr(start, slash - start));
-    for (const char* leaf : {"entries", "leases"}) {
+    for (const char* leaf : {"entries", "leases", "usage"}) {
       int dir = dup(at);
       for (const std::string& part : parts) {
         if (RemoteResult r = descend(&dir, part, mode); r.outcome != RemoteOutcome::kOk) {
@@ -322,7 +381,8 @@ private:
         close(at);
         return r;
       }
-      (std::string(leaf) == "entries" ? entries_fd_ : leases_fd_) = dir;
+      const std::string name = leaf;
+      (name == "entries" ? entries_fd_ : name == "leases" ? leases_fd_ : usage_fd_) = dir;
     }
     close(at);
     return {RemoteOutcome::kOk, "", {}};
@@ -354,9 +414,10 @@ private:
   }
 
   void closeDirectories() {
-    if (entries_fd_ >= 0) close(entries_fd_);
-    if (leases_fd_ >= 0) close(leases_fd_);
-    entries_fd_ = leases_fd_ = -1;
+    for (int* fd : {&entries_fd_, &leases_fd_, &usage_fd_}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
   }
 
   // A fault may mean the mount went away and came back (a stale handle): the directories are
@@ -424,6 +485,37 @@ private:
     unlinkat(leases, aside.c_str(), 0);
   }
 
+  static std::string hostName() {
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    for (char* c = host; *c; ++c)
+      if (*c == '/' || *c == '.' || *c == ' ') *c = '_';
+    return host;
+  }
+
+  // Adds the counters in usage/<name> ("<counter> <value>" lines, at most 64 KiB) to `sums`.
+  static void readCounters(int usage, const std::string& name,
+                           std::map<std::string, int64_t>* sums) {
+    const int fd = openat(usage, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    std::string text(65536, '\0');
+    const ssize_t n = read(fd, text.data(), text.size());
+    close(fd);
+    if (n <= 0) return;
+    text.resize(static_cast<size_t>(n));
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      char counter[64];
+      long long value = 0;
+      if (std::sscanf(text.substr(start, end - start).c_str(), "%63s %lld", counter, &value) == 2)
+        (*sums)[counter] += value;
+      start = end + 1;
+    }
+  }
+
   static bool linkedAt(int fd, int leases, const std::string& key) {
     struct stat held{}, linked{};
     return fstat(fd, &held) == 0 &&
@@ -436,7 +528,7 @@ private:
   // Locking: `mutex_` guards the directory descriptors and `leases_`; never held during a read or
   // write of an entry (only during lease renewals, a few small writes). A leaf, held across fork().
   std::mutex mutex_;
-  int entries_fd_ = -1, leases_fd_ = -1;
+  int entries_fd_ = -1, leases_fd_ = -1, usage_fd_ = -1;
   std::map<std::string, HeldLease> leases_;
 };
 
