@@ -353,10 +353,15 @@ CachedKernel resolveInTiers(Table& t, const Tiers& tiers, Hash64 key, const std:
     }
   }
   std::unique_ptr<PersistentStore::KeyLock> lock;
+  bool remote_rejected = false;
   if (tiers.remote) {
     const auto start = std::chrono::steady_clock::now();
-    if (std::optional<std::vector<char>> bytes = tiers.remote->fetch(tiers.key))
+    RemoteRead read = RemoteRead::kAbsent;
+    if (std::optional<std::vector<char>> bytes = tiers.remote->fetch(tiers.key, &read)) {
       if (auto code = adoptRemote(t, tiers, wanted, *bytes, lock, &start)) return loaded(code);
+      read = RemoteRead::kRejected;
+    }
+    remote_rejected = read == RemoteRead::kRejected;
   }
   if (store) {
     lock = storeCall("locking", std::unique_ptr<PersistentStore::KeyLock>(),
@@ -369,7 +374,7 @@ CachedKernel resolveInTiers(Table& t, const Tiers& tiers, Hash64 key, const std:
   }
   std::shared_ptr<RemoteCache::Lease> lease;
   if (tiers.remote) {
-    RemoteCache::Claim claim = tiers.remote->claim(tiers.key);
+    RemoteCache::Claim claim = tiers.remote->claim(tiers.key, /*recheck=*/!remote_rejected);
     if (claim.entry)
       if (auto code = adoptRemote(t, tiers, wanted, *claim.entry, lock, nullptr))
         return loaded(code);

@@ -201,6 +201,14 @@ void RemoteCache::noteFault(const std::string& detail) {
                     std::to_string(options_.breaker_cooldown.count() / 1000) + " s at a time");
 }
 
+// A full server or a read-only directory refuses leases and entries alike: one warning for both.
+void RemoteCache::warnRefusedWrite(const std::string& detail) {
+  warnCacheOnce("remote-write", "the remote compile cache " + location_ + " refused a write (" +
+                                    detail +
+                                    "): compiled kernels stay in this node's tiers, and compiles "
+                                    "are not coordinated across nodes");
+}
+
 void RemoteCache::reject(const std::string& key, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -308,7 +316,7 @@ std::optional<std::vector<char>> RemoteCache::fetch(const std::string& key, Remo
   return this->read(key, read, /*count_miss=*/true);
 }
 
-RemoteCache::Claim RemoteCache::claim(const std::string& key) {
+RemoteCache::Claim RemoteCache::claim(const std::string& key, bool recheck) {
   Claim claim;
   const auto give_up = std::chrono::steady_clock::now() + options_.wait_limit;
   bool waited = false;
@@ -325,15 +333,12 @@ RemoteCache::Claim RemoteCache::claim(const std::string& key) {
     if (taken.outcome == RemoteOutcome::kOk) {
       claim.lease = std::make_shared<Lease>(this, key, token);
       // A holder may have published the entry between the caller's miss and this lease.
-      RemoteRead found = RemoteRead::kAbsent;
-      claim.entry = read(key, &found, /*count_miss=*/false);
+      if (recheck) claim.entry = read(key, nullptr, /*count_miss=*/false);
       if (claim.entry) claim.lease.reset();
       return claim;
     }
     if (taken.outcome != RemoteOutcome::kHeld) { // leases refused (a read-only directory)
-      warnCacheOnce("remote-lease", "the remote compile cache " + location_ + " refused a lease (" +
-                                        taken.detail +
-                                        "): compiles are not coordinated across nodes");
+      warnRefusedWrite(taken.detail);
       return claim;
     }
     if (!waited) {
@@ -508,10 +513,8 @@ void RemoteCache::commit(std::vector<PendingWrite>& batch) {
   QueueCacheWarningsHere queue_warnings;
   for (const PendingWrite& write : batch) {
     std::string detail;
-    if (publish(write.key, write.value, &detail) != RemoteOutcome::kRefused) continue;
-    warnCacheOnce("remote-write", "the remote compile cache " + location_ +
-                                      " did not take a compiled kernel (" + detail +
-                                      "): it stays in this node's tiers");
+    if (publish(write.key, write.value, &detail) == RemoteOutcome::kRefused)
+      warnRefusedWrite(detail);
   }
 }
 

@@ -106,12 +106,14 @@ public:
   class Lease;
   // The caller's right to compile `key`: a lease (compile, then publish with it), the entry that
   // another holder published while this one waited, or neither (the tier is unavailable, refuses
-  // leases, or the wait passed its bound: compile without a lease).
+  // leases, or the wait passed its bound: compile without a lease). With the lease, the entry is
+  // looked up once more (published since the caller's miss) unless `recheck` is false (the
+  // caller's lookup was rejected: the caller overwrites that entry).
   struct Claim {
     std::shared_ptr<Lease> lease;
     std::optional<std::vector<char>> entry;
   };
-  Claim claim(const std::string& key);
+  Claim claim(const std::string& key, bool recheck = true);
 
   // Seals `value` (a serialized container) with the cluster key and publishes it off the calling
   // thread; `hold` (the key's lease) is released once the write is done or has failed.
@@ -138,6 +140,7 @@ private:
   bool admit();
   void noteFault(const std::string& detail);
   void noteAnswered();
+  void warnRefusedWrite(const std::string& detail);
   Verdict check(const std::string& key, RemoteResult& result);
   std::optional<std::vector<char>> read(const std::string& key, RemoteRead* out, bool count_miss);
   RemoteOutcome publish(const std::string& key, const std::vector<char>& sealed,
