@@ -100,21 +100,24 @@ def command_stats(args):
 
 
 def print_remote_stats(args, local):
-    """Each tier: the memory tier is per process; the local tier as surveyed above; the remote
-    tier surveyed (every entry read and verified) with the usage counters its processes added."""
+    """A line per tier: the memory tier is per process; the local tier as listed now; the remote
+    tier read and verified entry by entry, with the usage counters its processes added."""
+    rows, _ = _C.cache_list(args.dir)
+    local_rejected = sum(1 for r in rows if r["problem"] or r["seal"] != "authentic")
     remote = _C.cache_remote_survey(args.remote)
     usage, usage_problem = _C.cache_remote_usage(args.remote)
-    print(f"\n{'tier':8} {'entries':>8} {'bytes':>12} {'verified':>9} {'rejected':>9} "
-          f"{'hits':>8} {'misses':>8} {'published':>9}")
-    print(f"{'memory':8} {'(per process: torchneuron.metrics())':>72}")
-    print(f"{'local':8} {local['entries']:>8} {local['bytes']:>12} {local['entries'] - local['corrupt']:>9} "
-          f"{local['corrupt']:>9} {'-':>8} {'-':>8} {'-':>9}")
-    print(f"{'remote':8} {remote['entries']:>8} {remote['bytes']:>12} {remote['authentic']:>9} "
-          f"{remote['rejected']:>9} {usage.get('hits', 0):>8} {usage.get('misses', 0):>8} "
-          f"{usage.get('published', 0):>9}")
-    print(f"remote    {remote['location']} (key {remote['key_id']}); its hits, misses and "
-          "published count every process that used it, added at its exit; rejected counts the "
-          "entries that fail verification now")
+    line = "{:8} {:>8} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10}   {}"
+    print()
+    print(line.format("tier", "entries", "bytes", "verified", "rejected", "hits", "misses",
+                      "published", ""))
+    print(line.format("memory", *"-------", "per process: torchneuron.metrics()"))
+    print(line.format("local", local["entries"], local["bytes"], len(rows) - local_rejected,
+                      local_rejected, "-", "-", "-", args.dir))
+    print(line.format("remote", remote["entries"], remote["bytes"], remote["authentic"],
+                      remote["rejected"], usage.get("hits", 0), usage.get("misses", 0),
+                      usage.get("published", 0), f"{remote['location']} (key {remote['key_id']})"))
+    print("(the remote tier's hits, misses and published are the sums its processes added at "
+          "their exit; verified and rejected count the entries as they are now)")
     problem = remote["problem"] or usage_problem
     if problem:
         print(f"{PROG}: the remote tier: {problem}", file=sys.stderr)

@@ -569,7 +569,10 @@ void RemoteCache::recordUsage() {
   }
   if (!admit()) return;
   RemoteResult added = backend_->addUsage(increments);
-  if (added.outcome == RemoteOutcome::kFault) noteFault(added.detail);
+  if (added.outcome == RemoteOutcome::kFault)
+    noteFault(added.detail);
+  else
+    noteAnswered(); // (a probe of the breaker must report either way)
 }
 
 } // namespace torchneuron
