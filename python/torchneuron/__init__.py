@@ -64,7 +64,8 @@ def device_count() -> int:
 def synchronize(device=None) -> None:
     """Waits for all work on the device. Eager kernels complete before they return, so this
     validates ``device``, waits until the compiled kernels handed to the persistent cache's
-    background writer are on disk, and raises the cache warnings that background work queued."""
+    background writers are on disk and published to the remote tier, and raises the cache
+    warnings that background work queued."""
     _index_of(device)
     _C.flush_store_writes()
     _emit_cache_warnings()
