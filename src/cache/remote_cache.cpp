@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "cache/cache_warnings.h"
@@ -156,19 +157,23 @@ std::unique_ptr<RemoteCache> RemoteCache::open(const std::string& url, std::stri
 }
 
 RemoteCache* RemoteCache::fromEnvironment() {
-  static RemoteCache* cache = []() -> RemoteCache* {
+  // std::call_once is pthread_once: a child forked while another thread makes the tier makes it
+  // again (a function-local static's guard would stay taken in the child forever).
+  static std::once_flag made;
+  static RemoteCache* cache = nullptr; // never destroyed: in use until the process ends
+  std::call_once(made, [] {
     const char* url = std::getenv("NEURON_CACHE_REMOTE");
-    if (url == nullptr || *url == '\0' || !cacheSettings().cache_enabled) return nullptr;
+    if (url == nullptr || *url == '\0' || !cacheSettings().cache_enabled) return;
     std::string why;
-    std::unique_ptr<RemoteCache> opened = open(url, &why);
-    if (opened) return opened.release(); // never destroyed: in use until the process ends
-    if (why.rfind("NEURON_CACHE_KEY_FILE: ", 0) == 0)
-      warnKeyFileRefused(why.substr(23));
+    cache = open(url, &why).release();
+    if (cache) return;
+    constexpr const char* kKeyFile = "NEURON_CACHE_KEY_FILE: ";
+    if (why.rfind(kKeyFile, 0) == 0)
+      warnKeyFileRefused(why.substr(std::strlen(kKeyFile)));
     else
       warnCacheOnce("remote-config", "the remote compile cache is off: " + why +
                                          "; kernels come from the local tiers or compile");
-    return nullptr;
-  }();
+  });
   return cache;
 }
 
