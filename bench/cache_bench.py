@@ -4,19 +4,23 @@ processes on one cache directory (compiles, first iteration against steady state
 cached kernel), eight processes started at once on a cold directory (total compiles against
 distinct kernels), and the cold first pass (issue 11): a pass that compiles 23 kernels on an
 empty cache directory against the same pass with NEURON_CACHE=0, whose compiles are the floor
-(the store's cost is what the cold pass adds to them). Prints one JSON object; run_bench.py
-includes it in the report.
+(the store's cost is what the cold pass adds to them); and the remote tier (issue 16): a kernel
+loaded from a Redis server and from a shared directory (fetch, verification, link) against one
+loaded from the node's own disk tier, and 4 nodes x 2 processes on cold caches sharing one Redis.
+Prints one JSON object; run_bench.py includes it in the report.
 
-    /usr/bin/python3 bench/cache_bench.py [--build build] [--cold-pass-only]
+    /usr/bin/python3 bench/cache_bench.py [--build build] [--cold-pass-only | --remote-only]
 """
 import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 # One GPT-style block training step per iteration (bench/workloads.py), timed per iteration,
 # and the time from the script's first line to the end of the first iteration (imports, model
@@ -40,10 +44,12 @@ for _ in range(int(sys.argv[2])):
     times.append((time.perf_counter() - start) * 1000)
     if len(times) == 1:
         start_to_first_end = (time.perf_counter() - script_start) * 1000
+torchneuron.synchronize()  # remote publishes too
 m = torchneuron.metrics()
 print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
                   "load_ms_median": m["persistent_load_ms_median"], "compile_ms_median": m["compile_ms_median"],
-                  "start_to_first_end_ms": start_to_first_end, "warm_start": m["warm_start"]}))
+                  "start_to_first_end_ms": start_to_first_end, "warm_start": m["warm_start"],
+                  "remote": m["remote"]}))
 """
 
 
@@ -111,6 +117,95 @@ def cold_pass(base, rounds):
             "second_pass_ms": med(second, "pass_ms")}
 
 
+def start_redis(directory):
+    """redis-server on a free loopback port (nothing saved): (process, URL)."""
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                    "--save", "", "--appendonly", "no", "--dir", directory],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            if process.poll() is not None:
+                break
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"INFO server\r\n")
+                    if f"process_id:{process.pid}\r\n".encode() in c.recv(4096):
+                        return process, f"redis://127.0.0.1:{port}"
+            except OSError:
+                pass
+            time.sleep(0.01)
+        process.kill()
+        process.wait()
+    raise RuntimeError("cannot start redis-server")
+
+
+def write_key(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    return path
+
+
+def remote_tier(base, rounds):
+    """Per remote tier (Redis, a shared directory): the training script's kernels published once,
+    then `rounds` times a fresh node (an empty NEURON_CACHE_DIR: every kernel a remote hit,
+    fetched, verified, linked and written to its disk tier) and a rerun of that node (every kernel
+    a hit of its disk tier), alternating so both see the same machine; the warm start off, so each
+    kernel loads when first used. Then 4 nodes x 2 processes started at once on cold caches and a
+    fresh namespace of one Redis (a new cluster key), and a fifth node after them."""
+    work = tempfile.mkdtemp(prefix="neuron-remote-bench-")
+    redis, redis_url = start_redis(work)
+    try:
+        shared = os.path.join(work, "shared")
+        os.mkdir(shared)
+        result = {"rounds": rounds}
+        for name, url in (("redis", redis_url), ("shared_directory", "file://" + shared)):
+            env = dict(base, NEURON_CACHE_REMOTE=url, NEURON_WARM_START="0",
+                       NEURON_CACHE_KEY_FILE=write_key(os.path.join(work, name + ".key")))
+            fill = run(dict(env, NEURON_CACHE_DIR=os.path.join(work, name + "-fill")), 1)
+            remote_ms, local_ms = [], []
+            for r in range(rounds):
+                node = dict(env, NEURON_CACHE_DIR=os.path.join(work, f"{name}-node{r}"))
+                hit = run(node, 1)
+                if hit["compiles"] != 0 or hit["remote"]["hits"] != fill["compiles"]:
+                    raise RuntimeError(f"{name}: a fresh node compiled {hit['compiles']} kernels")
+                remote_ms.append(hit["remote"]["load_ms_median"])
+                local_ms.append(run(node, 1)["load_ms_median"])
+            result[name] = {"kernels": fill["compiles"],
+                            "remote_hit_ms_median": statistics.median(remote_ms),
+                            "remote_hit_ms_min": min(remote_ms), "remote_hit_ms_max": max(remote_ms),
+                            "local_hit_ms_median": statistics.median(local_ms),
+                            "local_hit_ms_min": min(local_ms), "local_hit_ms_max": max(local_ms)}
+        env = dict(base, NEURON_CACHE_REMOTE=redis_url, NEURON_WARM_START="0",
+                   NEURON_CACHE_KEY_FILE=write_key(os.path.join(work, "cluster.key")))
+        here = os.path.dirname(os.path.abspath(__file__))
+        procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, here, "1"],
+                                  env=dict(env, NEURON_CACHE_DIR=os.path.join(work, f"c{n}")),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for n in range(4) for _ in range(2)]
+        nodes = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(err.strip().splitlines()[-1])
+            nodes.append(json.loads(out.strip().splitlines()[-1]))
+        late = run(dict(env, NEURON_CACHE_DIR=os.path.join(work, "late")), 1)
+        result["cluster"] = {"nodes": 4, "processes": 8,
+                             "distinct_kernels": result["redis"]["kernels"],
+                             "total_compiles": sum(n["compiles"] for n in nodes),
+                             "lease_waits": sum(n["remote"]["lease_waits"] for n in nodes),
+                             "late_node_compiles": late["compiles"],
+                             "late_node_remote_hits": late["remote"]["hits"]}
+        return result
+    finally:
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run(env, iterations=12, device="neuron"):
     here = os.path.dirname(os.path.abspath(__file__))
     done = subprocess.run([sys.executable, "-c", SCRIPT, here, str(iterations), device], env=env,
@@ -155,6 +250,8 @@ def main(argv):
     parser.add_argument("--cold-pass-rounds", type=int, default=5)
     parser.add_argument("--cold-pass-only", action="store_true",
                         help="only the cold first pass against the cache off (about a minute)")
+    parser.add_argument("--remote-only", action="store_true",
+                        help="only the remote tier: remote against local hits, a 4-node cluster")
     args = parser.parse_args(argv)
     if args.warm_runs < 1 or args.cold_pass_rounds < 1:
         parser.error(f"--warm-runs and --cold-pass-rounds must be at least 1, got "
@@ -163,6 +260,9 @@ def main(argv):
                 OMP_NUM_THREADS="1")
     if args.cold_pass_only:
         print(json.dumps({"cold_pass": cold_pass(base, args.cold_pass_rounds)}))
+        return 0
+    if args.remote_only:
+        print(json.dumps({"remote": remote_tier(base, args.warm_runs)}))
         return 0
     directory = tempfile.mkdtemp(prefix="neuron-cache-bench-")
     try:
@@ -199,6 +299,7 @@ def main(argv):
         result = {"cold_run": cold, "second_run": warm, "warm_start_off_run": warm_start_off,
                   "cache_off_run": no_cache,
                   "cold_pass": cold_pass(base, args.cold_pass_rounds),
+                  "remote": remote_tier(base, args.warm_runs),
                   "stock_run": stock, "stock_tuned_run": stock_tuned,
                   "eight_processes": {"distinct_kernels": no_cache["compiles"],
                                       "total_compiles": sum(r["compiles"] for r in eight),

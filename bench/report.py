@@ -25,6 +25,28 @@ def cold_pass_lines(cold):
             f"({cold['second_pass_ms']:.0f} ms)"]
 
 
+def remote_lines(remote):
+    """The remote tier against the node's own disk tier (bench/cache_bench.py, issue 16)."""
+    if not remote:
+        return []
+    lines = []
+    for name, label in (("redis", "a Redis server"), ("shared_directory", "a shared directory")):
+        r = remote[name]
+        lines.append(
+            f"- load of one kernel from {label} (fetch, MAC and key-material checks, ORC link, "
+            f"handed to the disk tier): median {r['remote_hit_ms_median']:.2f} ms "
+            f"({r['remote_hit_ms_min']:.2f}-{r['remote_hit_ms_max']:.2f} ms over {remote['rounds']} "
+            f"fresh nodes of {r['kernels']} kernels each), against {r['local_hit_ms_median']:.2f} ms "
+            f"({r['local_hit_ms_min']:.2f}-{r['local_hit_ms_max']:.2f} ms) from the node's own disk tier")
+    c = remote["cluster"]
+    lines.append(f"- {c['nodes']} nodes x {c['processes'] // c['nodes']} processes started at once on "
+                 f"cold caches and one Redis: {c['total_compiles']} compiles in total for "
+                 f"{c['distinct_kernels']} distinct kernels ({c['lease_waits']} lease waits); a node "
+                 f"started after them compiled {c['late_node_compiles']} "
+                 f"({c['late_node_remote_hits']} remote hits)")
+    return lines
+
+
 def index(rows):
     return {(r["workload"], r["mode"], r["threads"]): r for r in rows}
 
@@ -222,7 +244,7 @@ def markdown(result):
                 f"{warm.get('load_share_of_steady', 0) * 100:.1f}% of a steady iteration to the first",
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
-            lines += cold_pass_lines(cache.get("cold_pass")) + [""]
+            lines += cold_pass_lines(cache.get("cold_pass")) + remote_lines(cache.get("remote")) + [""]
     lines += allreduce_lines(result.get("allreduce"))
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -14,6 +15,8 @@
 #include "cache/entry_authenticator.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
+#include "cache/remote_cache.h"
+#include "cache/remote_transfer.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/metrics.h"
@@ -83,6 +86,36 @@ py::dict adaptiveDict() {
   return result;
 }
 
+// The remote tier's counters (remote_cache.h) and the kernel cache's remote hits; `location` is
+// "" when there is no remote tier.
+py::dict remoteStatsDict(const torchneuron::KernelCacheStats& kernels) {
+  torchneuron::RemoteCacheStats r;
+  if (torchneuron::RemoteCache* remote = torchneuron::RemoteCache::fromEnvironment())
+    r = remote->stats();
+  py::dict result;
+  result["location"] = r.location;
+  result["hits"] = kernels.remote_hits;
+  result["load_ms_median"] = kernels.remote_load_ms_median;
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"misses", r.misses},
+                             {"rejected", r.rejected},
+                             {"forged", r.forged},
+                             {"foreign", r.foreign},
+                             {"faults", r.faults},
+                             {"skipped", r.skipped},
+                             {"breaker_trips", r.breaker_trips},
+                             {"published", r.published},
+                             {"publish_failures", r.publish_failures},
+                             {"publishes_pending", r.publishes_pending},
+                             {"lease_waits", r.lease_waits},
+                             {"waited_hits", r.waited_hits},
+                             {"wait_timeouts", r.wait_timeouts},
+                             {"leases_lost", r.leases_lost},
+                             {"bytes_fetched", r.bytes_fetched},
+                             {"bytes_published", r.bytes_published}})
+    result[name] = value;
+  return result;
+}
+
 py::dict metricsDict() {
   const torchneuron::MetricsSnapshot snapshot = torchneuron::metricsSnapshot();
   py::dict result;
@@ -108,6 +141,7 @@ py::dict metricsDict() {
   result["persistent_writes_pending"] = compile.persistent_writes_pending;
   result["warm_start"] = warmStartDict();
   result["adaptive"] = adaptiveDict();
+  result["remote"] = remoteStatsDict(torchneuron::kernelCacheStats());
   return result;
 }
 
@@ -157,6 +191,18 @@ py::tuple cacheList(const std::string& directory) {
   return py::make_tuple(rows, database_problem);
 }
 
+// The remote tier at `url` under NEURON_CACHE_KEY_FILE; refused: a RuntimeError naming the problem.
+std::unique_ptr<torchneuron::RemoteCache> remoteAt(const std::string& url) {
+  std::string why;
+  std::unique_ptr<torchneuron::RemoteCache> remote = torchneuron::RemoteCache::open(url, &why);
+  TORCH_CHECK(remote, "[cache] ", why);
+  return remote;
+}
+
+py::tuple transferTuple(const torchneuron::TransferReport& r) {
+  return py::make_tuple(r.copied, r.present, r.rejected, r.other_hosts, r.failed, r.problem);
+}
+
 void defineCacheCommands(py::module_& m) {
   m.def("cache_default_directory", &torchneuron::defaultCacheDirectory);
   m.def("cache_stats", &cacheStats, py::arg("directory"));
@@ -190,6 +236,41 @@ void defineCacheCommands(py::module_& m) {
       },
       py::arg("directory"), py::arg("file"), py::arg("trust"));
   m.def("cache_keygen", &torchneuron::writeNewKeyFile, py::arg("file"));
+  m.def(
+      "cache_remote_survey",
+      [](const std::string& url) {
+        const torchneuron::RemoteSurvey s = torchneuron::surveyRemote(*remoteAt(url));
+        py::dict result;
+        result["location"] = s.location;
+        result["key_id"] = s.key_id;
+        result["entries"] = s.entries;
+        result["bytes"] = s.bytes;
+        result["authentic"] = s.authentic;
+        result["rejected"] = s.rejected;
+        result["problem"] = s.problem;
+        return result;
+      },
+      py::arg("url"));
+  m.def(
+      "cache_remote_usage",
+      [](const std::string& url) {
+        std::string problem;
+        std::map<std::string, int64_t> sums = remoteAt(url)->usage(&problem);
+        return py::make_tuple(sums, problem);
+      },
+      py::arg("url"));
+  m.def(
+      "cache_push",
+      [](const std::string& d, const std::string& url) {
+        return transferTuple(torchneuron::pushEntries(*storeAt(d), *remoteAt(url)));
+      },
+      py::arg("directory"), py::arg("url"));
+  m.def(
+      "cache_pull",
+      [](const std::string& d, const std::string& url) {
+        return transferTuple(torchneuron::pullEntries(*storeAt(d), *remoteAt(url)));
+      },
+      py::arg("directory"), py::arg("url"));
   // The CLI's own warnings: one line each on stderr.
   m.def("cache_warnings_to_stderr", [] {
     torchneuron::setCacheWarningHandler([](const std::string& text) {

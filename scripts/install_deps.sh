@@ -9,7 +9,7 @@ packages=(
   libtbb-dev libxxhash-dev librocksdb-dev
   libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
   python3-pytest python3-matplotlib libjemalloc2 clang-format-19
-  libsodium-dev
+  libsodium-dev libhiredis-dev redis-server
 )
 
 missing=()

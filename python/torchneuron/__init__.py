@@ -72,8 +72,9 @@ def device_count() -> int:
 
 def synchronize(device=None) -> None:
     """Waits for all work on the device: runs the adaptive tracer's recorded launches (a sync
-    point), waits until the compiled kernels handed to the persistent cache's background writer
-    are on disk, and raises the cache warnings that background work queued."""
+    point), waits until the compiled kernels handed to the persistent cache's background writers
+    are on disk and published to the remote tier, and raises the cache warnings that background
+    work queued."""
     _index_of(device)
     _C.sync_window()
     _C.flush_store_writes()

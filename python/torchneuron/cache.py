@@ -4,6 +4,7 @@
     torchneuron-cache [--dir DIR] prune --max-bytes N
     torchneuron-cache [--dir DIR] export FILE
     torchneuron-cache [--dir DIR] import [--trust] FILE
+    torchneuron-cache [--dir DIR] [--remote URL] push|pull
     torchneuron-cache keygen FILE
     python -m torchneuron.cache ...           (the same)
 
@@ -11,8 +12,12 @@ DIR defaults to NEURON_CACHE_DIR, else ~/.cache/torchneuron; it must be a cache 
 empty directory or a new one, and pass the cache's trust checks (docs/persistent-cache.md).
 `verify` checks every entry (checksum, MAC under this cache's key, layout) and exits 1 when any is
 damaged or forged, or the database itself is. `import` takes only entries signed with this cache's
-key; `--trust` re-signs other entries (their author can then run code in this account). Every bad
-argument is a one-line error with exit status 2.
+key; `--trust` re-signs other entries (their author can then run code in this account). URL (default
+NEURON_CACHE_REMOTE) is the cluster's remote tier, redis://[:password@]host[:port][/db] or
+file:///path, used under the key in NEURON_CACHE_KEY_FILE: `stats` surveys it too, `push` copies
+the verified local entries it lacks to it (pre-warming a cluster from a build node), `pull` the
+verified entries for this host it holds to the local cache. Every bad argument is a one-line error
+with exit status 2.
 """
 import argparse
 import datetime
@@ -89,7 +94,58 @@ def command_stats(args):
     print(f"hits      {s['hits']}\nmisses    {s['misses']}\ncorrupt   {s['corrupt']}\nevicted   {s['evicted']}")
     print("(hits, misses, corrupt and evicted count this command's own reads; processes report "
           "theirs in torchneuron.metrics())")
+    if not args.remote:
+        return 0
+    return print_remote_stats(args, s)
+
+
+def print_remote_stats(args, local):
+    """A line per tier: the memory tier is per process; the local tier as listed now; the remote
+    tier read and verified entry by entry, with the usage counters its processes added."""
+    rows, _ = _C.cache_list(args.dir)
+    local_rejected = sum(1 for r in rows if r["problem"] or r["seal"] != "authentic")
+    remote = _C.cache_remote_survey(args.remote)
+    usage, usage_problem = _C.cache_remote_usage(args.remote)
+    line = "{:8} {:>8} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10}   {}"
+    print()
+    print(line.format("tier", "entries", "bytes", "verified", "rejected", "hits", "misses",
+                      "published", ""))
+    print(line.format("memory", *"-------", "per process: torchneuron.metrics()"))
+    print(line.format("local", local["entries"], local["bytes"], len(rows) - local_rejected,
+                      local_rejected, "-", "-", "-", args.dir))
+    print(line.format("remote", remote["entries"], remote["bytes"], remote["authentic"],
+                      remote["rejected"], usage.get("hits", 0), usage.get("misses", 0),
+                      usage.get("published", 0), f"{remote['location']} (key {remote['key_id']})"))
+    print("(the remote tier's hits, misses and published are the sums its processes added at "
+          "their exit; verified and rejected count the entries as they are now)")
+    problem = remote["problem"] or usage_problem
+    if problem:
+        print(f"{PROG}: the remote tier: {problem}", file=sys.stderr)
+        return 1
     return 0
+
+
+def command_push(args):
+    return transfer(args, "push", _C.cache_push)
+
+
+def command_pull(args):
+    return transfer(args, "pull", _C.cache_pull)
+
+
+def transfer(args, verb, function):
+    if not args.remote:
+        raise UsageError(f"{verb} needs the remote tier: pass --remote URL or set NEURON_CACHE_REMOTE")
+    copied, present, rejected, other_hosts, failed, problem = function(args.dir, args.remote)
+    where = f"to {args.remote}" if verb == "push" else f"from {args.remote}"
+    print(f"{verb}: copied {copied} entries {where}, {present} were there already, "
+          f"{rejected} rejected" + (f", {other_hosts} for other kinds of host left there"
+                                    if verb == "pull" else "")
+          + (f", {failed} not taken" if failed else ""))
+    if problem:
+        print(f"{PROG}: {verb} stopped: {problem}", file=sys.stderr)
+        return 1
+    return 1 if rejected or failed else 0
 
 
 def command_list(args):
@@ -199,6 +255,8 @@ def command_keygen(args):
 def parser():
     p = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--dir", help="cache directory (default: NEURON_CACHE_DIR, else ~/.cache/torchneuron)")
+    p.add_argument("--remote", metavar="URL",
+                   help="the cluster's remote tier (default: NEURON_CACHE_REMOTE), redis://... or file:///...")
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     sub.add_parser("stats", help="entries, bytes, the key id")
     sub.add_parser("list", help="key, size, kernels, program, key id, MAC, last use of each entry")
@@ -213,6 +271,8 @@ def parser():
     imp.add_argument("--trust", action="store_true",
                      help="also re-sign entries signed otherwise (their author can run code here)")
     imp.add_argument("file")
+    sub.add_parser("push", help="copy the verified local entries the remote tier lacks to it")
+    sub.add_parser("pull", help="copy the verified entries for this host the remote tier holds here")
     keygen = sub.add_parser("keygen", help="write a new random key to FILE (mode 0600)")
     keygen.add_argument("file")
     return p
@@ -238,6 +298,8 @@ def run(argv):
                 if not args.dir:
                     raise UsageError("HOME is unset and this user has no home directory: pass --dir")
             args.dir = checked_directory(args.dir)
+        if args.remote is None:
+            args.remote = os.environ.get("NEURON_CACHE_REMOTE", "")
         return globals()["command_" + args.command](args)
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

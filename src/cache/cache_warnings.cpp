@@ -106,6 +106,12 @@ void warnCacheIfFirst(const std::string& kind, const std::string& text) {
   });
 }
 
+void warnKeyFileRefused(const std::string& problem) {
+  warnCacheOnce("key-file", "the persistent compile cache is off (local and remote tiers): "
+                            "NEURON_CACHE_KEY_FILE: " +
+                                problem + "; kernels compile as usual");
+}
+
 QueueCacheWarningsHere::QueueCacheWarningsHere() { ++queue_here; }
 QueueCacheWarningsHere::~QueueCacheWarningsHere() { --queue_here; }
 

@@ -33,6 +33,10 @@ void warnCacheOnce(const std::string& kind, const std::string& text);
 // directory that could not be created).
 void warnCacheIfFirst(const std::string& kind, const std::string& text);
 
+// The one warning for a refused NEURON_CACHE_KEY_FILE (`problem` names the path and what is wrong
+// with it): the local and the remote tiers both need the key, and both say the same, once.
+void warnKeyFileRefused(const std::string& problem);
+
 // While one lives, warnings raised on the constructing thread are queued, never delivered there.
 class QueueCacheWarningsHere {
 public:

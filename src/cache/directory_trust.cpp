@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -146,6 +147,49 @@ bool resolvesInside(const std::string& path, const std::string& resolved_directo
   const std::string full = real + rest;
   return full == resolved_directory ||
          full.compare(0, resolved_directory.size() + 1, resolved_directory + "/") == 0;
+}
+
+const char* networkFilesystemName(long type) {
+  switch (static_cast<unsigned long>(type) & 0xffffffffUL) {
+  case 0x6969:
+    return "nfs";
+  case 0x517B:
+    return "smb";
+  case 0xFF534D42:
+    return "cifs";
+  case 0xFE534D42:
+    return "smb2";
+  case 0x00C36400:
+    return "ceph";
+  case 0x0BD00BD0:
+    return "lustre";
+  case 0x47504653:
+    return "gpfs";
+  case 0x5346414F:
+  case 0x6B414653:
+    return "afs";
+  case 0x01021997:
+    return "9p";
+  case 0x73757245:
+    return "coda";
+  case 0x01161970:
+    return "gfs2";
+  case 0x7461636F:
+    return "ocfs2";
+  case 0x19830326:
+    return "beegfs";
+  case 0x65735546:
+    return "fuse";
+  default:
+    return nullptr;
+  }
+}
+
+std::string networkFilesystemOf(const std::string& path) {
+  struct statfs info{};
+  if (statfs(path.c_str(), &info) != 0) return "";
+  const char* name = networkFilesystemName(static_cast<long>(info.f_type));
+  return name ? name : "";
 }
 
 } // namespace torchneuron

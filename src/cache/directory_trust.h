@@ -35,6 +35,13 @@ int createTemporaryFile(const std::string& prefix, std::string* path);
 // True when `path` (existing or not) resolves to `resolved_directory` or to a place inside it.
 bool resolvesInside(const std::string& path, const std::string& resolved_directory);
 
+// The network filesystem `path` lies on ("nfs", "cifs", "lustre", ...), or "" when it is local or
+// cannot be told: RocksDB's locking is not meant for a network filesystem (a shared tier is
+// NEURON_CACHE_REMOTE=file:///...).
+std::string networkFilesystemOf(const std::string& path);
+// The name of a network (or cluster) filesystem by statfs()'s f_type, or nullptr.
+const char* networkFilesystemName(long type);
+
 // "0644": a mode's permission bits as ls and chmod write them.
 std::string octalMode(unsigned mode);
 

@@ -15,8 +15,10 @@
 #include <unordered_set>
 
 #include "cache/cache_warnings.h"
+#include "cache/entry_verification.h"
 #include "cache/executable_container.h"
 #include "cache/persistent_store.h"
+#include "cache/remote_cache.h"
 #include "fusion/kernel_signature.h"
 #include "launcher/object_loader.h"
 #include "support/errors.h"
@@ -64,9 +66,10 @@ struct Table {
   std::atomic<int64_t> hits{0}, misses{0}, compiles{0}, failures{0};
   std::atomic<int64_t> compile_us{0};
   std::mutex latencies_mutex;
-  std::vector<double> latencies_ms; // per compile since the last reset
-  std::vector<double> load_ms;      // per persistent load since the last reset
-  std::atomic<int64_t> persistent_hits{0}, persistent_rejected{0};
+  std::vector<double> latencies_ms;   // per compile since the last reset
+  std::vector<double> load_ms;        // per persistent load since the last reset
+  std::vector<double> remote_load_ms; // per remote hit (fetch, verify, link) since the last reset
+  std::atomic<int64_t> persistent_hits{0}, persistent_rejected{0}, remote_hits{0};
   // Prefetched kernels by store key, and the bytes of those not yet taken.
   std::mutex prefetch_mutex;
   std::condition_variable prefetch_done;
@@ -79,14 +82,6 @@ struct Table {
   std::unordered_set<std::string> first_use_seen;
 };
 
-// What an on-disk entry must match to be loaded here, but for its key material: the engine (its
-// codegen fingerprint) and the device target's description.
-LoadRequirements hostRequirements() {
-  const TargetDescription& target = deviceTarget().description();
-  return {kEngineVersion,  target.llvm_version,     target.triple,
-          target.features, target.compileOptions(), ""};
-}
-
 // What the entry of kernel `key` must match. The key material names the entry symbol too: two
 // signatures can lower to the same MLIR (sign and sgn), and each needs its own symbol in the
 // process.
@@ -94,15 +89,6 @@ LoadRequirements requirementsFor(Hash64 key, const std::string& mlir) {
   LoadRequirements required = hostRequirements();
   required.key_material = fusion::kernelEntryName(key) + "\n" + mlir;
   return required;
-}
-
-// The store key: every input of the compile, hashed (the entry keeps them all in full).
-std::string storeKey(const LoadRequirements& r) {
-  std::string material;
-  for (const std::string* field : {&r.engine_version, &r.llvm_version, &r.target_triple,
-                                   &r.cpu_features, &r.compile_options, &r.key_material})
-    material += std::to_string(field->size()) + ":" + *field;
-  return hashBytes128(material.data(), material.size()).hex();
 }
 
 bool retryFailedCompiles() { return cacheSettings().cache_retry_failed; }
@@ -134,25 +120,25 @@ void recordLoadTime(Table& t, std::chrono::steady_clock::time_point start) {
   t.load_ms.push_back(ms);
 }
 
-// Parses and verifies stored bytes, then links their code: null (the entry noted as corrupt and
-// counted) when any check or the link fails. `wanted` null: the requirements are this host's
-// and the entry's own key material, which must hash to `key` (filed under its own key); the
-// caller then compares the key material with its own before using the code.
-std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, const std::string& key,
-                                          const std::vector<char>& bytes,
+// Parses and verifies the bytes a tier returned (their seal checked already), then links their
+// code: null when any check or the link fails (`reject` is told why, unless the failure was a
+// fault of this process rather than of the entry). `wanted` null: the requirements are this
+// host's and the entry's own key material, which must hash to `key` (filed under its own key);
+// the caller then compares the key material with its own before using the code.
+std::shared_ptr<LoadedCode> verifyAndLink(const std::string& key, const std::vector<char>& bytes,
                                           const LoadRequirements* wanted,
+                                          const std::function<void(const std::string&)>& reject,
                                           std::string* key_material = nullptr) {
   std::string why;
   std::optional<ExecutableContainer> container;
   const bool checked = storeCall("reading an entry", false, [&] {
-    container = parseContainer(bytes, &why);
-    if (container) {
-      LoadRequirements required = wanted ? *wanted : hostRequirements();
-      if (!wanted) required.key_material = container->key_material;
-      why = verifyContainer(*container, required);
-      if (why.empty() && !wanted && storeKey(required) != key)
-        why = "the entry is filed under another key";
+    if (!wanted) {
+      container.emplace();
+      why = verifyEntryForHost(key, bytes, &*container);
+      return true;
     }
+    container = parseContainer(bytes, &why);
+    if (container) why = verifyContainer(*container, *wanted);
     return true;
   });
   if (!checked) return nullptr; // a fault of this process, not of the entry
@@ -165,12 +151,20 @@ std::shared_ptr<LoadedCode> verifyAndLink(Table& t, PersistentStore& store, cons
     }
   }
   if (!code) {
-    store.noteCorrupt(key, why);
-    t.persistent_rejected.fetch_add(1);
+    reject(why);
     return nullptr;
   }
   if (key_material) *key_material = std::move(container->key_material);
   return code;
+}
+
+// A rejection of an entry of the node's store: counted, warned once, overwritten by the compile.
+std::function<void(const std::string&)> rejectStored(Table& t, PersistentStore& store,
+                                                     const std::string& key) {
+  return [&t, &store, key](const std::string& why) {
+    store.noteCorrupt(key, why);
+    t.persistent_rejected.fetch_add(1);
+  };
 }
 
 // Loads `key` from the store if a verified entry is there; `rejected` tells a damaged or
@@ -187,7 +181,8 @@ std::shared_ptr<LoadedCode> loadFromStore(Table& t, PersistentStore& store, cons
     if (rejected) *rejected = true;
   }
   if (!bytes) return nullptr;
-  std::shared_ptr<LoadedCode> code = verifyAndLink(t, store, key, *bytes, &wanted);
+  std::shared_ptr<LoadedCode> code =
+      verifyAndLink(key, *bytes, &wanted, rejectStored(t, store, key));
   if (!code) {
     if (rejected) *rejected = true;
     return nullptr;
@@ -237,11 +232,22 @@ CachedKernel loaded(std::shared_ptr<LoadedCode> code) {
   return kernel;
 }
 
+// Where a memory miss looks after the memory tier, in order, and where a compile goes: the node's
+// store and the cluster's remote tier, either of which may be absent; `key` is the store key,
+// the same in both.
+struct Tiers {
+  PersistentStore* store = nullptr;
+  RemoteCache* remote = nullptr;
+  std::string key;
+  bool same_key = false; // both tiers seal with one key: remote entries are stored as sealed
+};
+
 // Hands a compiled kernel's container to the store's background writer, with the key's compile
-// lock, held until the entry is durable; a fault only warns (storeCall).
-void storeCompiled(PersistentStore& store, const std::string& store_key,
-                   const LoadRequirements& wanted, const ObjectCode& object,
-                   std::unique_ptr<PersistentStore::KeyLock> lock) {
+// lock, held until the entry is durable, and to the remote tier's publisher, with the key's
+// lease, held until it is published; a fault only warns (storeCall).
+void storeCompiled(const Tiers& tiers, const LoadRequirements& wanted, const ObjectCode& object,
+                   std::unique_ptr<PersistentStore::KeyLock> lock,
+                   std::shared_ptr<RemoteCache::Lease> lease) {
   storeCall("writing", false, [&] {
     ExecutableContainer container;
     container.engine_version = wanted.engine_version;
@@ -253,19 +259,21 @@ void storeCompiled(PersistentStore& store, const std::string& store_key,
     container.key_material = wanted.key_material;
     container.kernels = {{object.entry, "slots-v1"}};
     container.object = object.bytes;
-    store.putLater(store_key, container.serialize(), std::move(lock));
+    std::vector<char> bytes = container.serialize();
+    if (tiers.store) tiers.store->putLater(tiers.key, bytes, std::move(lock));
+    if (tiers.remote) tiers.remote->publishLater(tiers.key, std::move(bytes), std::move(lease));
     return true;
   });
 }
 
-// Compiles and loads; writes the container to the store when there is one. A compile failure
+// Compiles and loads; writes the container to the tiers there are. A compile failure
 // (CompileError) is remembered, in the store too; an environment failure (EnvironmentError,
 // std::bad_alloc) only in this process; any other exception is an internal error and
 // propagates.
 CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
-                            const LoadRequirements& wanted, PersistentStore* store,
-                            const std::string& store_key, bool* compiled,
-                            std::unique_ptr<PersistentStore::KeyLock> lock = nullptr) {
+                            const LoadRequirements& wanted, const Tiers& tiers, bool* compiled,
+                            std::unique_ptr<PersistentStore::KeyLock> lock = nullptr,
+                            std::shared_ptr<RemoteCache::Lease> lease = nullptr) {
   CachedKernel result;
   ObjectCode object;
   try {
@@ -277,9 +285,9 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
   } catch (const CompileError& error) {
     result.failure = error.what();
     t.failures.fetch_add(1, std::memory_order_relaxed);
-    if (store != nullptr)
+    if (tiers.store != nullptr)
       storeCall("recording a failure", false, [&] {
-        store->recordFailure(store_key, result.failure);
+        tiers.store->recordFailure(tiers.key, result.failure);
         return true;
       });
     return result;
@@ -290,36 +298,89 @@ CachedKernel compileAndLoad(Table& t, Hash64 key, const std::string& mlir,
     failHere(t, result, "[cache] out of memory while compiling the kernel");
     return result;
   }
-  if (store != nullptr) storeCompiled(*store, store_key, wanted, object, std::move(lock));
+  if (tiers.store || tiers.remote)
+    storeCompiled(tiers, wanted, object, std::move(lock), std::move(lease));
   return result;
 }
 
-// A memory miss with a store: prefetched code, the stored entry, else a compile (single-flight
-// across processes).
-CachedKernel resolveStored(Table& t, PersistentStore& store, Hash64 key, const std::string& mlir,
-                           const LoadRequirements& wanted, const std::string& store_key,
-                           bool* compiled) {
-  bool rejected = false;
-  if (auto code = takePrefetched(t, store, store_key, wanted, &rejected)) return loaded(code);
-  if (!rejected) {
-    if (auto code = loadFromStore(t, store, store_key, wanted, &rejected)) return loaded(code);
+// Links a verified entry of the remote tier and hands it to the node's store (with `lock`, the
+// key's compile lock, when it is held: taken only on success); null when it does not verify.
+// `start`: when the fetch began, for the remote load time (null: not a plain fetch).
+std::shared_ptr<LoadedCode> adoptRemote(Table& t, const Tiers& tiers,
+                                        const LoadRequirements& wanted, std::vector<char>& bytes,
+                                        std::unique_ptr<PersistentStore::KeyLock>& lock,
+                                        const std::chrono::steady_clock::time_point* start) {
+  RemoteCache& remote = *tiers.remote;
+  const std::string& key = tiers.key;
+  std::shared_ptr<LoadedCode> code = verifyAndLink(
+      key, bytes, &wanted, [&remote, &key](const std::string& why) { remote.reject(key, why); });
+  if (!code) return nullptr;
+  if (tiers.store)
+    storeCall("writing", false, [&] {
+      tiers.store->putLater(key, std::move(bytes), std::move(lock), tiers.same_key);
+      return true;
+    });
+  t.remote_hits.fetch_add(1);
+  if (start) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - *start)
+            .count();
+    std::lock_guard<std::mutex> guard(t.latencies_mutex);
+    t.remote_load_ms.push_back(ms);
   }
-  if (!retryFailedCompiles()) {
-    if (std::optional<std::string> reason = storeCall("reading", std::optional<std::string>(),
-                                                      [&] { return store.failure(store_key); })) {
-      CachedKernel result;
-      result.failure = "remembered from an earlier run: " + *reason;
-      return result;
+  return code;
+}
+
+// A memory miss with a store or a remote tier: prefetched code, the node's stored entry, the
+// remote tier's, else a compile (single-flight across the node's processes through the store's
+// key lock, across the cluster through the remote tier's lease).
+CachedKernel resolveInTiers(Table& t, const Tiers& tiers, Hash64 key, const std::string& mlir,
+                            const LoadRequirements& wanted, bool* compiled) {
+  PersistentStore* store = tiers.store;
+  bool rejected = false;
+  if (store) {
+    if (auto code = takePrefetched(t, *store, tiers.key, wanted, &rejected)) return loaded(code);
+    if (!rejected) {
+      if (auto code = loadFromStore(t, *store, tiers.key, wanted, &rejected)) return loaded(code);
+    }
+    if (!retryFailedCompiles()) {
+      if (std::optional<std::string> reason = storeCall(
+              "reading", std::optional<std::string>(), [&] { return store->failure(tiers.key); })) {
+        CachedKernel result;
+        result.failure = "remembered from an earlier run: " + *reason;
+        return result;
+      }
     }
   }
-  auto lock = storeCall("locking", std::unique_ptr<PersistentStore::KeyLock>(),
-                        [&] { return store.lockKey(store_key, std::chrono::seconds(120)); });
-  // Another process may have compiled it while this one waited (not worth a second look when
-  // the entry there was damaged: this process overwrites it).
-  if (!rejected) {
-    if (auto code = loadFromStore(t, store, store_key, wanted)) return loaded(code);
+  std::unique_ptr<PersistentStore::KeyLock> lock;
+  bool remote_rejected = false;
+  if (tiers.remote) {
+    const auto start = std::chrono::steady_clock::now();
+    RemoteRead read = RemoteRead::kAbsent;
+    if (std::optional<std::vector<char>> bytes = tiers.remote->fetch(tiers.key, &read)) {
+      if (auto code = adoptRemote(t, tiers, wanted, *bytes, lock, &start)) return loaded(code);
+      read = RemoteRead::kRejected;
+    }
+    remote_rejected = read == RemoteRead::kRejected;
   }
-  return compileAndLoad(t, key, mlir, wanted, &store, store_key, compiled, std::move(lock));
+  if (store) {
+    lock = storeCall("locking", std::unique_ptr<PersistentStore::KeyLock>(),
+                     [&] { return store->lockKey(tiers.key, std::chrono::seconds(120)); });
+    // Another process may have stored it while this one waited (not worth a second look when
+    // the entry there was damaged: this process overwrites it).
+    if (!rejected) {
+      if (auto code = loadFromStore(t, *store, tiers.key, wanted)) return loaded(code);
+    }
+  }
+  std::shared_ptr<RemoteCache::Lease> lease;
+  if (tiers.remote) {
+    RemoteCache::Claim claim = tiers.remote->claim(tiers.key, /*recheck=*/!remote_rejected);
+    if (claim.entry)
+      if (auto code = adoptRemote(t, tiers, wanted, *claim.entry, lock, nullptr))
+        return loaded(code);
+    lease = std::move(claim.lease);
+  }
+  return compileAndLoad(t, key, mlir, wanted, tiers, compiled, std::move(lock), std::move(lease));
 }
 
 // A memory miss: the persistent store, else a compile. When it compiled, the whole time the
@@ -332,13 +393,16 @@ CachedKernel resolve(Table& t, Hash64 key, const std::function<std::string()>& b
   CachedKernel result;
   const std::string mlir = build_mlir();
   const LoadRequirements wanted = requirementsFor(key, mlir);
-  PersistentStore* store = PersistentStore::fromEnvironment();
-  if (store == nullptr) {
-    result = compileAndLoad(t, key, mlir, wanted, nullptr, "", &compiled);
+  Tiers tiers;
+  tiers.store = PersistentStore::fromEnvironment();
+  tiers.remote = RemoteCache::fromEnvironment();
+  if (tiers.store == nullptr && tiers.remote == nullptr) {
+    result = compileAndLoad(t, key, mlir, wanted, tiers, &compiled);
   } else {
-    const std::string store_key = storeKey(wanted);
-    result = resolveStored(t, *store, key, mlir, wanted, store_key, &compiled);
-    if (result.code) rememberFirstUse(t, store_key);
+    tiers.key = storeKeyFor(wanted);
+    tiers.same_key = tiers.store && tiers.remote && tiers.store->keyId() == tiers.remote->keyId();
+    result = resolveInTiers(t, tiers, key, mlir, wanted, &compiled);
+    if (result.code && tiers.store) rememberFirstUse(t, tiers.key);
   }
   if (compiled) {
     const double ms =
@@ -537,7 +601,8 @@ bool prefetchStoredKernel(const std::string& store_key) {
   if (std::optional<std::vector<char>> bytes =
           storeCall("reading", std::optional<std::vector<char>>(),
                     [&] { return store->get(store_key, &read); })) {
-    code = verifyAndLink(t, *store, store_key, *bytes, nullptr, &key_material);
+    code = verifyAndLink(store_key, *bytes, nullptr, rejectStored(t, *store, store_key),
+                         &key_material);
     rejected = code == nullptr;
   } else if (read == StoreRead::kRejected) {
     t.persistent_rejected.fetch_add(1);
@@ -559,7 +624,7 @@ bool prefetchStoredKernel(const std::string& store_key) {
 }
 
 std::string persistentKeyFor(Hash64 key, const std::string& mlir) {
-  return storeKey(requirementsFor(key, mlir));
+  return storeKeyFor(requirementsFor(key, mlir));
 }
 
 KernelCacheStats kernelCacheStats() {
@@ -581,9 +646,13 @@ KernelCacheStats kernelCacheStats() {
     std::vector<double> loads = t.load_ms;
     std::sort(loads.begin(), loads.end());
     if (!loads.empty()) stats.persistent_load_ms_median = loads[loads.size() / 2];
+    std::vector<double> remote_loads = t.remote_load_ms;
+    std::sort(remote_loads.begin(), remote_loads.end());
+    if (!remote_loads.empty()) stats.remote_load_ms_median = remote_loads[remote_loads.size() / 2];
   }
   stats.persistent_hits = t.persistent_hits.load();
   stats.persistent_rejected = t.persistent_rejected.load();
+  stats.remote_hits = t.remote_hits.load();
   stats.prefetched = t.prefetch_count.load();
   stats.memory_evictions = t.evictions.load();
   if (PersistentStore* store = PersistentStore::fromEnvironment()) {
@@ -600,6 +669,7 @@ KernelCacheStats kernelCacheStats() {
 
 void flushPersistentWrites() {
   if (PersistentStore* store = PersistentStore::fromEnvironment()) store->flushWrites();
+  if (RemoteCache* remote = RemoteCache::fromEnvironment()) remote->flushPublishes();
 }
 
 void resetKernelCacheCounters() {
@@ -611,11 +681,14 @@ void resetKernelCacheCounters() {
   t.compile_us = 0;
   t.persistent_hits = 0;
   t.persistent_rejected = 0;
+  t.remote_hits = 0;
   t.prefetch_count = 0;
   t.evictions = 0;
   std::lock_guard<std::mutex> lock(t.latencies_mutex);
   t.latencies_ms.clear();
   t.load_ms.clear();
+  t.remote_load_ms.clear();
+  if (RemoteCache* remote = RemoteCache::fromEnvironment()) remote->resetCounters();
 }
 
 } // namespace torchneuron

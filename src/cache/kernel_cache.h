@@ -51,12 +51,17 @@ struct KernelCacheStats {
   int64_t persistent_writes = 0; // entries and last-use refreshes written to the store
   int64_t persistent_write_batches = 0;  // the synced writes that carried them
   int64_t persistent_writes_pending = 0; // handed to the background writer, not yet durable
+  int64_t remote_hits = 0; // kernels loaded from the remote tier (remote_cache.h), no compile
+  double remote_load_ms_median = 0; // remote fetch + verification + ORC link
 };
 
 // Returns the kernel for `key`. Tiers: the process's loaded kernels (LRU, capped), then the
-// persistent store (NEURON_CACHE_DIR; see persistent_store.h), then a compile of `build_mlir()`'s
-// module, which exports `fusion::kernelEntryName(key)` and is written back to the store. Compiles
-// of one key are single-flight within the process and, through the store, across processes. A
+// persistent store (NEURON_CACHE_DIR; see persistent_store.h), then the cluster's remote tier
+// (NEURON_CACHE_REMOTE; remote_cache.h), whose hits are written to the store, then a compile of
+// `build_mlir()`'s module, which exports `fusion::kernelEntryName(key)` and is written to the
+// store and published to the remote tier. Compiles of one key are single-flight within the
+// process, through the store across the node's processes, and through the remote tier's lease
+// across the cluster. A
 // failed compile is remembered in both places (NEURON_CACHE_RETRY_FAILED=1 retries it). Never null;
 // throws what an internal error threw (to every caller waiting for that key). Delivers the
 // cache warnings queued by threads that cannot warn (cache_warnings.h) first.
@@ -78,9 +83,11 @@ bool prefetchStoredKernel(const std::string& store_key);
 
 KernelCacheStats kernelCacheStats();
 // Returns once every compiled kernel handed to the persistent store's background writer is
-// durable (torchneuron.synchronize(), and at exit).
+// durable, and every one handed to the remote tier's publisher is published or has failed
+// (torchneuron.synchronize(), and at exit).
 void flushPersistentWrites();
-void resetKernelCacheCounters(); // hits, misses, compiles, failures and time; keeps entries
+// Hits, misses, compiles, failures, times, and the remote tier's counters; keeps entries.
+void resetKernelCacheCounters();
 
 // The memory tier's cap in bytes of object code: NEURON_CACHE_MEMORY_MAX_BYTES
 // (support/settings.h; an unparsable value warns through the cache's warnings and keeps the

@@ -161,6 +161,18 @@ rocksdb::Options baseOptions() {
   return options;
 }
 
+// One warning when the cache directory lies on a network filesystem; the store stays on (it works
+// for one node's processes, but its locks do not coordinate hosts).
+void warnIfNetworkFilesystem(const std::string& directory) {
+  const std::string type = networkFilesystemOf(directory);
+  if (type.empty()) return;
+  warnCacheOnce("network-directory",
+                "NEURON_CACHE_DIR " + directory + " is on a network filesystem (" + type +
+                    "): RocksDB's file locking is not meant for one, so keep NEURON_CACHE_DIR on a "
+                    "local disk of each node and share compiled kernels through "
+                    "NEURON_CACHE_REMOTE=file:///<shared directory> instead");
+}
+
 } // namespace
 
 struct PersistentStore::Impl {
@@ -361,7 +373,15 @@ PersistentStore* PersistentStore::fromEnvironment() {
       return nullptr;
     }
     auto candidate = std::make_unique<PersistentStore>(directory, settings.cache_max_bytes);
-    if (candidate->problem().empty()) return candidate.release();
+    if (candidate->problem().empty()) {
+      warnIfNetworkFilesystem(candidate->directory());
+      return candidate.release();
+    }
+    constexpr const char* kKeyFile = "NEURON_CACHE_KEY_FILE: ";
+    if (candidate->problem().rfind(kKeyFile, 0) == 0) {
+      warnKeyFileRefused(candidate->problem().substr(std::strlen(kKeyFile)));
+      return nullptr;
+    }
     warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
                                "; kernels compile as usual");
     return nullptr;
@@ -483,13 +503,13 @@ StoreWriter& PersistentStore::writer() {
   return *impl_->writer;
 }
 
-void PersistentStore::putLater(const std::string& key, const std::vector<char>& value,
-                               std::unique_ptr<KeyLock> lock) {
+void PersistentStore::putLater(const std::string& key, std::vector<char> value,
+                               std::unique_ptr<KeyLock> lock, bool sealed) {
   if (off()) return;
   PendingWrite write;
   write.key = key;
-  write.value = value;
-  if (!seal(write.value)) return;
+  write.value = std::move(value);
+  if (!sealed && !seal(write.value)) return;
   write.hold = std::shared_ptr<KeyLock>(std::move(lock));
   writer().enqueue(std::move(write));
 }

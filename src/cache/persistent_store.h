@@ -115,9 +115,11 @@ public:
   class KeyLock;
   // As put(), but written by the background writer (store_writer.h), batched with others; the
   // caller goes on at once. `lock` (the key's compile lock, may be null) is held until the entry
-  // is durable. Written by flushWrites(), at the latest by process exit.
-  void putLater(const std::string& key, const std::vector<char>& value,
-                std::unique_ptr<KeyLock> lock);
+  // is durable. Written by flushWrites(), at the latest by process exit. `sealed`: `value` is
+  // already sealed with this store's key (its seal verified: a remote hit under the same key),
+  // and is stored as it is.
+  void putLater(const std::string& key, std::vector<char> value, std::unique_ptr<KeyLock> lock,
+                bool sealed = false);
   // Returns once every write handed to the background writer before the call is durable.
   void flushWrites();
   StoreWriterStats writerStats();

@@ -32,6 +32,7 @@ enum class ForkRank : int {
   kLaunchArenas = 60,     // launcher/parallel_launch.cpp: the TBB arena table
   kMetrics = 70,          // device/metrics.cpp: the launch counter table
   kWarnOnce = 80,         // warn-once sets (fallbacks, compile failures)
+  kRemoteCache = 85,      // cache/remote_cache.cpp: the remote tiers, then each one's backend
   kCacheWarnings = 90,    // cache/cache_warnings.cpp: warned kinds and the warning queue
   kWarmStartStats = 95,   // device/warm_start.cpp: the warm start's statistics
 };

@@ -86,6 +86,18 @@ std::optional<int64_t> parseByteCount(const std::string& text) {
   return value << shift;
 }
 
+std::optional<int64_t> parseMilliseconds(const std::string& text) {
+  constexpr int64_t kHourMs = 3600 * 1000;
+  if (text.empty() || text.size() > 7) return std::nullopt;
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value < 1 || value > kHourMs) return std::nullopt;
+  return value;
+}
+
 Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
   Settings s;
   const Settings defaults;
@@ -103,6 +115,12 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               boolean, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
+  auto ms = [](const char* raw) { return parseMilliseconds(raw); };
+  const char* kMs = "a duration (whole milliseconds from 1 to 3600000)";
+  readSetting(lookup, "NEURON_CACHE_REMOTE_TIMEOUT_MS", kMs, s.cache_remote_timeout_ms,
+              std::to_string(defaults.cache_remote_timeout_ms), ms, s);
+  readSetting(lookup, "NEURON_CACHE_REMOTE_LEASE_MS", kMs, s.cache_remote_lease_ms,
+              std::to_string(defaults.cache_remote_lease_ms), ms, s);
   return s;
 }
 

@@ -6,9 +6,10 @@
 // non-negative integer with an optional binary suffix K, M, G or T (2^10 ... 2^40), at most
 // 2^63 - 1 bytes. A cache knob (everything but NEURON_FALLBACK) with a value outside its type
 // warns once, naming the variable and the value, and takes its documented default; a bad
-// NEURON_FALLBACK is an error naming the value. NEURON_CACHE_DIR and NEURON_CACHE_KEY_FILE are
-// paths, not typed values: the cache reads them where it checks them (directory_trust.cpp,
-// entry_authenticator.cpp), at each use, so the CLI and tests may point them elsewhere.
+// NEURON_FALLBACK is an error naming the value. A duration is a whole number of milliseconds from 1
+// to 3600000 (an hour). NEURON_CACHE_DIR, NEURON_CACHE_KEY_FILE and NEURON_CACHE_REMOTE are paths
+// and addresses, not typed values: the cache reads them where it checks them (directory_trust.cpp,
+// entry_authenticator.cpp, remote_cache.cpp), so the CLI and tests may point them elsewhere.
 
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,8 @@ struct Settings {
   bool cache_retry_failed = false;                     // NEURON_CACHE_RETRY_FAILED
   bool warm_start = true;                              // NEURON_WARM_START
   int64_t warm_start_max_bytes = int64_t{1} << 30;     // NEURON_WARM_START_MAX_BYTES
+  int64_t cache_remote_timeout_ms = 50;                // NEURON_CACHE_REMOTE_TIMEOUT_MS
+  int64_t cache_remote_lease_ms = 10000;               // NEURON_CACHE_REMOTE_LEASE_MS
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;
@@ -47,5 +50,6 @@ FallbackMode parseFallbackMode(const char* value);
 // The parsers behind the settings (tests): nullopt when `text` is not a value of the type.
 std::optional<bool> parseBoolean(const std::string& text);
 std::optional<int64_t> parseByteCount(const std::string& text);
+std::optional<int64_t> parseMilliseconds(const std::string& text);
 
 } // namespace torchneuron

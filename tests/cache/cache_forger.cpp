@@ -7,9 +7,15 @@
 //   neuron_cache_forger <cache dir> plant-signed   the same, sealed with the cache's own key (what
 //                                                  only a holder of the key can do: the control)
 //   neuron_cache_forger <cache dir> export FILE    the forged entries, unplanted, as an export file
+//   neuron_cache_forger forge-file IN OUT          the same forgery of the one container in file IN
+//                                                  (an entry read from a remote tier), to OUT
+//   neuron_cache_forger sign-file IN OUT           IN sealed with NEURON_CACHE_KEY_FILE's key, to
+//                                                  OUT (the control: what only a key holder can do)
 // Prints the number of entries forged; exit status 0 when at least one was.
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "cache/cache_archive.h"
@@ -19,8 +25,48 @@
 
 using namespace torchneuron;
 
+namespace {
+
+// Object code that subtracts where the entry's kernel adds, under the entry's own symbol; false
+// when its kernel does not add.
+bool forgeSubtraction(ExecutableContainer& entry) {
+  // The key material is "<entry symbol>\n<MLIR module>".
+  std::string mlir = entry.key_material.substr(entry.key_material.find('\n') + 1);
+  const size_t add = mlir.find("arith.addf");
+  if (add == std::string::npos) return false;
+  mlir.replace(add, 10, "arith.subf");
+  entry.object = fusion::compileKernel(mlir, entry.kernels.front().symbol).bytes;
+  return true;
+}
+
+// forge-file and sign-file: one container from a file to a file.
+int rewriteFile(const std::string& mode, const char* in, const char* out) {
+  std::ifstream input(in, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(input)),
+                          std::istreambuf_iterator<char>());
+  std::string why;
+  if (mode == "sign-file") {
+    const char* key_file = std::getenv("NEURON_CACHE_KEY_FILE");
+    if (key_file == nullptr || *key_file == '\0') return 2;
+    std::unique_ptr<EntryAuthenticator> key = EntryAuthenticator::fromKeyFile(key_file, &why);
+    if (!key || !sealContainer(bytes, *key)) return 1;
+  } else {
+    std::optional<ExecutableContainer> entry = parseContainer(bytes, &why);
+    if (!entry || !forgeSubtraction(*entry)) return 1;
+    bytes = entry->serialize(); // a fresh checksum, the old key id and MAC
+  }
+  std::ofstream(out, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::printf("1\n");
+  return 0;
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
+  if ((std::string(argv[1]) == "forge-file" || std::string(argv[1]) == "sign-file") && argc == 4)
+    return rewriteFile(argv[1], argv[2], argv[3]);
   const std::string mode = argv[2];
   PersistentStore store(argv[1], 0);
   if (!store.problem().empty()) {
@@ -35,12 +81,7 @@ int main(int argc, char** argv) {
     std::optional<ExecutableContainer> entry =
         bytes ? parseContainer(*bytes, nullptr) : std::nullopt;
     if (!entry) continue;
-    // The key material is "<entry symbol>\n<MLIR module>".
-    std::string mlir = entry->key_material.substr(entry->key_material.find('\n') + 1);
-    const size_t add = mlir.find("arith.addf");
-    if (add == std::string::npos) continue;
-    mlir.replace(add, 10, "arith.subf");
-    entry->object = fusion::compileKernel(mlir, entry->kernels.front().symbol).bytes;
+    if (!forgeSubtraction(*entry)) continue;
     std::vector<char> forgery = entry->serialize(); // a fresh checksum, the old key id and MAC
     bool ok = true;
     if (mode == "plant")

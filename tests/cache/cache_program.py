@@ -1,5 +1,6 @@
 """A small device program the cache tests run in fresh processes: a handful of distinct kernels,
 each run twice; prints its metrics and whether every result matched the CPU's."""
+import ctypes
 import json
 import os
 import shutil
@@ -59,3 +60,23 @@ def copy_cache(template, directory):
     without a run of that program (a fresh interpreter and its compiles) of its own."""
     shutil.copytree(template, directory, symlinks=True, dirs_exist_ok=True)
     return directory
+
+
+PR_CAPBSET_DROP = 24
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
+
+
+def drop_permission_override():
+    """preexec_fn: the child loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (from its bounding
+    set, so also across exec), so modes bind it even as root. It stays the same user: it can still
+    reach the checkout (wherever it lies) and still owns the cache directory."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def as_reader_without_write_access():
+    """Popen options under which a directory of mode 0555 owned by this user is read-only."""
+    return {"preexec_fn": drop_permission_override} if os.geteuid() == 0 else {}

@@ -1,7 +1,6 @@
 """Faults the operating system gives the persistent cache: a full disk and a read-only cache
 directory. Each run must finish with correct results, warn at most once per kind of fault, and
 leave the cache verifiable."""
-import ctypes
 import os
 import shutil
 import signal
@@ -10,12 +9,8 @@ import tempfile
 
 import pytest
 
-from cache_program import ONE_KERNEL_PROGRAM, copy_cache, result_of, run_program
-
-PR_CAPBSET_DROP = 24
-CAP_DAC_OVERRIDE = 1
-CAP_DAC_READ_SEARCH = 2
-
+from cache_program import (ONE_KERNEL_PROGRAM, as_reader_without_write_access, copy_cache,
+                           result_of, run_program)
 
 def cache_warnings(done):
     return [line for line in done.stderr.splitlines() if "[cache]" in line]
@@ -105,22 +100,6 @@ def test_failing_writes_run_correctly_and_warn_once(verify):
     assert rerun["ok"]
     assert verify(cache_dir).returncode == 0
     shutil.rmtree(cache_dir)
-
-
-def drop_permission_override():
-    """preexec_fn: the child loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (from its bounding
-    set, so also across exec), so modes bind it even as root. It stays the same user: it can still
-    reach the checkout (wherever it lies) and still owns the cache directory."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
-        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
-
-
-def as_reader_without_write_access():
-    """Popen options under which the cache directory (mode 0555, owned by this user) is
-    read-only."""
-    return {"preexec_fn": drop_permission_override} if os.geteuid() == 0 else {}
 
 
 def test_read_only_directory_runs_correctly_and_warns_once(one_kernel_cache, verify):

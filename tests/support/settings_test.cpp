@@ -27,6 +27,8 @@ TEST(Settings, DefaultsWhenNothingIsSet) {
   EXPECT_FALSE(s.cache_retry_failed);
   EXPECT_TRUE(s.warm_start);
   EXPECT_EQ(s.warm_start_max_bytes, int64_t{1} << 30);
+  EXPECT_EQ(s.cache_remote_timeout_ms, 50);
+  EXPECT_EQ(s.cache_remote_lease_ms, 10000);
   EXPECT_TRUE(s.warnings.empty());
 }
 
@@ -88,6 +90,22 @@ TEST(Settings, ByteCountsBeyondInt64OrNegativeOrMalformedAreRejectedNotSaturated
             std::string::npos)
       << s.warnings[1];
   EXPECT_NE(s.warnings[1].find("the default (256M) is used"), std::string::npos) << s.warnings[1];
+}
+
+TEST(Settings, DurationsAreWholeMillisecondsUpToAnHour) {
+  EXPECT_EQ(parseMilliseconds("1"), 1);
+  EXPECT_EQ(parseMilliseconds("3600000"), 3600000);
+  for (const char* bad : {"0", "3600001", "-5", "1.5", "10ms", "", " 5", "99999999999"})
+    EXPECT_EQ(parseMilliseconds(bad), std::nullopt) << bad;
+  const Settings s =
+      parse({{"NEURON_CACHE_REMOTE_TIMEOUT_MS", "20"}, {"NEURON_CACHE_REMOTE_LEASE_MS", "2s"}});
+  EXPECT_EQ(s.cache_remote_timeout_ms, 20);
+  EXPECT_EQ(s.cache_remote_lease_ms, 10000);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(s.warnings[0].find("NEURON_CACHE_REMOTE_LEASE_MS=2s is not a duration"),
+            std::string::npos)
+      << s.warnings[0];
+  EXPECT_NE(s.warnings[0].find("the default (10000) is used"), std::string::npos) << s.warnings[0];
 }
 
 TEST(Settings, EmptyValuesMeanUnset) {

@@ -1,0 +1,28 @@
+#pragma once
+// What an entry of any tier must match to be loaded in this process, and the store key that
+// files it: every input of its compile (the engine, the device target's description, the key
+// material), hashed. The seal (MAC) is checked by the tier that read the entry; these checks
+// follow it, before any code is mapped.
+
+#include <string>
+#include <vector>
+
+#include "cache/executable_container.h"
+
+namespace torchneuron {
+
+// This host's requirements, but for the key material: the engine (its codegen fingerprint) and
+// the device target's description.
+LoadRequirements hostRequirements();
+
+// The store key of an entry compiled from `required` (32 hex digits).
+std::string storeKeyFor(const LoadRequirements& required);
+
+// Parses `bytes` and checks them against this host and their own key material, which must hash
+// to `store_key` (an entry filed under its own key): "" with the container in `*container`, or
+// the problem. For copies between tiers (the CLI's push and pull) and prefetches, whose caller
+// has no key material of its own to compare.
+std::string verifyEntryForHost(const std::string& store_key, const std::vector<char>& bytes,
+                               ExecutableContainer* container = nullptr);
+
+} // namespace torchneuron
