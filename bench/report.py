@@ -246,10 +246,31 @@ def markdown(result):
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
             lines += cold_pass_lines(cache.get("cold_pass")) + remote_lines(cache.get("remote")) + [""]
     lines += allreduce_lines(result.get("allreduce"))
+    lines += adaptive_overhead_lines(result.get("adaptive_overhead"))
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def adaptive_overhead_lines(overhead):
+    """tiny-chain-10 per op (bench/adaptive_overhead.py, issue 13)."""
+    if not overhead:
+        return []
+    lines = ["## tiny-chain-10 per op (issue 13; `bench/adaptive_overhead.py`; medians, alternating)",
+             ""]
+    for threads, r in sorted(overhead.items()):
+        if "error" in r:
+            lines.append(f"- {threads} thread(s): error: {r['error']}")
+            continue
+        ns = r["ns_per_op"]
+        lines.append(
+            f"- {threads} thread(s): stock {ns['stock']:.0f} ns, device eager {ns['eager']:.0f} ns, "
+            f"adaptive {ns['adaptive']:.0f} ns per op (adaptive {r['adaptive_speedup_over_stock']:.2f}x "
+            f"stock's speed, eager {r['eager_speedup_over_stock']:.2f}x); floor (empty_like) "
+            f"{ns['floor_cpu']:.0f} ns CPU, {ns['floor_device']:.0f} ns device; adaptive above the "
+            f"floor {r['adaptive_above_floor_ns']:.0f} ns")
+    return lines + [""]
 
 
 def allreduce_lines(allreduce):

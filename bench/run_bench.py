@@ -93,6 +93,23 @@ def run_op_overhead(args):
     return results
 
 
+def run_adaptive_overhead(args):
+    """tiny-chain-10 per op: stock, device eager and adaptive alternating in one process
+    (bench/adaptive_overhead.py)."""
+    results = {}
+    for t in (1, 2):
+        command = [sys.executable, os.path.join(HERE, "adaptive_overhead.py"), "--threads", str(t)]
+        if args.quick:
+            command += ["--rounds", "5", "--steps", "100"]
+        done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            results[t] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+        else:
+            results[t] = json.loads(done.stdout)
+    return results
+
+
 def run_cache_bench(args):
     command = [sys.executable, os.path.join(HERE, "cache_bench.py"), "--build", args.build]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
@@ -154,6 +171,8 @@ def main(argv):
     micro = run_micro(args)
     print(f"[bench] tiny-op overhead, device and stock alternating ...", flush=True)
     op_overhead = run_op_overhead(args)
+    print(f"[bench] tiny-chain-10, stock, eager and adaptive alternating ...", flush=True)
+    adaptive_overhead = run_adaptive_overhead(args)
     cells = [(t, w, m) for t in threads for w in workloads for m in modes]
     by_cell = {cell: [] for cell in cells}
     done_count = 0
@@ -175,7 +194,7 @@ def main(argv):
     allreduce = run_allreduce_bench(args)
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
               "rounds": args.rounds, "micro": micro, "op_overhead": op_overhead, "rows": rows,
-              "cache": cache, "allreduce": allreduce}
+              "cache": cache, "allreduce": allreduce, "adaptive_overhead": adaptive_overhead}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

@@ -36,10 +36,8 @@ class Mode:
         else:
             import torchneuron
             self.neuron = torchneuron
-            if name == "neuron-adaptive":
-                available = getattr(torchneuron, "adaptive_eager_available", lambda: False)()
-                if not available:
-                    raise NotAvailable("NEURON_ADAPTIVE_EAGER is not implemented yet")
+            # neuron-adaptive: the op-window tracer (docs/adaptive-eager.md), on for the process.
+            torchneuron.set_adaptive(name == "neuron-adaptive")
             self.device = torchneuron.device()
 
     def after_step(self):
