@@ -50,10 +50,6 @@ def result_of(done):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def distinct_kernels():
-    return result_of(run_program({"NEURON_CACHE": "0"}))["compiles"]
-
-
 def copy_cache(template, directory):
     """A copy of the cache directory `template` (store, key, locks, profiles; modes and times kept)
     at `directory` (new or empty): for a test that needs a cache some program already filled,

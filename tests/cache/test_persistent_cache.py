@@ -10,11 +10,12 @@ import tempfile
 
 import pytest
 
-from cache_program import distinct_kernels, result_of, run_program, PROGRAM
+from cache_program import copy_cache, result_of, run_program, PROGRAM
 
 
-# PROGRAM, then either waits for the background writer (synchronize) and reports its counters,
-# or reports how many kernels it compiled and is killed at once, its unwritten batches lost.
+# PROGRAM, then either waits for the background writer (synchronize) and reports its counters
+# with PROGRAM's, or reports how many kernels it compiled and is killed at once, its unwritten
+# batches lost.
 WRITER_PROGRAM = PROGRAM + r"""
 import os, signal, sys
 if sys.argv[-1] == "kill":
@@ -24,7 +25,9 @@ torchneuron.synchronize()
 m = torchneuron.metrics()
 print(json.dumps({"ok": ok, "compiles": m["compiles"], "writes": m["persistent_writes"],
                   "batches": m["persistent_write_batches"],
-                  "pending": m["persistent_writes_pending"]}))
+                  "pending": m["persistent_writes_pending"], "loaded": m["kernels_loaded"],
+                  "memory_bytes": m["kernel_cache_bytes"],
+                  "evictions": m["kernel_cache_evictions"]}))
 """
 
 
@@ -35,9 +38,31 @@ def cache_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_second_run_compiles_nothing(cache_dir, cli):
+@pytest.fixture(scope="module")
+def first_run():
+    """WRITER_PROGRAM's run in an empty cache directory: that directory, kept as a template, and
+    the run's result."""
+    directory = tempfile.mkdtemp(prefix="neuron-cache-first-run-")
+    result = result_of(run_program({"NEURON_CACHE_DIR": directory}, program=WRITER_PROGRAM))
+    yield directory, result
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def uncached_run():
+    """PROGRAM's run with the persistent tier off (NEURON_CACHE=0) and NEURON_CACHE_DIR an empty
+    directory: its result (its compiles are the number of distinct kernels PROGRAM has) and what
+    that directory held afterwards."""
+    directory = tempfile.mkdtemp(prefix="neuron-cache-off-")
+    result = result_of(run_program({"NEURON_CACHE": "0", "NEURON_CACHE_DIR": directory}))
+    yield result, os.listdir(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_second_run_compiles_nothing(first_run, cache_dir, cli):
     # The first run's compiles went to the store in background batches, durable by synchronize().
-    writer = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}, program=WRITER_PROGRAM))
+    template, writer = first_run
+    copy_cache(template, cache_dir)
     assert writer["compiles"] > 1 and writer["pending"] == 0
     assert writer["writes"] == writer["compiles"]  # one entry per compile, none refreshed yet
     assert 1 <= writer["batches"] <= writer["writes"]
@@ -53,8 +78,8 @@ def test_second_run_compiles_nothing(cache_dir, cli):
     assert second["persistent_hits"] == first["compiles"]
 
 
-def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir):
-    expected = distinct_kernels()
+def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir, uncached_run):
+    expected = uncached_run[0]["compiles"]
     env = dict(os.environ, NEURON_CACHE_DIR=cache_dir)
     processes = [subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(8)]
@@ -70,8 +95,9 @@ def test_eight_processes_on_a_cold_directory_compile_each_kernel_once(cache_dir)
     assert os.listdir(os.path.join(cache_dir, "locks")) == []
 
 
-def test_memory_tier_evicts_least_recently_used_and_reloads_from_disk(cache_dir):
-    everything = result_of(run_program({"NEURON_CACHE_DIR": cache_dir}))
+def test_memory_tier_evicts_least_recently_used_and_reloads_from_disk(first_run, cache_dir):
+    template, everything = first_run
+    copy_cache(template, cache_dir)
     assert everything["evictions"] == 0 and everything["loaded"] == everything["compiles"]
     cap = everything["memory_bytes"] // 3  # room for a few kernels, not for all of them
     capped = result_of(run_program({"NEURON_CACHE_DIR": cache_dir,
@@ -87,16 +113,26 @@ def test_memory_tier_evicts_least_recently_used_and_reloads_from_disk(cache_dir)
     assert alone["ok"] and alone["evictions"] > 0
 
 
-def test_bad_memory_cap_names_the_value(cache_dir):
-    done = run_program({"NEURON_CACHE_DIR": cache_dir, "NEURON_CACHE_MEMORY_MAX_BYTES": "-5"})
+@pytest.fixture(scope="module")
+def bad_caps_run():
+    """PROGRAM's run with both byte caps bad: each is parsed, and warned about, on its own, so one
+    process shows both."""
+    directory = tempfile.mkdtemp(prefix="neuron-cache-bad-caps-")
+    yield run_program({"NEURON_CACHE_DIR": directory, "NEURON_CACHE_MEMORY_MAX_BYTES": "-5",
+                       "NEURON_CACHE_MAX_BYTES": "lots"})
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_bad_memory_cap_names_the_value(bad_caps_run):
+    done = bad_caps_run
     assert result_of(done)["ok"]
     assert "NEURON_CACHE_MEMORY_MAX_BYTES=-5 is not a byte count" in done.stderr
 
 
-def test_cache_off_writes_nothing(cache_dir):
-    result = result_of(run_program({"NEURON_CACHE": "0", "NEURON_CACHE_DIR": cache_dir}))
+def test_cache_off_writes_nothing(uncached_run):
+    result, left_in_directory = uncached_run
     assert result["ok"] and result["compiles"] > 0
-    assert os.listdir(cache_dir) == []
+    assert left_in_directory == []
 
 
 def test_unusable_directory_runs_and_warns_once(cache_dir):
@@ -109,8 +145,8 @@ def test_unusable_directory_runs_and_warns_once(cache_dir):
     assert len(set(cache_warnings)) == len(cache_warnings)
 
 
-def test_bad_size_cap_names_the_value(cache_dir):
-    done = run_program({"NEURON_CACHE_DIR": cache_dir, "NEURON_CACHE_MAX_BYTES": "lots"})
+def test_bad_size_cap_names_the_value(bad_caps_run):
+    done = bad_caps_run
     assert result_of(done)["ok"]
     assert "NEURON_CACHE_MAX_BYTES=lots is not a byte count" in done.stderr
 

@@ -12,8 +12,19 @@ from cache_program import copy_cache, result_of, run_program
 
 # Waits until the warm start is done before its first device op, so that what the background
 # thread made ready is counted deterministically; then runs a few kernels over 1 MiB tensors.
+# With FORK_AT_START=1 it first forks children at once after import, while the warm start works
+# (the environment is not part of the program's identity: the profile is the same).
 PROGRAM = r"""
-import json, os, time, torch, torchneuron
+import json, os, sys, time, torch, torchneuron
+if os.environ.get("FORK_AT_START") == "1":
+    statuses = []
+    for _ in range(8):
+        pid = os.fork()
+        if pid == 0:
+            doubled = (torch.arange(4.0).to(torchneuron.device()) * 2).cpu()
+            sys.exit(0 if torch.equal(doubled, torch.arange(4.0) * 2) else 3)
+        statuses.append(os.waitpid(pid, 0)[1])
+    assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
 if os.environ.get("WAIT_FOR_WARM_START") == "1":
     deadline = time.time() + 60
     while not torchneuron.metrics()["warm_start"]["done"] and time.time() < deadline:
@@ -72,11 +83,12 @@ def warmed(first_run, cache_dir):
     return result["compiles"]
 
 
-def test_rerun_finds_its_kernels_linked_and_its_memory_faulted_in(cache_dir):
-    first = run(cache_dir)
+def test_rerun_finds_its_kernels_linked_and_its_memory_faulted_in(first_run, cache_dir):
+    template, first = first_run  # PROGRAM's first run, in an empty directory
     assert first["ok"] and first["compiles"] > 0
     assert not first["warm"]["profile_found"]
-    assert len(profiles(cache_dir)) == 1
+    assert len(profiles(template)) == 1
+    copy_cache(template, cache_dir)
     second = run(cache_dir)
     assert second["ok"] and second["warnings"] == []
     warm = second["warm"]
@@ -179,21 +191,10 @@ assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 def test_forks_while_the_warm_start_works_leave_working_children(cache_dir, warmed):
     # Children forked at once after import, while the background thread links and faults in:
-    # fork() waits for the item in hand, so no child starts with a lock the thread held.
-    program = r"""
-import os, sys, torch, torchneuron
-statuses = []
-for _ in range(8):
-    pid = os.fork()
-    if pid == 0:
-        ok = torch.equal((torch.arange(4.0).to(torchneuron.device()) * 2).cpu(), torch.arange(4.0) * 2)
-        sys.exit(0 if ok else 3)
-    statuses.append(os.waitpid(pid, 0)[1])
-assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
-""" + PROGRAM
-    # `warmed` holds the kernels; the first run below leaves the profile the second warms from.
-    for _ in range(2):
-        assert run(cache_dir, program=program, WAIT_FOR_WARM_START="0")["ok"]
+    # fork() waits for the item in hand, so no child starts with a lock the thread held. The
+    # profile the thread works from is PROGRAM's own, from the template.
+    forked = run(cache_dir, FORK_AT_START="1", WAIT_FOR_WARM_START="0")
+    assert forked["ok"] and forked["warm"]["profile_found"]
 
 
 def test_cli_clear_removes_profiles(cache_dir, warmed, cli):

@@ -2,7 +2,6 @@ import atexit
 import os
 import shutil
 import tempfile
-import warnings
 
 # Each test process starts with an empty persistent compile cache of its own, so counts of
 # compiles do not depend on earlier runs (read by the cache at the first compile). Registered
@@ -11,12 +10,15 @@ os.environ["NEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache
 atexit.register(shutil.rmtree, os.environ["NEURON_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-import torchneuron  # noqa: E402
+
+# torch and torchneuron are imported by the test files that use them, not here: the files whose
+# tests only run programs in fresh processes (settings, fork safety) spare their pytest process
+# that import (over 2 s of CPU).
 
 
 @pytest.fixture
 def dev():
+    import torchneuron
     return torchneuron.device()
 
 
@@ -28,5 +30,7 @@ def quiet_fallback(monkeypatch, request):
 
 
 def assert_same(device_tensor, cpu_tensor, **kwargs):
+    import torch
+    import torchneuron
     assert device_tensor.device.type == torchneuron.DEVICE_TYPE
     torch.testing.assert_close(device_tensor.cpu(), cpu_tensor, **kwargs)
