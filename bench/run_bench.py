@@ -77,30 +77,14 @@ def run_micro(args):
     return medians
 
 
-def run_op_overhead(args):
-    """Tiny ops from Python, device and stock alternating in one process (bench/op_overhead.py)."""
+def run_per_thread_script(script, quick_arguments, args):
+    """Runs a bench script that measures the device against stock in one process, at 1 and 2
+    threads; its JSON output by thread count (an error line where it failed)."""
     results = {}
     for t in (1, 2):
-        command = [sys.executable, os.path.join(HERE, "op_overhead.py"), "--threads", str(t)]
+        command = [sys.executable, os.path.join(HERE, script), "--threads", str(t)]
         if args.quick:
-            command += ["--rounds", "5", "--ops-per-block", "500"]
-        done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
-                              capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            results[t] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
-        else:
-            results[t] = json.loads(done.stdout.strip().splitlines()[-1])
-    return results
-
-
-def run_adaptive_overhead(args):
-    """tiny-chain-10 per op: stock, device eager and adaptive alternating in one process
-    (bench/adaptive_overhead.py)."""
-    results = {}
-    for t in (1, 2):
-        command = [sys.executable, os.path.join(HERE, "adaptive_overhead.py"), "--threads", str(t)]
-        if args.quick:
-            command += ["--rounds", "5", "--steps", "100"]
+            command += quick_arguments
         done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
                               capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
@@ -108,6 +92,17 @@ def run_adaptive_overhead(args):
         else:
             results[t] = json.loads(done.stdout)
     return results
+
+
+def run_op_overhead(args):
+    """Tiny ops from Python, device and stock alternating in one process (bench/op_overhead.py)."""
+    return run_per_thread_script("op_overhead.py", ["--rounds", "5", "--ops-per-block", "500"], args)
+
+
+def run_adaptive_overhead(args):
+    """tiny-chain-10 per op: stock, device eager and adaptive alternating in one process
+    (bench/adaptive_overhead.py)."""
+    return run_per_thread_script("adaptive_overhead.py", ["--rounds", "5", "--steps", "100"], args)
 
 
 def run_cache_bench(args):
