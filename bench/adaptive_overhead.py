@@ -93,7 +93,7 @@ def main(argv):
         "adaptive_above_floor_ns": median["adaptive"] - median["floor_cpu"],
         "replays": adaptive["replays"], "ops_deferred": adaptive["ops_deferred"],
         "recording_ns_per_op": adaptive["recording_ns_per_op"],
-        "tracing_ns_per_op": adaptive["tracing_ns_per_op"]}, indent=1))
+        "tracing_ns_per_op": adaptive["tracing_ns_per_op"]}))
     return 0
 
 

@@ -90,7 +90,7 @@ def run_per_thread_script(script, quick_arguments, args):
         if done.returncode != 0:
             results[t] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
         else:
-            results[t] = json.loads(done.stdout)
+            results[t] = json.loads(done.stdout.strip().splitlines()[-1])
     return results
 
 
