@@ -110,8 +110,6 @@ void SourceTable::clear() {
   inputs_ = 0;
 }
 
-Hash64 opNameKey(const c10::OperatorHandle& op) { return schemaKeys(op).name; }
-
 Hash64 opRecordKey(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                    SourceTable& sources) {
   const SchemaKeys& keys = schemaKeys(op);

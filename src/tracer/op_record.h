@@ -46,7 +46,4 @@ private:
 Hash64 opRecordKey(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                    SourceTable& sources);
 
-// A stable hash of the op's name ("aten::add.Tensor"): the same in every process.
-Hash64 opNameKey(const c10::OperatorHandle& op);
-
 } // namespace torchneuron::tracer

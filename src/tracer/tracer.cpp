@@ -289,7 +289,6 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   else
     runRecordedLaunchesLocked(tracer);
 
-  const int64_t tracing_ns = timed ? nanosecondsSince(start) : 0;
   const auto kernel_start = timed ? std::chrono::steady_clock::now() : start;
   if (defer) deferred_op = &op;
   bool ran;
@@ -304,16 +303,17 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     } restore;
     ran = defer ? runDeferred(tracer, op, stack, kernel) : kernel(op, stack);
   }
+  const int64_t kernel_ns = timed ? nanosecondsSince(kernel_start) : 0;
   if (!ran) return false;
   if (!window.pinned) noteOutputs(window, op, *stack);
   if (defer) ++counters.ops_deferred;
 
   if (timed) {
-    const int64_t kernel_ns = nanosecondsSince(kernel_start);
-    counters.tracing_ns += tracing_ns + (nanosecondsSince(start) - tracing_ns - kernel_ns);
+    const int64_t total_ns = nanosecondsSince(start);
+    counters.tracing_ns += total_ns - kernel_ns;
     ++counters.timed_ops;
     if (defer) {
-      counters.recording_ns += nanosecondsSince(start);
+      counters.recording_ns += total_ns;
       ++counters.timed_deferred_ops;
     }
   }
