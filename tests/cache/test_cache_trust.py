@@ -48,13 +48,14 @@ def add(cache_dir, **env):
 @pytest.fixture(scope="module")
 def templates():
     """Cache directories `x + y` ran in once, copied by the tests that need its kernel stored
-    (copying costs no interpreter): "own" under its per-user key, "cluster" under the key file
-    "key"."""
+    (copying costs no interpreter): "own" under its per-user key (and with the run's warm-start
+    profile), "cluster" under the key file "key"."""
     path = tempfile.mkdtemp(prefix="neuron-trust-templates-")
     key = os.path.join(path, "cluster.key")
     assert cache_cli.main(["keygen", key]) == 0
     own, cluster = os.path.join(path, "own"), os.path.join(path, "cluster")
-    for directory, env in ((own, {}), (cluster, {"NEURON_CACHE_KEY_FILE": key})):
+    for directory, env in ((own, {"NEURON_WARM_START": "1"}),
+                           (cluster, {"NEURON_CACHE_KEY_FILE": key})):
         result, warned = add(directory, **env)
         assert result["correct"] and result["compiles"] == 1 and warned == []
     yield {"own": own, "cluster": cluster, "key": key}
@@ -250,9 +251,8 @@ def test_damaged_database_is_reported_and_repaired(root, damage, cli, templates)
     assert cli("--dir", cache, "verify").returncode == 0
 
 
-def test_clear_removes_only_what_the_cache_wrote_and_keeps_the_key(root, cli):
-    cache = os.path.join(root, "cache")
-    add(cache, NEURON_WARM_START="1")  # leaves a warm-start profile
+def test_clear_removes_only_what_the_cache_wrote_and_keeps_the_key(root, cli, templates):
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))  # with a warm-start profile
     mine = os.path.join(cache, "profiles", "my-notes.txt")
     with open(mine, "w") as f:
         f.write("keep me")
