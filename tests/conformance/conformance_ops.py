@@ -1,7 +1,7 @@
-"""PyTorch's OpInfo database and the dtypes the referee runs, loaded the way the harness needs it."""
+"""PyTorch's OpInfo database and the dtypes the referee runs, loaded the way the harness needs it.
+torch is imported where it is used: the referee's parent process (run_conformance.py) checks
+dtype names here without it."""
 import sys
-
-import torch
 
 # The dtypes every OpInfo is refereed in (those of them it supports on the CPU), in this order.
 # Complex dtypes are not among them: the op registry has no complex kernels (isKernelDtype in
@@ -12,10 +12,17 @@ DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32",
 KNOWN_DTYPES = DEFAULT_DTYPES + ("complex64", "complex128")
 
 
-def dtype_named(name):
-    """torch.float32 for "float32"; a clear error for anything else."""
+def check_dtype_name(name):
+    """A clear error for a name that is not one of KNOWN_DTYPES."""
     if name not in KNOWN_DTYPES:
         raise ValueError(f"[conformance] unknown dtype {name!r}; known: {', '.join(KNOWN_DTYPES)}")
+
+
+def dtype_named(name):
+    """torch.float32 for "float32"; a clear error for anything else."""
+    import torch
+
+    check_dtype_name(name)
     return getattr(torch, name)
 
 

@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "compat"))
 sys.path.insert(0, HERE)
-from conformance_ops import DEFAULT_DTYPES, dtype_named  # noqa: E402 (after path setup)
+from conformance_ops import DEFAULT_DTYPES, check_dtype_name  # noqa: E402 (after path setup)
 
 # OpInfos the device cannot run for a reason outside this project, each with that reason. They
 # still count in `device_error`/`mismatch`; they are listed apart and do not fail the run.
@@ -56,19 +56,25 @@ def parse_args(argv):
     parser.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: op list file
     parser.add_argument("--results", help=argparse.SUPPRESS)  # internal: JSON lines out
+    parser.add_argument("--plan", help=argparse.SUPPRESS)  # internal: list the work here first
     return parser.parse_args(argv)
 
 
-def work_items(args):
-    """(OpInfo name, dtype name) pairs to run, grouped by OpInfo in op_db order."""
-    from conformance_ops import load_op_db, opinfo_dtypes, opinfo_name
-
+def checked_dtypes(args):
     dtypes = [d for d in args.dtypes.split(",") if d]
     for name in dtypes:
         try:
-            dtype_named(name)
+            check_dtype_name(name)
         except ValueError as e:
             sys.exit(str(e))
+    return dtypes
+
+
+def work_items(args):
+    """Each OpInfo to run with the dtypes to run it in, in op_db order (loads op_db: torch)."""
+    from conformance_ops import load_op_db, opinfo_dtypes, opinfo_name
+
+    dtypes = checked_dtypes(args)
     ops = [(opinfo_name(op), opinfo_dtypes(op, dtypes)) for op in load_op_db()]
     ops = [(name, supported) for name, supported in ops if supported]
     if args.ops:
@@ -81,21 +87,42 @@ def work_items(args):
     return ops
 
 
+def shard_items(ops, index, workers):
+    """(OpInfo name, dtype name) pairs of shard `index`: an OpInfo's dtypes stay in one worker
+    (its sample code and kernels are warm there)."""
+    return [(name, d) for name, supported in ops[index::workers] for d in supported]
+
+
 def run_parent(args):
-    ops = work_items(args)
+    """Runs the shards in worker processes and writes the summary. This process never imports
+    torch (about 3.7 CPU seconds with op_db): the first worker lists the work (the plan) before
+    it runs its shard, and the other shards start once the plan is there."""
+    checked_dtypes(args)
     started = time.time()
-    # An OpInfo's dtypes stay in one worker (its sample code and kernels are warm there).
-    shards = [[(name, d) for name, supported in ops[i::args.workers] for d in supported]
-              for i in range(args.workers)]
-    total = sum(len(shard) for shard in shards)
     with tempfile.TemporaryDirectory() as scratch:
-        processes = [ShardRunner(i, shard, args, scratch) for i, shard in enumerate(shards)]
-        while any(p.running() for p in processes):
+        plan = os.path.join(scratch, "plan.json")
+        runners = [ShardRunner(0, None, args, scratch, plan=plan)]
+        while True:
+            if runners[0].items is None and os.path.exists(plan):
+                with open(plan) as f:
+                    ops = json.load(f)
+                runners[0].items = shard_items(ops, 0, args.workers)
+                runners += [ShardRunner(i, shard_items(ops, i, args.workers), args, scratch)
+                            for i in range(1, args.workers)]
+            running = [runner.running() for runner in runners]  # each one polled
+            if runners[0].items is None and not running[0]:
+                print()
+                print(f"[conformance] the worker listing the work ended without a plan (exit "
+                      f"{runners[0].exit_code})", file=sys.stderr)
+                return 1
+            if not any(running):
+                break
             time.sleep(0.5)
-            done = sum(len(p.records) for p in processes)
-            print(f"\r[conformance] {done}/{total} OpInfo dtypes", end="", flush=True)
+            done = sum(len(runner.records) for runner in runners)
+            total = sum(len(runner.items) for runner in runners if runner.items is not None)
+            print(f"\r[conformance] {done}/{total or '?'} OpInfo dtypes", end="", flush=True)
         print()
-        records = [r for p in processes for r in p.records]
+        records = [r for runner in runners for r in runner.records]
     summary = summarize(records, quick=args.quick, seconds=time.time() - started)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
@@ -105,30 +132,36 @@ def run_parent(args):
 
 
 class ShardRunner:
-    """Runs one shard of OpInfos in a worker process, restarting past a crashed op."""
+    """Runs one shard of OpInfos in a worker process, restarting past a crashed op. Its items
+    are None until the plan is read when its worker is the one that writes the plan."""
 
-    def __init__(self, index, items, args, scratch):
-        self.items = list(items)
+    def __init__(self, index, items, args, scratch, plan=None):
+        self.items = None if items is None else list(items)
         self.args = args
         self.scratch = scratch
         self.index = index
         self.records = []
         self.process = None
+        self.exit_code = None
         self.restarts = 0
-        self._start()
+        self._start(plan)
 
-    def _start(self):
-        remaining = self.items[len(self.records):]
-        if not remaining:
+    def _start(self, plan=None):
+        remaining = None if self.items is None else self.items[len(self.records):]
+        if remaining == []:
             self.process = None
             return
         base = os.path.join(self.scratch, f"shard{self.index}.{self.restarts}")
         self.results_path = base + ".jsonl"
-        with open(base + ".ops", "w") as f:
-            f.write("\n".join(f"{name}\t{dtype}" for name, dtype in remaining))
-        self.offset = 0
         command = [sys.executable, __file__, "--output", self.args.output, "--worker", base + ".ops",
                    "--results", self.results_path] + (["--quick"] if self.args.quick else [])
+        if remaining is None:  # the worker writes the plan, then this shard's items, and runs them
+            command += ["--plan", plan, "--ops", self.args.ops, "--dtypes", self.args.dtypes,
+                        "--workers", str(self.args.workers)]
+        else:
+            with open(base + ".ops", "w") as f:
+                f.write("\n".join(f"{name}\t{dtype}" for name, dtype in remaining))
+        self.offset = 0
         env = dict(os.environ, NEURON_FALLBACK="silent", OMP_NUM_THREADS="1")
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
 
@@ -149,6 +182,9 @@ class ShardRunner:
         self._collect()
         if code is None:
             return True
+        self.exit_code = code
+        if self.items is None:  # ended before its plan was read: the caller decides
+            return False
         if len(self.records) < len(self.items):
             crashed, dtype = self.items[len(self.records)]
             self.records.append({"name": crashed, "dtype": dtype, "kind": "unknown",
@@ -159,6 +195,17 @@ class ShardRunner:
             self._start()
             return True
         return False
+
+
+def write_plan(args):
+    """In the first worker: the plan (every OpInfo with its dtypes) for the parent, written whole
+    or not at all, and this worker's items (shard 0)."""
+    ops = work_items(args)
+    with open(args.plan + ".partial", "w") as f:
+        json.dump(ops, f)
+    os.replace(args.plan + ".partial", args.plan)
+    with open(args.worker, "w") as f:
+        f.write("\n".join(f"{name}\t{dtype}" for name, dtype in shard_items(ops, 0, args.workers)))
 
 
 OUTCOMES = ("pass", "mismatch", "device_error", "skipped")
@@ -242,6 +289,8 @@ def print_report(summary, path):
 if __name__ == "__main__":
     arguments = parse_args(sys.argv[1:])
     if arguments.worker:
+        if arguments.plan:
+            write_plan(arguments)
         from conformance_worker import run_worker
         sys.exit(run_worker(arguments.worker, arguments.results, arguments.quick))
     sys.exit(run_parent(arguments))
