@@ -24,7 +24,7 @@ void dropStorageReference(void* context) {
 // memory, and writeBack() moves the result to the device.
 c10::Storage makeHostStorage(const c10::Storage& device_storage) {
   // The window may write these bytes, or read what the host is about to write.
-  tracer::sync(tracer::SyncCause::kHostAccess);
+  tracer::beforeHostAccess(device_storage);
   materializeStorage(device_storage);
   c10::StorageImpl* impl = device_storage.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(impl);

@@ -1,16 +1,21 @@
 // mm, addmm, bmm and baddbmm as library kernels that write straight into device memory: the
 // output is allocated on the device (the caching allocator) and ATen's out= CPU kernel
-// (OpenBLAS) fills it through a host view. The generic library path would let the functional
-// CPU kernel allocate fresh host memory and then copy it to the device: an extra allocation
-// (page faults for a fresh multi-megabyte block) and an extra copy of every result.
+// (OpenBLAS) fills it through a host view, or, in a hot window of the adaptive tracer, a
+// recorded step of the window does when the window runs (the output's metadata are known now). The
+// generic library path would let the functional CPU kernel allocate fresh host memory and then copy
+// it to the device: an extra allocation (page faults for a fresh multi-megabyte block) and an extra
+// copy of every result.
 
 #include <ATen/ATen.h>
+
+#include <tuple>
 
 #include "device/device.h"
 #include "device/host_execution.h"
 #include "device/host_view.h"
 #include "device/library_ops.h"
 #include "device/metrics.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron {
 namespace {
@@ -30,14 +35,31 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
 }
 
-// Allocates the result on the device, lets `fill` write it through a host view (ATen's out=
-// kernel), and counts one library launch on `launches`.
-template <typename Fill>
+// The tensor's current geometry over its storage, unaffected by later metadata changes of the
+// tensor itself (t_(), as_strided_()): what a recorded step must read when the window runs.
+at::Tensor frozen(const at::Tensor& t) {
+  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+      /*version_counter=*/0, /*allow_tensor_metadata_change=*/false));
+}
+
+// Allocates the result on the device and has `fill(out, operands...)` write it through host
+// views (ATen's out= kernel), counting one library launch on `launches`. In a hot window of the
+// adaptive tracer the fill is recorded as a step of the window instead, to run when it runs.
+template <typename Fill, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
-                      Fill fill) {
+                      Fill fill, const Operands&... operands) {
   at::Tensor out = at::empty(sizes, like.options());
-  at::Tensor host_out = hostView(out);
-  fill(host_out);
+  if (tracer::deferringLaunches()) {
+    tracer::recordHostStep(
+        [fill, out, frozen_operands = std::make_tuple(frozen(operands)...)] {
+          std::apply([&](const auto&... t) { fill(hostView(out), hostView(t)...); },
+                     frozen_operands);
+        },
+        {operands...}, {out});
+    recordLaunch(launches);
+    return out;
+  }
+  fill(hostView(out), hostView(operands)...);
   recordLaunch(launches);
   return out;
 }
@@ -45,24 +67,31 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
 at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 2)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
-  return intoDevice(launches, {self.size(0), mat2.size(1)}, self,
-                    [&](at::Tensor& out) { at::mm_out(out, hostView(self), hostView(mat2)); });
+  return intoDevice(
+      launches, {self.size(0), mat2.size(1)}, self,
+      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }, self,
+      mat2);
 }
 
 at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                            const c10::Scalar& beta, const c10::Scalar& alpha) {
   if (!plainOperands({&self, &mat1, &mat2}, 2)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::addmm");
-  return intoDevice(launches, {mat1.size(0), mat2.size(1)}, mat1, [&](at::Tensor& out) {
-    at::addmm_out(out, hostView(self), hostView(mat1), hostView(mat2), beta, alpha);
-  });
+  return intoDevice(
+      launches, {mat1.size(0), mat2.size(1)}, mat1,
+      [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
+        at::addmm_out(out, s, a, b, beta, alpha);
+      },
+      self, mat1, mat2);
 }
 
 at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 3)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::bmm");
-  return intoDevice(launches, {self.size(0), self.size(1), mat2.size(2)}, self,
-                    [&](at::Tensor& out) { at::bmm_out(out, hostView(self), hostView(mat2)); });
+  return intoDevice(
+      launches, {self.size(0), self.size(1), mat2.size(2)}, self,
+      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::bmm_out(out, a, b); },
+      self, mat2);
 }
 
 at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
@@ -71,9 +100,11 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   if (!plainOperands({&self, &batch1, &batch2}, 3)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(
-      launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1, [&](at::Tensor& out) {
-        at::baddbmm_out(out, hostView(self), hostView(batch1), hostView(batch2), beta, alpha);
-      });
+      launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
+      [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
+        at::baddbmm_out(out, s, a, b, beta, alpha);
+      },
+      self, batch1, batch2);
 }
 
 // The boxed entry: the fast path above, or the generic library path (mixed devices, wrong

@@ -34,9 +34,9 @@ using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack*
 
 // The per-call decision for every boxed device op. The route and its kernel are fixed when the
 // op is registered, so a call costs one direct call: no lookup, no allocation. In adaptive mode
-// (tracer/tracer.h) a compiled call goes through the tracer, which runs it eagerly or records
-// its launches into the op window; the other routes are sync points: the window runs before
-// they touch device memory (the fallback syncs in runCpuFallback).
+// (tracer/tracer.h) compiled and library calls go through the tracer, which runs them eagerly or
+// records them into the op window; the fallback is a sync point (runCpuFallback): the window
+// runs before it touches device memory.
 template <Route route, auto kernel = nullptr>
 void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if constexpr (route == Route::kCompiled) {
@@ -47,8 +47,10 @@ void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     runCpuFallback(op, stack);
   } else if constexpr (route == Route::kLibrary) {
     static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
-    tracer::sync(tracer::SyncCause::kLibrary, &op);
-    kernel(op, stack);
+    if (tracer::adaptiveEnabled())
+      tracer::traceLibraryCall(op, stack, kernel);
+    else
+      kernel(op, stack);
   } else {
     static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t>);
     runCpuFallback(op, stack);

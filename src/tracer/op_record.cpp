@@ -67,6 +67,18 @@ void hashValue(Hasher& hasher, const c10::IValue& value, bool number, SourceTabl
     return;
   }
   if (value.isNone()) return void(hasher.u64(3));
+  if (value.isList() && !value.isIntList() && !value.isDoubleList() && !value.isBoolList()) {
+    // List[Optional[Tensor]] (index, index_put_'s indices): each element's tensor key or None.
+    const c10::ArrayRef<c10::IValue> elements = value.toListRef();
+    hasher.u64(10).u64(elements.size());
+    for (const c10::IValue& element : elements) {
+      if (element.isTensor())
+        hashTensor(hasher, element.toTensor(), sources);
+      else
+        hasher.u64(3);
+    }
+    return;
+  }
   // A number argument (alpha, a learning rate) is a run-time value: only its type is key.
   if (number || value.isDouble() || value.isComplexDouble())
     return void(hasher.u64(4).u64(value.isDouble() ? 1

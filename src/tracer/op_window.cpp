@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "target/target.h"
+#include "tracer/tracer.h"
 
 namespace torchneuron::tracer {
 std::string opName(const c10::OperatorHandle& op) {
@@ -12,14 +13,29 @@ std::string opName(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
+bool OpWindow::touches(const c10::StorageImpl* storage) const {
+  if (launches.empty()) return false;
+  for (const c10::Storage& s : held)
+    if (s.unsafeGetStorageImpl() == storage) return true;
+  return false;
+}
+
 void OpWindow::runLaunches() {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
   size_t next = 0;
+  struct Running { // host views made by library steps need no sync: their inputs ran before them
+    bool was = detail::running_window;
+    Running() { detail::running_window = true; }
+    ~Running() { detail::running_window = was; }
+  } running;
   try {
     for (; next < pending.size(); ++next) {
       const DeferredLaunch& launch = pending[next];
-      deviceTarget().launch(launch.kernel->function, launch.slots.data(), launch.shape);
+      if (launch.host_step)
+        launch.host_step();
+      else
+        deviceTarget().launch(launch.kernel->function, launch.slots.data(), launch.shape);
     }
   } catch (const std::exception& error) {
     held.clear();

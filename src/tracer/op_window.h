@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,14 @@
 
 namespace torchneuron::tracer {
 
-// One kernel launch recorded for later: its argument slots hold the operands' addresses, which
-// stay valid because the window holds their storages.
+// One step recorded for later: a kernel launch, whose argument slots hold the operands'
+// addresses (valid because the window holds their storages), or a library step (`host_step`,
+// which owns its tensors).
 struct DeferredLaunch {
   KernelHandle kernel; // keeps the code linked
   c10::SmallVector<int64_t, 40> slots;
   LaunchShape shape;
+  std::function<void()> host_step;       // set for a library step; then kernel is null
   c10::optional<c10::OperatorHandle> op; // to name it in errors
 };
 
@@ -55,6 +58,8 @@ public:
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
   int64_t pending_bytes = 0;
 
+  // Whether a recorded launch not yet run reads or writes `storage`.
+  bool touches(const c10::StorageImpl* storage) const;
   // Runs the recorded launches in order, then lets go of what they held. A launch that throws
   // drops the rest (they may read its result) and rethrows, naming the op.
   void runLaunches();

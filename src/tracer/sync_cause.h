@@ -11,7 +11,6 @@ enum class SyncCause : uint8_t {
   kCopy,        // a copy to or from the host, or between device tensors outside a window
   kHostAccess,  // any other host view of device memory (printing, serialization, ...)
   kFallback,    // an op that ran on the CPU fallback
-  kLibrary,     // a library op (matmul, convolution, indexing, random)
   kResize,      // a device storage resized or replaced
   kAdaptiveOff, // leaving adaptive mode
   kOpLimit,     // NEURON_ADAPTIVE_WINDOW ops recorded
@@ -32,8 +31,6 @@ constexpr const char* syncCauseName(SyncCause cause) {
     return "host_access";
   case SyncCause::kFallback:
     return "fallback";
-  case SyncCause::kLibrary:
-    return "library";
   case SyncCause::kResize:
     return "resize";
   case SyncCause::kAdaptiveOff:

@@ -33,6 +33,8 @@ std::atomic<bool> adaptive_on{false};
 std::atomic<bool> window_open{false};
 std::atomic<bool> launches_recorded{false};
 thread_local bool deferring = false;
+thread_local bool in_library_step = false;
+thread_local bool running_window = false;
 } // namespace detail
 
 namespace {
@@ -215,10 +217,35 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
   return ran;
 }
 
+// A window that reached NEURON_ADAPTIVE_WINDOW ops or NEURON_ADAPTIVE_WINDOW_BYTES of pending
+// results ends after the op that reached it.
+void endWindowAtLimits(TracerState& tracer) {
+  if (static_cast<int64_t>(tracer.window.records.size()) >= tracer.settings.window_ops)
+    syncLocked(tracer, SyncCause::kOpLimit, nullptr);
+  else if (tracer.window.pending_bytes >= tracer.settings.window_bytes)
+    syncLocked(tracer, SyncCause::kByteLimit, nullptr);
+}
+
 int64_t nanosecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                               start)
       .count();
+}
+
+// Adds the call's op record to the window (unless its site is pinned); true when the call is
+// to be deferred because the window so far follows a hot window's records.
+bool traceRecord(TracerState& tracer, const c10::OperatorHandle& op,
+                 c10::ArrayRef<c10::IValue> args) {
+  OpWindow& window = tracer.window;
+  if (window.pinned) return false;
+  const Hash64 record = opRecordKey(op, args, window.sources);
+  if (!window.open && tracer.recurrence.pinned(record)) {
+    window.open = true;
+    window.pinned = true;
+    detail::window_open.store(true, std::memory_order_release);
+    return false;
+  }
+  return advance(tracer, op, record);
 }
 
 } // namespace
@@ -271,19 +298,8 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const auto start =
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
 
-  bool defer = false;
-  if (!window.pinned) {
-    const Hash64 record =
-        opRecordKey(op, torch::jit::last(*stack, op.schema().arguments().size()), window.sources);
-    if (!window.open && tracer.recurrence.pinned(record)) {
-      window.open = true;
-      window.pinned = true;
-      detail::window_open.store(true, std::memory_order_release);
-    } else {
-      defer = advance(tracer, op, record) &&
-              !touchesLargeTensor(torch::jit::last(*stack, op.schema().arguments().size()));
-    }
-  }
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
+  const bool defer = traceRecord(tracer, op, args) && !touchesLargeTensor(args);
   if (defer)
     ++window.deferred_ops;
   else
@@ -317,11 +333,99 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       ++counters.timed_deferred_ops;
     }
   }
-  if (static_cast<int64_t>(window.records.size()) >= tracer.settings.window_ops)
-    syncLocked(tracer, SyncCause::kOpLimit, nullptr);
-  else if (window.pending_bytes >= tracer.settings.window_bytes)
-    syncLocked(tracer, SyncCause::kByteLimit, nullptr);
+  endWindowAtLimits(tracer);
   return true;
+}
+
+void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                      LibraryKernelFunction kernel) {
+  if (traced_call_depth > 0) return kernel(op, stack);
+  auto lock = lockWindow();
+  syncAtEndOfBackward();
+  TracerState& tracer = state();
+  OpWindow& window = tracer.window;
+  ++tracer.counters.ops_traced;
+  const bool defer =
+      traceRecord(tracer, op, torch::jit::last(*stack, op.schema().arguments().size()));
+  if (defer) {
+    ++window.deferred_ops;
+    deferred_op = &op;
+  }
+  {
+    ++traced_call_depth;
+    detail::deferring = defer;
+    detail::in_library_step = true;
+    struct Restore {
+      ~Restore() {
+        detail::deferring = false;
+        detail::in_library_step = false;
+        --traced_call_depth;
+      }
+    } restore;
+    kernel(op, stack);
+  }
+  if (!window.pinned) noteOutputs(window, op, *stack);
+  if (defer) ++tracer.counters.ops_deferred;
+  endWindowAtLimits(tracer);
+}
+
+void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
+                    at::ArrayRef<at::Tensor> outputs) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  OpWindow& window = tracer.window;
+  for (const at::Tensor& t : inputs)
+    if (t.defined() && t.has_storage() && !t.device().is_cpu()) window.held.push_back(t.storage());
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || !t.has_storage()) continue;
+    window.held.push_back(t.storage());
+    window.pending_bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  DeferredLaunch launch;
+  launch.host_step = std::move(step);
+  if (deferred_op != nullptr) launch.op = *deferred_op;
+  window.launches.push_back(std::move(launch));
+  ++tracer.counters.launches_recorded;
+  detail::window_open.store(true, std::memory_order_release);
+  detail::launches_recorded.store(true, std::memory_order_release);
+}
+
+EagerLibraryStep::EagerLibraryStep(c10::ArrayRef<c10::IValue> args)
+    : active_(detail::in_library_step), was_deferring_(detail::deferring) {
+  if (!active_) return;
+  detail::deferring = false;
+  if (!detail::launches_recorded.load(std::memory_order_acquire)) return;
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  auto touched = [&](const at::Tensor& t) {
+    return t.defined() && t.has_storage() && !t.device().is_cpu() &&
+           tracer.window.touches(t.storage().unsafeGetStorageImpl());
+  };
+  for (const c10::IValue& value : args) {
+    bool touches = false;
+    if (value.isTensor()) {
+      touches = touched(value.toTensor());
+    } else if (value.isList()) {
+      for (const c10::IValue& element : value.toListRef())
+        touches = touches || (element.isTensor() && touched(element.toTensor()));
+    }
+    if (touches) {
+      runRecordedLaunchesLocked(tracer);
+      return;
+    }
+  }
+}
+
+EagerLibraryStep::~EagerLibraryStep() {
+  if (active_) detail::deferring = was_deferring_;
+}
+
+void beforeHostAccessSlow(const c10::Storage& storage) {
+  if (detail::running_window) return;
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  if (!detail::in_library_step) return syncLocked(tracer, SyncCause::kHostAccess, nullptr);
+  if (tracer.window.touches(storage.unsafeGetStorageImpl())) runRecordedLaunchesLocked(tracer);
 }
 
 void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,8 @@ extern std::atomic<bool> adaptive_on;       // adaptive mode is on
 extern std::atomic<bool> window_open;       // a window has traced ops or recorded launches
 extern std::atomic<bool> launches_recorded; // a window has launches not run yet
 extern thread_local bool deferring;         // this thread is inside a deferred op call
+extern thread_local bool in_library_step;   // this thread runs a library op traced in a window
+extern thread_local bool running_window;    // this thread runs the window's recorded steps
 void syncSlow(SyncCause cause, const c10::OperatorHandle* op);
 void runRecordedLaunchesSlow();
 } // namespace detail
@@ -50,6 +53,47 @@ using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::ji
 // means the call was declined, with the stack untouched (the router falls back).
 bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel);
+
+using LibraryKernelFunction = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The routing point's adaptive branch for a library op (matmul, convolution, embedding, indexing,
+// random): a step of the window, traced like a compiled op. In a hot window a kernel that knows
+// its output metadata records a host step (recordHostStep: mm, addmm, bmm, baddbmm); any other
+// runs at its place in the window, after the recorded launches it touches (EagerLibraryStep):
+// random ops thus draw from the generator at record time, in program order, and enter the window
+// as their results. Neither ends the window.
+void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                      LibraryKernelFunction kernel);
+
+// Records a library step of the window: `step` runs when the window runs, in order with the
+// launches, and may use host views of device memory. It owns (captures by value) the tensors it
+// reads and writes; `inputs` and `outputs` name them for the window (held storages, pending
+// bytes, which later eager steps must wait for).
+void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
+                    at::ArrayRef<at::Tensor> outputs);
+
+// A library kernel that runs eagerly inside a traced library call: runs first the recorded
+// launches that read or write `args`' device storages (launches it does not touch stay recorded)
+// and records nothing while it lives. Outside a traced library call it does nothing.
+class EagerLibraryStep {
+public:
+  explicit EagerLibraryStep(c10::ArrayRef<c10::IValue> args);
+  ~EagerLibraryStep();
+  EagerLibraryStep(const EagerLibraryStep&) = delete;
+  EagerLibraryStep& operator=(const EagerLibraryStep&) = delete;
+
+private:
+  bool active_;
+  bool was_deferring_;
+};
+
+// Before the host reads or writes `storage` through a host view. While the window runs its steps
+// the memory is current; in an eager library step the recorded launches touching `storage` run
+// first; anywhere else this is a sync point.
+void beforeHostAccessSlow(const c10::Storage& storage);
+inline void beforeHostAccess(const c10::Storage& storage) {
+  if (detail::window_open.load(std::memory_order_acquire)) beforeHostAccessSlow(storage);
+}
 
 // A sync point: runs the recorded launches and ends the window. `op` names the op that needs
 // it, if any (explain()). Costs one relaxed load when no window is open.

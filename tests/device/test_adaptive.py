@@ -89,10 +89,6 @@ def read_by_fallback(t):
     return torch.erfinv(t * 0.01).cpu()  # erfinv has no device kernel
 
 
-def read_by_library(t):
-    return (t.view(8, 8) @ t.view(8, 8)).cpu()
-
-
 def read_after_synchronize(t):
     torchneuron.synchronize()
     return t.cpu()
@@ -100,11 +96,10 @@ def read_after_synchronize(t):
 
 CPU_SIDE = {read_item: lambda c: torch.tensor(c.sum().item()), read_tolist: lambda c: c,
             read_repr: lambda c: c, read_by_fallback: lambda c: torch.erfinv(c * 0.01),
-            read_by_library: lambda c: c.view(8, 8) @ c.view(8, 8),
             read_after_synchronize: lambda c: c}
 # Printing runs fallback ops on the values before it copies them.
 CAUSE = {read_item: "item", read_tolist: "copy", read_repr: "fallback", read_by_fallback: "fallback",
-         read_by_library: "library", read_after_synchronize: "synchronize"}
+         read_after_synchronize: "synchronize"}
 
 
 @pytest.mark.parametrize("read", list(CPU_SIDE), ids=lambda f: f.__name__)
@@ -117,6 +112,80 @@ def test_every_way_of_reading_a_pending_result_is_a_sync_point(dev, read):
     m = adaptive_metrics()
     assert m["replays"] >= 1, m
     assert m["syncs"][CAUSE[read]] >= 1, m["syncs"]
+
+
+def block(t, w, b):
+    """Elementwise ops around the four matmul library kernels (mm, addmm, bmm, baddbmm)."""
+    h = torch.tanh(t @ w)
+    h = torch.addmm(b, h, w) * 0.5
+    h3 = h.view(2, 4, 8)
+    h3 = torch.sigmoid(torch.bmm(h3, w.expand(2, 8, 8)))
+    h3 = torch.baddbmm(h3, h3, w.expand(2, 8, 8), beta=0.5, alpha=2.0)
+    return h3.reshape(8, 8) + 1
+
+
+def test_matmul_library_steps_are_recorded_inside_the_window(dev):
+    torch.manual_seed(1)
+    x, w, b = torch.randn(8, 8), torch.randn(8, 8) * 0.3, torch.randn(8)
+    dx, dw, db = x.to(dev), w.to(dev), b.to(dev)
+    for i in range(6):
+        torch.testing.assert_close(block(dx + i, dw, db).cpu(), block(x + i, w, b))
+    m = adaptive_metrics()
+    assert "library" not in m["syncs"], m["syncs"]
+    assert m["syncs"]["copy"] == 6, m["syncs"]  # one window per step: the matmuls do not end it
+    assert m["replays"] >= 3, m
+    assert m["ops_replayed"] >= 3 * 10, m
+    explained = torchneuron.explain(10000)
+    assert "ops from aten::add.Tensor, hot, ended by copy" in explained, explained
+
+
+def test_eager_library_steps_wait_for_recorded_launches_they_touch(dev):
+    # In-place random ops and indexing run at their place in a window: a recorded launch that
+    # reads the tensor they overwrite runs first (write after read), and one writing what they
+    # read runs first (read after write); recorded launches after them stay recorded.
+    idx = torch.tensor([3, 0, 2])
+    for step in range(6):
+        d = torch.arange(8.0, device=dev)
+        y = d * 2  # recorded: reads d
+        torch.manual_seed(step)
+        d.uniform_()  # an eager library step overwriting d
+        z = y + 1  # recorded: writes z
+        picked = torch.index_select(z, 0, idx.to(dev))  # an eager library step reading z
+        torch.manual_seed(step)
+        expected_d = torch.arange(8.0).uniform_()
+        assert_same(y, torch.arange(8.0) * 2)
+        assert_same(d, expected_d)
+        assert_same(picked, (torch.arange(8.0) * 2 + 1)[idx])
+    m = adaptive_metrics()
+    assert m["replays"] >= 2, m
+
+
+def test_random_ops_draw_at_record_time_and_enter_the_window_as_results(dev):
+    # Dropout draws its mask with bernoulli_ on a fresh tensor: the window goes on around it, and
+    # the draws follow program order, so a seed gives the CPU's values.
+    x = torch.randn(16)
+    d = x.to(dev)
+    for i in range(6):
+        torch.manual_seed(i)
+        got = chain(torch.nn.functional.dropout(chain(d + i), 0.5)).cpu()
+        torch.manual_seed(i)
+        want = chain(torch.nn.functional.dropout(chain(x + i), 0.5))
+        torch.testing.assert_close(got, want)
+    m = adaptive_metrics()
+    assert m["syncs"]["copy"] == 6 and m["windows"] == 6, m
+    assert m["replays"] >= 3, m
+
+
+def test_recorded_matmuls_read_their_operands_geometry_as_of_the_call(dev):
+    # A matmul recorded in a window reads its operand as it was at the call, even when the
+    # tensor's metadata change afterwards (t_() in place), before the window runs.
+    a = torch.randn(4, 4)
+    for _ in range(5):
+        w = a.clone().to(dev)
+        y = torch.tanh(w) @ w
+        w.t_()
+        z = y + w
+        torch.testing.assert_close(z.cpu(), torch.tanh(a) @ a + a.t())
 
 
 def test_leaving_adaptive_mode_runs_the_window(dev):
