@@ -22,6 +22,7 @@
 #include "device/metrics.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
+#include "tracer/debug_check.h"
 #include "tracer/tracer.h"
 
 namespace py = pybind11;
@@ -59,6 +60,38 @@ py::dict warmStartDict() {
   return result;
 }
 
+// Whether a Python source file belongs to torch or torchneuron (not the user's code).
+bool isLibraryFile(const std::string& file) {
+  return file.find("/torch/") != std::string::npos ||
+         file.find("/torchneuron/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
+}
+
+// NEURON_ADAPTIVE_DEBUG's source locator (tracer/debug_check.h): the innermost frame of this
+// thread outside torch's and torchneuron's files ("train.py:42"), else the innermost frame, else
+// "" (autograd's device thread runs no Python). Called without the tracer's lock held.
+std::string pythonSourceLine() {
+  if (!Py_IsInitialized()) return "";
+  py::gil_scoped_acquire gil;
+  std::string innermost, located;
+  PyFrameObject* frame = PyEval_GetFrame(); // borrowed
+  Py_XINCREF(frame);
+  while (frame != nullptr && located.empty()) {
+    PyCodeObject* code = PyFrame_GetCode(frame); // new reference
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const std::string here = std::string(file != nullptr ? file : "?") + ":" +
+                             std::to_string(PyFrame_GetLineNumber(frame));
+    Py_DECREF(code);
+    if (innermost.empty()) innermost = here;
+    if (file != nullptr && !isLibraryFile(file)) located = here;
+    PyFrameObject* back = PyFrame_GetBack(frame); // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return located.empty() ? innermost : located;
+}
+
 // metrics()["adaptive"]: the tracer's counters (src/tracer/tracer.h).
 py::dict adaptiveDict() {
   torchneuron::tracer::AdaptiveStats stats;
@@ -83,6 +116,9 @@ py::dict adaptiveDict() {
   result["launches_saved"] = stats.launches_saved;
   result["tracing_ns_per_op"] = stats.tracing_ns_per_op;
   result["recording_ns_per_op"] = stats.recording_ns_per_op;
+  result["debug"] = stats.debug;
+  result["debug_batches"] = stats.debug_batches;
+  result["debug_mismatches"] = stats.debug_mismatches;
   return result;
 }
 
@@ -351,6 +387,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_adaptive", &torchneuron::tracer::setAdaptive, py::arg("enabled"),
         py::call_guard<py::gil_scoped_release>());
   m.def("adaptive_enabled", &torchneuron::tracer::adaptiveEnabled);
+  m.def("set_adaptive_debug", &torchneuron::tracer::setAdaptiveDebug, py::arg("enabled"),
+        py::call_guard<py::gil_scoped_release>());
+  torchneuron::tracer::setSourceLocator(&pythonSourceLine);
   m.def(
       "sync_window",
       [] { torchneuron::tracer::sync(torchneuron::tracer::SyncCause::kSynchronize); },

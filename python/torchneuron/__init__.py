@@ -49,7 +49,7 @@ __all__ = [
     "DEVICE_TYPE", "device", "is_available", "device_count", "synchronize", "manual_seed",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
-    "set_adaptive", "adaptive_enabled", "adaptive", "explain",
+    "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
 ]
 
 
@@ -173,6 +173,18 @@ def adaptive(enabled: bool = True):
         yield
     finally:
         set_adaptive(previous)
+
+
+def set_adaptive_debug(enabled: bool) -> None:
+    """Turns the tracer's debug check on or off, as ``NEURON_ADAPTIVE_DEBUG`` does at import: each
+    recorded op remembers its Python file and line (named by errors of its window), and each batch
+    of recorded steps also runs eagerly on ATen's CPU kernels, a warning naming the op and its line
+    for every result that differs (``metrics()["adaptive"]["debug_mismatches"]``). Slow: for
+    finding a wrong result, not for production. Changing it is a sync point."""
+    if not isinstance(enabled, bool):
+        raise TypeError(
+            f"[adaptive] set_adaptive_debug expects a bool, got {type(enabled).__name__}")
+    _C.set_adaptive_debug(enabled)
 
 
 def explain(windows: int = 10) -> str:

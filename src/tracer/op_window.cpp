@@ -40,9 +40,12 @@ void OpWindow::runLaunches() {
   } catch (const std::exception& error) {
     held.clear();
     held_host_values.clear();
+    debug.reset();
     pending_bytes = 0;
-    TORCH_CHECK(false, "[adaptive] a recorded launch of ",
-                (pending[next].op ? opName(*pending[next].op) : std::string("an op")),
+    const DeferredLaunch& failed = pending[next];
+    TORCH_CHECK(false, "[adaptive] a recorded ", (failed.host_step ? "step" : "launch"), " of ",
+                (failed.op ? opName(*failed.op) : std::string("an op")),
+                (failed.where.empty() ? std::string() : " (written at " + failed.where + ")"),
                 " failed when its window ran: ", error.what());
   }
   held.clear();

@@ -24,6 +24,7 @@
 #include "cache/kernel_cache.h"
 #include "launcher/parallel_launch.h"
 #include "support/hash.h"
+#include "tracer/debug_check.h"
 #include "tracer/op_record.h"
 #include "tracer/recurrence.h"
 
@@ -38,6 +39,7 @@ struct DeferredLaunch {
   LaunchShape shape;
   std::function<void()> host_step;       // set for a library step; then kernel is null
   c10::optional<c10::OperatorHandle> op; // to name it in errors
+  std::string where;                     // its Python source line (NEURON_ADAPTIVE_DEBUG)
 };
 
 class OpWindow {
@@ -57,6 +59,7 @@ public:
   std::vector<c10::Storage> held;
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
   int64_t pending_bytes = 0;
+  DebugShadow debug; // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
 
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;

@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -35,6 +36,7 @@ std::atomic<bool> launches_recorded{false};
 thread_local bool deferring = false;
 thread_local bool in_library_step = false;
 thread_local bool running_window = false;
+std::atomic<bool> debugging{false};
 } // namespace detail
 
 namespace {
@@ -78,6 +80,8 @@ struct Counters {
   int64_t tracing_ns = 0;
   int64_t timed_deferred_ops = 0;
   int64_t recording_ns = 0;
+  int64_t debug_batches = 0;
+  int64_t debug_mismatches = 0;
 };
 
 struct TracerState {
@@ -107,11 +111,58 @@ std::unique_lock<std::recursive_mutex> lockWindow() {
   return std::unique_lock<std::recursive_mutex>(window_mutex);
 }
 
+// Batches of recorded launches run so far: a call that saw it change while it ran had part of its
+// window run under it.
+int64_t batches_run = 0;
+
 void runRecordedLaunchesLocked(TracerState& tracer) {
-  if (tracer.window.launches.empty() && tracer.window.held.empty()) return;
+  OpWindow& window = tracer.window;
+  if (window.launches.empty() && window.held.empty()) return;
   detail::launches_recorded.store(false, std::memory_order_release);
-  tracer.window.runLaunches();
+  ++batches_run;
+  if (window.debug.empty()) return window.runLaunches();
+  window.runLaunches();
+  const std::vector<std::string> differences = window.debug.compareAndReset();
+  ++tracer.counters.debug_batches;
+  tracer.counters.debug_mismatches += static_cast<int64_t>(differences.size());
+  for (const std::string& difference : differences)
+    TORCH_WARN(difference);
 }
+
+// Under NEURON_ADAPTIVE_DEBUG, what the debug check needs of a deferred call: its arguments as
+// they are before it runs, then its results and the launches it recorded (which learn its line).
+// A call that recorded launches is rerun eagerly on the CPU at once (debug_check.h).
+class DebugRecording {
+public:
+  DebugRecording(TracerState& tracer, bool defer, c10::ArrayRef<c10::IValue> args,
+                 std::string where)
+      : active_(defer && tracer.settings.debug) {
+    if (!active_) return;
+    arguments_ = frozenValues(args);
+    launches_before_ = tracer.window.launches.size();
+    batches_before_ = batches_run;
+    where_ = std::move(where);
+  }
+
+  void finish(TracerState& tracer, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+    if (!active_) return;
+    std::vector<DeferredLaunch>& launches = tracer.window.launches;
+    const size_t first = batches_run == batches_before_ ? launches_before_ : 0;
+    if (launches.size() <= first) return; // it ran eagerly: nothing to check
+    for (size_t i = first; i < launches.size(); ++i)
+      launches[i].where = where_;
+    const size_t returns = std::min(op.schema().returns().size(), stack.size());
+    tracer.window.debug.rerun(
+        {op, std::move(arguments_), frozenValues(torch::jit::last(stack, returns)), where_});
+  }
+
+private:
+  bool active_;
+  std::vector<c10::IValue> arguments_;
+  size_t launches_before_ = 0;
+  int64_t batches_before_ = 0;
+  std::string where_;
+};
 
 // Ends the window: runs its recorded launches, counts its signature, starts the next one.
 void syncLocked(TracerState& tracer, SyncCause cause, const c10::OperatorHandle* op) {
@@ -271,6 +322,7 @@ void configureFromEnvironment() {
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings = settings;
+  detail::debugging.store(settings.debug, std::memory_order_relaxed);
   tracer.recurrence = Recurrence(settings.threshold);
   detail::adaptive_on.store(settings.enabled, std::memory_order_release);
 }
@@ -278,6 +330,19 @@ void configureFromEnvironment() {
 void setCallCacheHooks(const CallCacheHooks& hooks) {
   auto lock = lockWindow();
   state().hooks = hooks;
+}
+
+void setAdaptiveDebug(bool enabled) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
+  tracer.settings.debug = enabled;
+  detail::debugging.store(enabled, std::memory_order_relaxed);
+}
+
+bool adaptiveDebug() {
+  auto lock = lockWindow();
+  return state().settings.debug;
 }
 
 void setAdaptive(bool enabled) {
@@ -289,6 +354,8 @@ void setAdaptive(bool enabled) {
 bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
+  // Located before the window lock is taken: the locator takes the GIL.
+  std::string where = detail::debugging.load(std::memory_order_relaxed) ? locateSource() : "";
   auto lock = lockWindow();
   syncAtEndOfBackward();
   TracerState& tracer = state();
@@ -304,6 +371,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     ++window.deferred_ops;
   else
     runRecordedLaunchesLocked(tracer);
+  DebugRecording debug(tracer, defer, args, std::move(where));
 
   const auto kernel_start = timed ? std::chrono::steady_clock::now() : start;
   if (defer) deferred_op = &op;
@@ -321,6 +389,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   const int64_t kernel_ns = timed ? nanosecondsSince(kernel_start) : 0;
   if (!ran) return false;
+  debug.finish(tracer, op, *stack);
   if (!window.pinned) noteOutputs(window, op, *stack);
   if (defer) ++counters.ops_deferred;
 
@@ -340,17 +409,20 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                       LibraryKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
+  // Located before the window lock is taken: the locator takes the GIL.
+  std::string where = detail::debugging.load(std::memory_order_relaxed) ? locateSource() : "";
   auto lock = lockWindow();
   syncAtEndOfBackward();
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
   ++tracer.counters.ops_traced;
-  const bool defer =
-      traceRecord(tracer, op, torch::jit::last(*stack, op.schema().arguments().size()));
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
+  const bool defer = traceRecord(tracer, op, args);
   if (defer) {
     ++window.deferred_ops;
     deferred_op = &op;
   }
+  DebugRecording debug(tracer, defer, args, std::move(where));
   {
     ++traced_call_depth;
     detail::deferring = defer;
@@ -364,6 +436,7 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     } restore;
     kernel(op, stack);
   }
+  debug.finish(tracer, op, *stack);
   if (!window.pinned) noteOutputs(window, op, *stack);
   if (defer) ++tracer.counters.ops_deferred;
   endWindowAtLimits(tracer);
@@ -484,6 +557,9 @@ AdaptiveStats adaptiveStats() {
   stats.ops_replayed = counters.ops_replayed;
   stats.launches_recorded = counters.launches_recorded;
   stats.calls_from_plan_cache = counters.calls_from_plan_cache;
+  stats.debug = tracer.settings.debug;
+  stats.debug_batches = counters.debug_batches;
+  stats.debug_mismatches = counters.debug_mismatches;
   if (counters.timed_ops > 0)
     stats.tracing_ns_per_op = static_cast<double>(counters.tracing_ns) / counters.timed_ops;
   if (counters.timed_deferred_ops > 0)

@@ -35,6 +35,7 @@ extern std::atomic<bool> launches_recorded; // a window has launches not run yet
 extern thread_local bool deferring;         // this thread is inside a deferred op call
 extern thread_local bool in_library_step;   // this thread runs a library op traced in a window
 extern thread_local bool running_window;    // this thread runs the window's recorded steps
+extern std::atomic<bool> debugging;         // NEURON_ADAPTIVE_DEBUG is on
 void syncSlow(SyncCause cause, const c10::OperatorHandle* op);
 void runRecordedLaunchesSlow();
 } // namespace detail
@@ -45,6 +46,10 @@ inline bool adaptiveEnabled() { return detail::adaptive_on.load(std::memory_orde
 void configureFromEnvironment();
 // Turns adaptive mode on or off for the process; turning it off is a sync point.
 void setAdaptive(bool enabled);
+// NEURON_ADAPTIVE_DEBUG (debug_check.h): recorded calls remember their Python line, and every
+// batch of recorded steps is checked against ATen's CPU kernels. Changing it is a sync point.
+void setAdaptiveDebug(bool enabled);
+bool adaptiveDebug();
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
@@ -147,6 +152,9 @@ struct AdaptiveStats {
   int64_t launches_saved = 0;     // launches fusion removed (part 2; 0 until then)
   double tracing_ns_per_op = 0;   // mean tracer bookkeeping per traced op (the kernel excluded)
   double recording_ns_per_op = 0; // mean whole cost of a deferred op call (planning included)
+  bool debug = false;             // NEURON_ADAPTIVE_DEBUG
+  int64_t debug_batches = 0;      // batches of recorded steps checked against the CPU
+  int64_t debug_mismatches = 0;   // results that differed (each one warned about)
 };
 AdaptiveStats adaptiveStats();
 void resetAdaptiveStats();

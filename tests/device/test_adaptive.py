@@ -3,6 +3,7 @@ launches of hot windows and runs them at sync points. Every test compares with t
 eager mode on the device), and each hazard test fails without its handling: a missed sync point
 reads stale memory, a missed write ordering reads the wrong values."""
 
+import ctypes
 import json
 import os
 import subprocess
@@ -342,6 +343,36 @@ def test_fork_in_the_middle_of_a_window_leaves_parent_and_child_correct(dev):
     assert_same(pending, chain(x))
 
 
+def test_debug_mode_reruns_recorded_steps_eagerly_and_names_the_line_of_a_difference(dev):
+    # NEURON_ADAPTIVE_DEBUG: every recorded call is rerun eagerly on the CPU; a window that reads
+    # what eager mode would not (here: memory written by foreign code behind the tracer's back,
+    # which no sync point can see) is reported, naming the op and the line it was written on.
+    torchneuron.set_adaptive_debug(True)
+    try:
+        x = torch.randn(64)
+        d = x.to(dev)
+        w = torch.randn(8, 8).to(dev)
+        for i in range(5):
+            assert_same(torch.tanh((d + i).view(8, 8) @ w) * 2,
+                        torch.tanh((x + i).view(8, 8) @ w.cpu()) * 2)
+        m = adaptive_metrics()
+        assert m["debug"] and m["debug_batches"] >= 2 and m["debug_mismatches"] == 0, m
+        line = None
+        with pytest.warns(UserWarning) as caught:
+            for _ in range(4):
+                src = torch.ones(64).to(dev)
+                z = src * 3; line = sys._getframe().f_lineno  # noqa: E702
+                ctypes.memset(src.data_ptr(), 0, 64 * 4)
+                z.cpu()
+        texts = [str(w.message) for w in caught if "[adaptive debug]" in str(w.message)]
+        assert texts and f"aten::mul.Tensor (written at {__file__}:{line})" in texts[0], texts
+        assert adaptive_metrics()["debug_mismatches"] >= 1
+    finally:
+        torchneuron.set_adaptive_debug(False)
+    with pytest.raises(TypeError, match="expects a bool"):
+        torchneuron.set_adaptive_debug("yes")
+
+
 def test_set_adaptive_takes_a_bool():
     with pytest.raises(TypeError, match="expects a bool"):
         torchneuron.set_adaptive(1)
@@ -364,7 +395,8 @@ for n in range(16):  # one site, 16 different windows, none recurring: pinned
 m = torchneuron.metrics()["adaptive"]
 print(json.dumps({"hot": sorted(s[0] for s in torchneuron._C.adaptive_signatures(50) if s[2]),
                   "op_limit": m["syncs"]["op_limit"], "replays": m["replays"],
-                  "pinned": m["pinned_sites"]}))
+                  "pinned": m["pinned_sites"], "debug": m["debug"],
+                  "debug_batches": m["debug_batches"], "debug_mismatches": m["debug_mismatches"]}))
 """
 
 
@@ -376,11 +408,15 @@ def run_program(**env):
 
 
 def test_signatures_are_the_same_in_two_processes_and_windows_cut_at_stable_places():
-    runs = [run_program() for _ in range(2)]
+    # The second process runs with NEURON_ADAPTIVE_DEBUG=1: the same signatures, and every batch
+    # of recorded steps checked against ATen's CPU kernels without a difference.
+    runs = [run_program(), run_program(NEURON_ADAPTIVE_DEBUG="1")]
     for run in runs:
         assert run.returncode == 0, run.stderr
     first, second = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
     assert first["hot"] and first["hot"] == second["hot"]
+    assert not first["debug"] and first["debug_batches"] == 0
+    assert second["debug"] and second["debug_batches"] >= 6 and second["debug_mismatches"] == 0
     # The op limit cut the 21-op steps into windows that recur, so they replayed.
     assert first["op_limit"] >= 12 and first["replays"] >= 6
     assert first["pinned"] == 1
