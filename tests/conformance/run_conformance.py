@@ -58,9 +58,9 @@ def parse_args(argv):
                              "ran wholly on the CPU fallback in float32")
     parser.add_argument("--adaptive", action="store_true",
                         help="run the device side under the adaptive eager tracer: each device "
-                             "sample three times (cold, hot, replayed), counting the samples whose "
-                             "last run replayed a recorded window; every float32 sample, the --quick "
-                             "selection in the other dtypes")
+                             "sample three times (cold, hot, replayed), counting the samples "
+                             "whose last run replayed a recorded window; every float32 sample, "
+                             "the --quick selection in the other dtypes")
     parser.add_argument("--min-replayed", type=int, default=0, metavar="N",
                         help="with --adaptive: fail unless at least N samples replayed")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
