@@ -5,7 +5,7 @@ BUILD ?= build
 PYTHON := /usr/bin/python3
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test conformance bench bench-quick format format-check clean
+.PHONY: all deps configure build demo test conformance conformance-adaptive bench bench-quick format format-check clean
 
 all: build
 
@@ -43,6 +43,13 @@ format-check: deps
 
 conformance: build
 	$(PYTHON) tests/conformance/run_conformance.py --output $(BUILD)/conformance/summary.json
+
+# The referee under the adaptive eager tracer: each device sample three times (cold, hot,
+# replayed); every float32 sample, the quick selection in the other dtypes. It fails on any
+# unexpected mismatch or device error, and when fewer than 1,000 samples replayed.
+conformance-adaptive: build
+	$(PYTHON) tests/conformance/run_conformance.py --adaptive --min-replayed 1000 \
+	  --output $(BUILD)/conformance/summary-adaptive.json
 
 # Every workload in every mode at 1 and 2 threads: $(BUILD)/bench/report.{md,json,png}.
 bench: build

@@ -1,5 +1,6 @@
 """One conformance worker: runs the samples of a list of (OpInfo, dtype) pairs and appends one
-JSON line per pair to a results file (read by run_conformance.py while it runs)."""
+JSON line per pair to a results file (read by run_conformance.py while it runs). With adaptive
+on, the device side runs under the adaptive eager tracer and each sample runs several times."""
 import itertools
 import json
 import random
@@ -286,8 +287,57 @@ def within_cpu_spread(op, dev_sample, dev):
     return True
 
 
-def run_sample(op, dev_sample, dev, used, dtype):
+# The tracer's replay counter as reset_metrics() leaves it: replays counted before each reset.
+replays_before_reset = 0
+
+
+def reset_metrics():
+    """torchneuron.reset_metrics(), keeping the tracer's replays counted so far in
+    replays_before_reset (replays_so_far() keeps counting across it)."""
+    global replays_before_reset
+    if torchneuron.adaptive_enabled():  # the tracer replays nothing while it is off
+        replays_before_reset += torchneuron.metrics()["adaptive"]["replays"]
+    torchneuron.reset_metrics()
+
+
+def replays_so_far():
+    """Windows the tracer replayed in this process (wholly from recorded launches)."""
+    return replays_before_reset + torchneuron.metrics()["adaptive"]["replays"]
+
+
+def run_sample(op, dev_sample, dev, used, dtype, replays=None):
+    """The sample's outcome. With `replays` (a list), appends the windows the tracer replayed
+    while the device ran the sample and its result was compared (not while a mismatch is
+    re-examined)."""
+    before = replays_so_far() if replays is not None else 0
     result = compare_sample(op, dev_sample, dev, used)
+    if replays is not None:
+        replays.append(replays_so_far() - before)
+    return judge_mismatch(op, dev_sample, dev, dtype, result)
+
+
+def run_sample_adaptive(op, dev_sample, dev, used, dtype, runs):
+    """The sample run `runs` times under the tracer (the first cold, the last replayed once its
+    windows recurred often enough), each run judged on its own. The outcome is the first run's
+    that mismatched or raised, else the first skip, naming the run; else a pass (with an
+    ill-conditioned run's detail if there was one). `replays` lists the windows each run
+    replayed; the sample is `replayed` when its last run replayed any."""
+    replays = []
+    results = [run_sample(op, dev_sample, dev, used, dtype, replays) for _ in range(runs)]
+    for outcomes in (("mismatch", "device_error"), ("skipped",)):
+        index = next((i for i, r in enumerate(results) if r["outcome"] in outcomes), None)
+        if index is not None:
+            detail = (f"run {index + 1} of {runs} ({replays[index]} windows replayed): "
+                      f"{results[index]['detail']}")
+            return {**results[index], "detail": detail, "replayed": replays[-1] > 0,
+                    "replays": replays}
+    passed = next((r for r in results if r.get("ill_conditioned")), results[-1])
+    return {**passed, "replayed": replays[-1] > 0, "replays": replays}
+
+
+def judge_mismatch(op, dev_sample, dev, dtype, result):
+    """A mismatch re-examined: skipped when the op reads uninitialized memory, passed when the
+    sample is ill-conditioned (docs/conformance.md); any other result as it is."""
     if result["outcome"] != "mismatch" or result["detail"].startswith("device warned"):
         return result  # an extra warning is a mismatch whatever the values
     for side in ("cpu", dev):
@@ -313,7 +363,7 @@ def compare_sample(op, dev_sample, dev, used):
     except Exception as e:
         return {"outcome": "skipped", "detail": "CPU raised " + first_line(e)}
 
-    torchneuron.reset_metrics()
+    reset_metrics()
     seed(SEED)
     try:
         dev_out, dev_warnings = call_recording_warnings(lambda: op(dev_input, *dev_args, **dev_kwargs))
@@ -391,20 +441,27 @@ def seed_everything():
     numpy.random.seed(0)
 
 
-def quick_sample_count(dtype):
-    """Samples per OpInfo in --quick: two in float32 (the dtype most code runs in), one in the
-    others, so that `make test` covers every dtype and stays short."""
-    return 2 if dtype == torch.float32 else 1
+def sample_count(dtype, quick, adaptive):
+    """Samples per OpInfo: in --quick two in float32 (the dtype most code runs in) and one in
+    the others, so that `make test` covers every dtype and stays short; in --adaptive every
+    float32 sample and --quick's one in the others; otherwise all (None)."""
+    if quick:
+        return 2 if dtype == torch.float32 else 1
+    if adaptive and dtype != torch.float32:
+        return 1
+    return None
 
 
-def run_opinfo(op, name, dtype_text, dev, quick):
+def run_opinfo(op, name, dtype_text, dev, quick, adaptive_runs):
     started = time.monotonic()
-    record = run_samples(op, name, dtype_text, dev, quick)
+    record = run_samples(op, name, dtype_text, dev, quick, adaptive_runs)
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
 
 
-def run_samples(op, name, dtype_text, dev, quick):
+def run_samples(op, name, dtype_text, dev, quick, adaptive_runs):
+    """Every sample's outcome; with `adaptive_runs`, each sample runs that many times under the
+    tracer."""
     dtype = dtype_named(dtype_text)
     used = {"kinds": set(), "fallback_ops": set()}
     # Gradients only where the OpInfo supports backward in this dtype (never for integers).
@@ -412,7 +469,10 @@ def run_samples(op, name, dtype_text, dev, quick):
     try:
         seed_everything()
         samples = op.sample_inputs(dev, dtype, requires_grad=requires_grad)
-        samples = list(itertools.islice(samples, quick_sample_count(dtype)) if quick else samples)
+        samples = list(itertools.islice(samples, sample_count(dtype, quick, adaptive_runs)))
+        if adaptive_runs:
+            # The generating ops' window runs now, not inside the first sample's first run.
+            torchneuron.synchronize()
     except Exception as e:
         return {"name": name, "dtype": dtype_text, "kind": "unknown", "fallback_ops": [],
                 "samples": [{"outcome": "device_error", "detail": "device sample generation raised " + first_line(e)}]}
@@ -420,30 +480,43 @@ def run_samples(op, name, dtype_text, dev, quick):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for sample in samples:
-            results.append(run_sample(op, sample, dev, used, dtype))
+            if adaptive_runs:
+                results.append(run_sample_adaptive(op, sample, dev, used, dtype, adaptive_runs))
+            else:
+                results.append(run_sample(op, sample, dev, used, dtype))
     return {"name": name, "dtype": dtype_text, "kind": op_kind(used["kinds"]),
             "fallback_ops": sorted(used["fallback_ops"]), "samples": results}
 
 
-def run_worker(items_file, results_file, quick):
+def run_worker(items_file, results_file, quick, adaptive=False):
     torch.set_num_threads(1)
     with open(items_file) as f:
         items = [line.rstrip("\n").split("\t") for line in f if line.strip()]
     ops = opinfos_by_name()
     dev = torchneuron.device()
-    # In --quick, an OpInfo whose float32 samples all ran on ATen's CPU kernel through the
-    # fallback runs no other dtype: the fallback is ATen's own kernel whatever the dtype, and the
-    # quick subset spends its time where the device's own kernels run (the full run does all).
+    adaptive_runs = None
+    if adaptive:
+        # A window is hot after `threshold` occurrences and replays from the next one on: with
+        # the default threshold (2) the three runs are cold, hot and replayed.
+        torchneuron.set_adaptive(True)
+        threshold = torchneuron.metrics()["adaptive"]["threshold"]
+        adaptive_runs = max(3, threshold + 1)
+    # In --quick (and in --adaptive's other dtypes), an OpInfo whose float32 samples all ran on
+    # ATen's CPU kernel through the fallback runs no other dtype: the fallback is ATen's own
+    # kernel whatever the dtype, and the quick subset spends its time where the device's own
+    # kernels run (the full run does all).
     cpu_only = set()
     with open(results_file, "a") as out:
         for name, dtype in items:
-            if quick and name in cpu_only:
+            if (quick or adaptive) and name in cpu_only:
                 record = {"name": name, "dtype": dtype, "kind": "fallback", "fallback_ops": [],
                           "samples": [], "quick_skipped": True}
             else:
-                record = run_opinfo(ops[name], name, dtype, dev, quick)
+                record = run_opinfo(ops[name], name, dtype, dev, quick, adaptive_runs)
                 if dtype == "float32" and record["kind"] == "fallback":
                     cpu_only.add(name)
+            if adaptive:
+                record.update(adaptive_runs=adaptive_runs, adaptive_threshold=threshold)
             out.write(json.dumps(record) + "\n")
             out.flush()
     return 0

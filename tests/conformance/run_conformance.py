@@ -15,12 +15,18 @@ and, where the op supports autograd in that dtype, so are the gradients. A sampl
 Per OpInfo it records how the device ran it: "compiled", "library" or "fallback" (the
 least native kind any of its samples needed) and which ATen ops fell back.
 
+--adaptive runs the device side under the adaptive eager tracer (docs/adaptive-eager.md): each
+device sample runs three times (threshold + 1 when NEURON_ADAPTIVE_THRESHOLD is above 2: cold,
+hot, replayed), each run judged as above; a sample is "replayed" when its last run replayed at
+least one recorded window (the tracer's own replay counter). Every float32 sample runs; the other
+dtypes run the --quick selection.
+
 The unit of work is one OpInfo in one dtype. Work is split over worker processes; a worker that
 crashes marks the OpInfo and dtype it was running as device_error ("crashed") and the run goes
 on with a new worker.
 
-    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--ops a,b] [--dtypes d,e]
-        --output FILE
+    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--adaptive] [--ops a,b]
+        [--dtypes d,e] --output FILE
 """
 import argparse
 import json
@@ -50,6 +56,13 @@ def parse_args(argv):
                         help="the subset `make test` runs: the first 2 samples of each OpInfo in "
                              "float32, the first one in each other dtype, except for OpInfos that "
                              "ran wholly on the CPU fallback in float32")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="run the device side under the adaptive eager tracer: each device "
+                             "sample three times (cold, hot, replayed), counting the samples "
+                             "whose last run replayed a recorded window; every float32 sample, "
+                             "the --quick selection in the other dtypes")
+    parser.add_argument("--min-replayed", type=int, default=0, metavar="N",
+                        help="with --adaptive: fail unless at least N samples replayed")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
                         help="comma-separated dtypes (default: %(default)s)")
@@ -57,7 +70,13 @@ def parse_args(argv):
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: op list file
     parser.add_argument("--results", help=argparse.SUPPRESS)  # internal: JSON lines out
     parser.add_argument("--plan", help=argparse.SUPPRESS)  # internal: list the work here first
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.min_replayed < 0:
+        parser.error(f"--min-replayed must be 0 or more, got {args.min_replayed}")
+    if args.min_replayed and not args.adaptive:
+        parser.error(f"--min-replayed {args.min_replayed} needs --adaptive (only the adaptive "
+                     f"tracer replays)")
+    return args
 
 
 def checked_dtypes(args):
@@ -123,11 +142,16 @@ def run_parent(args):
             print(f"\r[conformance] {done}/{total or '?'} OpInfo dtypes", end="", flush=True)
         print()
         records = [r for runner in runners for r in runner.records]
-    summary = summarize(records, quick=args.quick, seconds=time.time() - started)
+    summary = summarize(records, quick=args.quick, seconds=time.time() - started,
+                        adaptive=args.adaptive)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     print_report(summary, args.output)
+    if args.adaptive and summary["replayed"] < args.min_replayed:
+        print(f"[conformance] {summary['replayed']} samples replayed a recorded window, fewer "
+              f"than --min-replayed {args.min_replayed}", file=sys.stderr)
+        return 1
     return 0 if not summary["unexpected_failures"] else 1
 
 
@@ -154,7 +178,8 @@ class ShardRunner:
         base = os.path.join(self.scratch, f"shard{self.index}.{self.restarts}")
         self.results_path = base + ".jsonl"
         command = [sys.executable, __file__, "--output", self.args.output, "--worker", base + ".ops",
-                   "--results", self.results_path] + (["--quick"] if self.args.quick else [])
+                   "--results", self.results_path] + (["--quick"] if self.args.quick else []) \
+            + (["--adaptive"] if self.args.adaptive else [])
         if remaining is None:  # the worker writes the plan, then this shard's items, and runs them
             command += ["--plan", plan, "--ops", self.args.ops, "--dtypes", self.args.dtypes,
                         "--workers", str(self.args.workers)]
@@ -212,19 +237,23 @@ OUTCOMES = ("pass", "mismatch", "device_error", "skipped")
 KIND_ORDER = ("unknown", "fallback", "library", "compiled", "runtime")  # least native first
 
 
-def summarize(records, quick, seconds):
+def summarize(records, quick, seconds, adaptive=False):
     """Totals, totals per dtype (`samples_by_dtype`, `by_dtype`) and per OpInfo (with its
-    dtypes and first problems)."""
+    dtypes and first problems). With `adaptive`, each of them also counts `replayed` (samples
+    whose last run replayed a recorded window), and `adaptive` says how the samples ran."""
     totals = dict.fromkeys(OUTCOMES, 0)
     by_dtype = {}
     per_op = {}
     ill_conditioned = 0
+    replayed = 0
     for record in records:
         dtype = record.get("dtype", "float32")
         counts = dict.fromkeys(OUTCOMES, 0)
         dtype_totals = by_dtype.setdefault(dtype, {**dict.fromkeys(OUTCOMES, 0), "samples": 0,
                                                    "ill_conditioned": 0, "opinfos": 0,
                                                    "worker_seconds": 0.0})
+        record_replayed = sum(bool(sample.get("replayed")) for sample in record["samples"])
+        replayed += record_replayed
         dtype_totals["opinfos"] += 1
         dtype_totals["worker_seconds"] = round(dtype_totals["worker_seconds"] +
                                                record.get("seconds", 0.0), 3)
@@ -244,6 +273,9 @@ def summarize(records, quick, seconds):
             totals[key] += value
             op[key] += value
         op["dtypes"][dtype] = {"kind": record["kind"], **counts}
+        if adaptive:
+            for entry in (dtype_totals, op, op["dtypes"][dtype]):
+                entry["replayed"] = entry.get("replayed", 0) + record_replayed
         if KIND_ORDER.index(record["kind"]) < KIND_ORDER.index(op["kind"]):
             op["kind"] = record["kind"]
         op["fallback_ops"] = sorted(set(op["fallback_ops"]) | set(record["fallback_ops"]))
@@ -251,7 +283,15 @@ def summarize(records, quick, seconds):
     for op in per_op.values():
         kinds[op["kind"]] += 1
     failing = sorted(n for n, o in per_op.items() if o["mismatch"] or o["device_error"])
-    return {"opinfos": len(per_op), "opinfo_dtypes": len(records),
+    extra = {}
+    if adaptive:
+        # How each device sample ran: the worker's runs per sample and the tracer's threshold
+        # (every worker reads the same environment; a crashed pair's record has neither).
+        runs = sorted({(r["adaptive_runs"], r["adaptive_threshold"]) for r in records
+                       if "adaptive_runs" in r})
+        extra = {"replayed": replayed,
+                 "adaptive": [{"runs_per_sample": n, "threshold": t} for n, t in runs]}
+    return {**extra, "opinfos": len(per_op), "opinfo_dtypes": len(records),
             "samples": sum(totals.values()), **totals,
             "ill_conditioned": ill_conditioned,
             "samples_by_dtype": {d: t["samples"] for d, t in by_dtype.items()},
@@ -275,13 +315,16 @@ def print_report(summary, path):
         print(f"  {dtype:>9}: opinfos={t['opinfos']} samples={t['samples']} pass={t['pass']} "
               f"(ill-conditioned {t['ill_conditioned']}) mismatch={t['mismatch']} "
               f"device_error={t['device_error']} skipped={t['skipped']} "
-              f"({t['worker_seconds']:.0f} worker-s)")
+              + (f"replayed={t['replayed']} " if "replayed" in t else "")
+              + f"({t['worker_seconds']:.0f} worker-s)")
     kinds = summary["opinfos_by_kind"]
     print(f"[conformance] opinfos={summary['opinfos']} dtypes={len(summary['by_dtype'])} "
           f"samples={summary['samples']} "
           f"pass={summary['pass']} (ill-conditioned {summary['ill_conditioned']}) "
           f"mismatch={summary['mismatch']} "
-          f"device_error={summary['device_error']} skipped={summary['skipped']} | native "
+          f"device_error={summary['device_error']} skipped={summary['skipped']} "
+          + (f"replayed={summary['replayed']} " if "replayed" in summary else "")
+          + "| native "
           f"compiled={kinds['compiled']} library={kinds['library']} fallback={kinds['fallback']} "
           f"| {summary['seconds']}s -> {path}")
 
@@ -292,5 +335,6 @@ if __name__ == "__main__":
         if arguments.plan:
             write_plan(arguments)
         from conformance_worker import run_worker
-        sys.exit(run_worker(arguments.worker, arguments.results, arguments.quick))
+        sys.exit(run_worker(arguments.worker, arguments.results, arguments.quick,
+                            arguments.adaptive))
     sys.exit(run_parent(arguments))
