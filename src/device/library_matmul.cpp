@@ -36,7 +36,8 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
 }
 
 // The tensor's current geometry over its storage, unaffected by later metadata changes of the
-// tensor itself (t_(), as_strided_()): what a recorded step must read when the window runs.
+// tensor itself (t_(), squeeze_(), as_strided_()): what a recorded step must read, and write,
+// when the window runs (matmul's 1-D case squeezes the result of mm in place).
 at::Tensor frozen(const at::Tensor& t) {
   return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
       /*version_counter=*/0, /*allow_tensor_metadata_change=*/false));
@@ -51,8 +52,8 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
   at::Tensor out = at::empty(sizes, like.options());
   if (tracer::deferringLaunches()) {
     tracer::recordHostStep(
-        [fill, out, frozen_operands = std::make_tuple(frozen(operands)...)] {
-          std::apply([&](const auto&... t) { fill(hostView(out), hostView(t)...); },
+        [fill, frozen_out = frozen(out), frozen_operands = std::make_tuple(frozen(operands)...)] {
+          std::apply([&](const auto&... t) { fill(hostView(frozen_out), hostView(t)...); },
                      frozen_operands);
         },
         {operands...}, {out});

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -187,6 +188,18 @@ def test_recorded_matmuls_read_their_operands_geometry_as_of_the_call(dev):
         w.t_()
         z = y + w
         torch.testing.assert_close(z.cpu(), torch.tanh(a) @ a + a.t())
+
+
+def test_recorded_matmuls_write_their_result_as_allocated_at_the_call(dev):
+    # matmul of a vector by a matrix is mm of a [1, k] row, whose [1, n] result is then squeezed
+    # in place to [n]: the recorded mm must still write the [1, n] it allocated (found by
+    # make conformance-adaptive: nn.functional.linear on a 1-D input).
+    v, m = torch.randn(4), torch.randn(4, 3)
+    for i in range(5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a resized output warns
+            got = torch.tanh(v.to(dev) + i) @ m.to(dev)
+            torch.testing.assert_close(got.cpu(), torch.tanh(v + i) @ m)
 
 
 def test_leaving_adaptive_mode_runs_the_window(dev):
