@@ -1,5 +1,7 @@
 #include "tracer/debug_check.h"
 
+#include "tracer/op_window.h" // opName
+
 #include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -125,8 +127,7 @@ at::Tensor DebugShadow::onCpu(const at::Tensor& t) {
 }
 
 static std::string callName(const DebugCall& call) {
-  const c10::OperatorName& name = call.op.schema().operator_name();
-  std::string text = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+  std::string text = opName(call.op);
   if (!call.where.empty()) text += " (written at " + call.where + ")";
   return text;
 }
