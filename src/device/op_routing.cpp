@@ -110,7 +110,9 @@ constexpr const char* kRandomOps[] = {"uniform_",
                                       "_standard_gamma",
                                       "poisson",
                                       "binomial",
-                                      "_sample_dirichlet"};
+                                      "_sample_dirichlet",
+                                      "rrelu_with_noise",
+                                      "rrelu_with_noise.out"};
 
 // mm, addmm, bmm and baddbmm have kernels of their own that write into device memory directly.
 constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_", "convolution",
@@ -130,12 +132,98 @@ constexpr const char* kIndexingOps[] = {"embedding_dense_backward",
                                         "index.Tensor",
                                         "_index_put_impl_"};
 
+// The ops of training steps (losses, batch and group norm, pooling, padding, resampling, the
+// backward of activations, top-k, masked_select, dot) with their backward and out= overloads.
+// Without a device kernel each would run on the CPU fallback, warn, and end the adaptive tracer's
+// window at every step. The functional overloads run the CPU's own functional kernel: structured
+// ops otherwise reach the device through ATen's generic functional wrapper (an empty output, then
+// .out), whose .out kernel resizes it and warns where the CPU does not (mse_loss, smooth_l1_loss).
+constexpr const char* kTrainingOps[] = {
+    // losses
+    "nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
+    "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
+    "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "binary_cross_entropy",
+    "binary_cross_entropy.out", "binary_cross_entropy_backward",
+    "binary_cross_entropy_backward.grad_input", "mse_loss", "mse_loss.out", "mse_loss_backward",
+    "mse_loss_backward.grad_input", "smooth_l1_loss", "smooth_l1_loss.out",
+    "smooth_l1_loss_backward.grad_input", "huber_loss", "huber_loss.out", "huber_loss_backward.out",
+    "_ctc_loss", "_ctc_loss.Tensor", "_ctc_loss_backward", "_ctc_loss_backward.Tensor",
+    "multi_margin_loss", "multi_margin_loss.out", "multi_margin_loss_backward",
+    "multi_margin_loss_backward.grad_input", "multilabel_margin_loss_forward",
+    "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
+    "multilabel_margin_loss_backward.grad_input",
+    // normalization
+    "native_batch_norm", "native_batch_norm_backward", "native_group_norm",
+    "native_group_norm_backward",
+    // pooling
+    "max_pool2d_with_indices", "max_pool2d_with_indices.out", "max_pool2d_with_indices_backward",
+    "max_pool2d_with_indices_backward.grad_input", "max_pool3d_with_indices",
+    "max_pool3d_with_indices.out", "max_pool3d_with_indices_backward",
+    "max_pool3d_with_indices_backward.grad_input", "avg_pool2d", "avg_pool2d.out",
+    "avg_pool2d_backward", "avg_pool2d_backward.grad_input", "avg_pool3d", "avg_pool3d.out",
+    "avg_pool3d_backward", "avg_pool3d_backward.grad_input", "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward",
+    "adaptive_max_pool2d", "adaptive_max_pool2d.out", "adaptive_max_pool2d_backward",
+    "adaptive_max_pool2d_backward.grad_input", "adaptive_max_pool3d", "adaptive_max_pool3d.out",
+    "adaptive_max_pool3d_backward", "adaptive_max_pool3d_backward.grad_input",
+    "fractional_max_pool2d", "fractional_max_pool2d.output", "fractional_max_pool2d_backward",
+    "fractional_max_pool2d_backward.grad_input", "fractional_max_pool3d",
+    "fractional_max_pool3d.output", "fractional_max_pool3d_backward",
+    "fractional_max_pool3d_backward.grad_input", "max_unpool2d", "max_unpool2d.out", "max_unpool3d",
+    "max_unpool3d.out",
+    // padding
+    "reflection_pad1d", "reflection_pad1d.out", "reflection_pad1d_backward",
+    "reflection_pad1d_backward.grad_input", "reflection_pad2d", "reflection_pad2d.out",
+    "reflection_pad2d_backward", "reflection_pad2d_backward.grad_input", "reflection_pad3d",
+    "reflection_pad3d.out", "reflection_pad3d_backward", "reflection_pad3d_backward.grad_input",
+    "replication_pad1d", "replication_pad1d.out", "replication_pad1d_backward",
+    "replication_pad1d_backward.grad_input", "replication_pad2d", "replication_pad2d.out",
+    "replication_pad2d_backward", "replication_pad2d_backward.grad_input", "replication_pad3d",
+    "replication_pad3d.out", "replication_pad3d_backward", "replication_pad3d_backward.grad_input",
+    // resampling
+    "upsample_nearest1d", "upsample_nearest1d.out", "upsample_nearest1d_backward",
+    "upsample_nearest1d_backward.grad_input", "upsample_nearest2d", "upsample_nearest2d.out",
+    "upsample_nearest2d_backward", "upsample_nearest2d_backward.grad_input", "upsample_nearest3d",
+    "upsample_nearest3d.vec", "upsample_nearest3d.out", "upsample_nearest3d_backward",
+    "upsample_nearest3d_backward.vec", "upsample_nearest3d_backward.grad_input",
+    "upsample_linear1d", "upsample_linear1d.out", "upsample_linear1d_backward",
+    "upsample_linear1d_backward.grad_input", "upsample_bilinear2d", "upsample_bilinear2d.out",
+    "upsample_bilinear2d_backward", "upsample_bilinear2d_backward.grad_input", "upsample_bicubic2d",
+    "upsample_bicubic2d.out", "upsample_bicubic2d_backward",
+    "upsample_bicubic2d_backward.grad_input", "upsample_trilinear3d", "upsample_trilinear3d.out",
+    "upsample_trilinear3d_backward", "upsample_trilinear3d_backward.grad_input", "grid_sampler_2d",
+    "grid_sampler_2d_backward", "grid_sampler_3d", "grid_sampler_3d_backward", "im2col",
+    "im2col.out", "col2im", "col2im.out",
+    // activations
+    "prelu", "prelu_backward", "silu_backward", "mish_backward", "glu", "glu.out", "glu_backward",
+    "glu_backward.grad_input", "hardshrink", "hardshrink.out", "hardshrink_backward",
+    "hardshrink_backward.grad_input", "softshrink", "softshrink.out", "softshrink_backward",
+    "softshrink_backward.grad_input", "log_sigmoid_forward", "log_sigmoid_forward.output",
+    "log_sigmoid_backward", "log_sigmoid_backward.grad_input",
+    // distances, selection, products
+    "_pdist_forward", "_pdist_backward", "_cdist_forward", "_cdist_backward", "topk", "topk.values",
+    "masked_select", "masked_select.out", "masked_scatter_", "dot"};
+
+// The _foreach_* ops (the multi-tensor optimizers' steps): every one with a CPU kernel, read from
+// the dispatcher. ATen's CPU kernels loop over the lists' tensors, which travel as host views like
+// any tensor argument; the composite ones (.out overloads, _foreach_zero) keep decomposing.
+void routeForeachOpsToLibrary(torch::Library& aten) {
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::_foreach_", 0) != 0) continue;
+    auto op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(DispatchKey::CPU)) continue;
+    registerDeviceKernel(aten, schemaName(name),
+                         routed<Route::kLibrary, &runLibraryKernelOnHost>());
+  }
+}
+
 void registerLibraryOps(torch::Library& aten) {
   for (const auto& names :
        {c10::ArrayRef<const char*>(kRandomOps), c10::ArrayRef<const char*>(kDenseLinearAlgebraOps),
-        c10::ArrayRef<const char*>(kIndexingOps)})
+        c10::ArrayRef<const char*>(kIndexingOps), c10::ArrayRef<const char*>(kTrainingOps)})
     for (const char* name : names)
       registerDeviceKernel(aten, name, routed<Route::kLibrary, &runLibraryKernelOnHost>());
+  routeForeachOpsToLibrary(aten);
   registerDeviceKernel(aten, "mm", routed<Route::kLibrary, &runLibraryMm>());
   registerDeviceKernel(aten, "addmm", routed<Route::kLibrary, &runLibraryAddmm>());
   registerDeviceKernel(aten, "bmm", routed<Route::kLibrary, &runLibraryBmm>());
@@ -176,16 +264,6 @@ void routeCompositeOpsWithCpuKernelsToFallback(torch::Library& aten) {
   }
 }
 
-// 5. Structured losses whose CPU .out kernel resizes the output its own meta function shaped
-//    (PyTorch 1.13), so reaching them through the generic functional wrapper (empty output, then
-//    .out) warns where the CPU does not. Their functional CPU kernel runs instead.
-constexpr const char* kOpsRunAsFunctionalCpuKernels[] = {"mse_loss", "smooth_l1_loss"};
-
-void routeFunctionalCpuKernelsToFallback(torch::Library& aten) {
-  for (const char* name : kOpsRunAsFunctionalCpuKernels)
-    registerDeviceKernel(aten, name, routed<Route::kFallback>());
-}
-
 // A library of registrations for one dispatch key, alive for the process.
 torch::Library& keyLibrary(const char* ns, DispatchKey key, uint32_t line) {
   return *new torch::Library(torch::Library::IMPL, ns, key, __FILE__, line);
@@ -198,16 +276,15 @@ void registerDeviceKernels(torch::Library& aten) {
   // The adaptive tracer replays hot calls from captured plans (device/plan_replay.h).
   installPlanReplay();
 
-  // Steps 1-5 give ops PrivateUse1 kernels; 4 must follow 1-3 (it routes only ops left without
+  // Steps 1-4 give ops PrivateUse1 kernels; 4 must follow 1-3 (it routes only ops left without
   // one), and registerDeviceKernel refuses a second kernel for an op, so no step can silently
   // override another.
   registerRuntimeOps(aten);
   registerLibraryOps(aten);
   registerCompiledOps(aten);
   routeCompositeOpsWithCpuKernelsToFallback(aten);
-  routeFunctionalCpuKernelsToFallback(aten);
 
-  // 6. Copies of conjugated or negated views must reach the device's _copy_from, which copies
+  // 5. Copies of conjugated or negated views must reach the device's _copy_from, which copies
   //    the math bits through ATen's CPU copy; the math-bit fallbacks would otherwise materialize
   //    the source with clone(), which copies, which recurses.
   for (DispatchKey math_bit : {DispatchKey::Conjugate, DispatchKey::Negative}) {
@@ -216,7 +293,7 @@ void registerDeviceKernels(torch::Library& aten) {
     library.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
   }
 
-  // 7. The autograd policy. PyTorch 1.13 falls through AutogradCPU, AutogradCUDA, ... for ops
+  // 6. The autograd policy. PyTorch 1.13 falls through AutogradCPU, AutogradCUDA, ... for ops
   //    without an autograd kernel, but has no fallback for AutogradPrivateUse1, so such an op
   //    fails on device tensors ("Could not run ... AutogradPrivateUse1"): c10d's collectives
   //    under DDP, custom ops. The device falls through as the CPU does. This is safe because a
@@ -227,7 +304,7 @@ void registerDeviceKernels(torch::Library& aten) {
   keyLibrary("_", DispatchKey::AutogradPrivateUse1, __LINE__)
       .fallback(torch::CppFunction::makeFallthrough());
 
-  // 8. Everything else runs on the CPU fallback: dense ops without a device kernel, and every
+  // 7. Everything else runs on the CPU fallback: dense ops without a device kernel, and every
   //    sparse COO op (on host views of the indices and values).
   keyLibrary("_", DispatchKey::PrivateUse1, __LINE__).fallback(routed<Route::kFallback>());
   keyLibrary("_", DispatchKey::SparsePrivateUse1, __LINE__).fallback(routed<Route::kFallback>());

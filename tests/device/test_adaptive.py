@@ -99,8 +99,9 @@ def read_after_synchronize(t):
 CPU_SIDE = {read_item: lambda c: torch.tensor(c.sum().item()), read_tolist: lambda c: c,
             read_repr: lambda c: c, read_by_fallback: lambda c: torch.erfinv(c * 0.01),
             read_after_synchronize: lambda c: c}
-# Printing runs fallback ops on the values before it copies them.
-CAUSE = {read_item: "item", read_tolist: "copy", read_repr: "fallback", read_by_fallback: "fallback",
+# Printing selects the nonzero finite values (masked_select, a library op: no sync point) and
+# reads their range with item(); chain's results are all zero, so its first sync is the copy.
+CAUSE = {read_item: "item", read_tolist: "copy", read_repr: "copy", read_by_fallback: "fallback",
          read_after_synchronize: "synchronize"}
 
 

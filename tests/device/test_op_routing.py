@@ -96,7 +96,7 @@ def test_composite_op_keeps_its_decomposition_and_autograd(dev):
 def test_rerouted_and_compiled_ops_keep_their_autograd(dev):
     g = torch.Generator().manual_seed(1)
     x, w, b = torch.randn(2, 6, 5, generator=g), torch.randn(6, generator=g), torch.randn(6, generator=g)
-    # native_group_norm: a composite op with a CPU kernel, rerouted to the fallback.
+    # native_group_norm: a composite op with a CPU kernel, routed to its CPU kernel (library).
     grads_of(lambda x, w, b: torch.nn.functional.group_norm(x, 3, w, b), [x, w, b], dev)
     # native_layer_norm: a compiled op.
     w5, b5 = torch.randn(5, generator=g), torch.randn(5, generator=g)
@@ -131,6 +131,14 @@ def test_library_route(dev):
     index = torch.tensor([1, 0], device=dev)
     _, launched = run(lambda: torch.index_select(m, 0, index))
     assert launched == {"compiled": {}, "library": {"aten::index_select": 1}, "fallback": {}}
+    # A composite op with a CPU kernel listed as a library op: its CPU kernel, not the composite.
+    groups = torch.arange(12., device=dev).view(1, 4, 3)
+    _, launched = run(lambda: torch.nn.functional.group_norm(groups, 2))
+    assert launched == {"compiled": {}, "library": {"aten::native_group_norm": 1}, "fallback": {}}
+    # A structured loss run as its functional CPU kernel, not as .out.
+    x = torch.full((3,), 2., device=dev)
+    _, launched = run(lambda: torch.nn.functional.mse_loss(x, x))
+    assert launched == {"compiled": {}, "library": {"aten::mse_loss": 1}, "fallback": {}}
 
 
 def test_fallback_routes(dev):
@@ -139,13 +147,10 @@ def test_fallback_routes(dev):
     _, launched = run(lambda: torch.lgamma(x))
     assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::lgamma.out": 1}}
     # A composite op with a CPU kernel, rerouted: the CPU kernel, not the decomposition.
-    groups = torch.arange(12., device=dev).view(1, 4, 3)
-    _, launched = run(lambda: torch.nn.functional.group_norm(groups, 2))
-    assert launched["fallback"] == {"aten::native_group_norm": 1}
-    assert launched["compiled"] == {} and launched["library"] == {}
-    # A structured loss run as its functional CPU kernel, not as .out.
-    _, launched = run(lambda: torch.nn.functional.mse_loss(x, x))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::mse_loss": 1}}
+    m, v = torch.ones(3, 3, device=dev), torch.arange(3., device=dev)
+    result, launched = run(lambda: torch.addr(m, v, v))
+    assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::addr": 1}}
+    assert_same(result, torch.addr(torch.ones(3, 3), torch.arange(3.), torch.arange(3.)))
 
 
 def test_runtime_route_views_and_transfers_launch_nothing(dev):
