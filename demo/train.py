@@ -74,6 +74,14 @@ def main():
         device_losses, device_times = train(dev, args.steps, args.batch)
     metrics = torchneuron.metrics()
     cpu_losses, cpu_times = train(torch.device("cpu"), args.steps, args.batch)
+    # The same training on the device in adaptive mode (NEURON_ADAPTIVE_EAGER=1 does this for a
+    # whole script): recurring op windows are recorded and replayed (docs/adaptive-eager.md).
+    adaptive_before = torchneuron.adaptive_enabled()
+    torchneuron.reset_metrics()
+    with warnings.catch_warnings(record=True), torchneuron.adaptive():
+        warnings.simplefilter("always")
+        adaptive_losses, adaptive_times = train(dev, args.steps, args.batch)
+    adaptive = torchneuron.metrics()["adaptive"]
 
     print("\nloss curve (every 5th step)   device      cpu")
     for step in range(0, args.steps, 5):
@@ -90,6 +98,16 @@ def main():
     print(f"  neuron device {dev_ms:8.2f} ms")
     print(f"  stock CPU     {cpu_ms:8.2f} ms")
     print(f"  device / CPU  {dev_ms / cpu_ms:8.2f}x  (>1 means the device is slower)")
+    adaptive_ms = statistics.median(adaptive_times[steady]) * 1e3
+    adaptive_worst = max(abs(a - b) for a, b in zip(adaptive_losses, cpu_losses))
+    print(f"  adaptive mode {adaptive_ms:8.2f} ms  ({adaptive_ms / cpu_ms:.2f}x the CPU's time, "
+          f"{adaptive_ms / dev_ms:.2f}x eager's; loss within {adaptive_worst:.1e} of the CPU's)")
+    print(f"  adaptive tracer: {adaptive['windows']} windows, {adaptive['replays']} replayed whole, "
+          f"{adaptive['ops_deferred']} of {adaptive['ops_traced']} ops recorded and run at sync "
+          f"points")
+    if adaptive_before:
+        print("  (NEURON_ADAPTIVE_EAGER is set: the device pass above ran in adaptive mode too)")
+    agree = agree and adaptive_worst < 1e-3
 
     launches = metrics["launches"]
     total = sum(launches.values())
@@ -121,8 +139,8 @@ def main():
         print("warm start: no profile of an earlier run of this script yet; this run leaves one, so "
               "the next starts with its kernels linked and its memory faulted in")
     print("\nElementwise ops, reductions, softmax, layer norm and copies run as compiled "
-          "MLIR/LLVM kernels; matmul and convolution as library kernels (OpenBLAS/oneDNN on "
-          "device memory); pooling, batch norm and the loss still fall back to the CPU. "
+          "MLIR/LLVM kernels; matmul, convolution, pooling, batch norm and the loss as library "
+          "kernels (OpenBLAS/oneDNN/ATen's CPU kernels on device memory). "
           "`make bench` measures each workload against stock PyTorch.")
     return 0 if agree else 1
 
