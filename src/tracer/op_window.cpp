@@ -51,6 +51,10 @@ void OpWindow::runLaunches() {
   held.clear();
   held_host_values.clear();
   pending_bytes = 0;
+  // The next window records into the same memory: growing a vector of launches again from
+  // empty would copy each launch (its inline argument slots) several times per window.
+  pending.clear();
+  if (launches.empty()) launches.swap(pending);
 }
 
 void OpWindow::resetTrace() {
