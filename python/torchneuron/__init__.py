@@ -14,6 +14,8 @@ import warnings
 import torch
 
 from . import _C
+from . import _autocast
+from . import _dataloader_workers
 from . import _storage_compat
 from . import distributed  # registers the c10d backend "neuron" (docs/distributed.md)
 
@@ -194,6 +196,8 @@ def explain(windows: int = 10) -> str:
 
 
 _storage_compat.install()
+_dataloader_workers.install()  # device tensors in DataLoader workers: a clear error
+_autocast.install()  # torch.autocast("privateuseone"): warns once, changes nothing
 
 if os.environ.get("NEURON_ADAPTIVE_EXPLAIN", "").lower() in ("1", "true", "yes", "on"):
     atexit.register(lambda: print(explain(), file=sys.stderr))

@@ -18,4 +18,26 @@ void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* st
                name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
 }
 
+const c10::OperatorHandle& convolutionCallOfOverrideable(torch::jit::Stack* /*stack*/) {
+  // The two schemas are the same.
+  static const c10::OperatorHandle convolution =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  return convolution;
+}
+
+const c10::OperatorHandle& convolutionBackwardCallOfOverrideable(torch::jit::Stack* stack) {
+  static const c10::OperatorHandle convolution_backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  // convolution_backward takes bias_sizes after weight, which the overrideable op lacks: the bias
+  // has one value per output channel, so its gradient is needed exactly when output_mask[2] is.
+  constexpr size_t kOverrideableArguments = 10;
+  const size_t begin = stack->size() - kOverrideableArguments;
+  const at::Tensor& grad_output = (*stack)[begin].toTensor();
+  const bool bias_gradient = (*stack)[begin + 9].toBoolList().get(2);
+  c10::IValue bias_sizes;
+  if (bias_gradient) bias_sizes = c10::IValue(std::vector<int64_t>{grad_output.size(1)});
+  stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(begin + 3), std::move(bias_sizes));
+  return convolution_backward;
+}
+
 } // namespace torchneuron

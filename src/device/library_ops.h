@@ -17,4 +17,9 @@ void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// A call of convolution_overrideable (convolution_backward_overrideable) as a call of
+// convolution (convolution_backward): the stack rewritten in place, and that op.
+const c10::OperatorHandle& convolutionCallOfOverrideable(torch::jit::Stack* stack);
+const c10::OperatorHandle& convolutionBackwardCallOfOverrideable(torch::jit::Stack* stack);
+
 } // namespace torchneuron

@@ -5,9 +5,11 @@
 
 #include "device/op_routing.h"
 
+#include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -64,6 +66,16 @@ template <Route route, auto kernel = nullptr> torch::CppFunction routed() {
   return torch::CppFunction::makeFromBoxedFunction<&routeOp<route, kernel>>();
 }
 
+// A library op that runs as another op (`rewrite` turns its stack into that op's and names it).
+template <auto rewrite>
+void routeRewrittenLibraryOp(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  routeOp<Route::kLibrary, &runLibraryKernelOnHost>(rewrite(stack), stack);
+}
+
+template <auto rewrite> torch::CppFunction routedAs() {
+  return torch::CppFunction::makeFromBoxedFunction<&routeRewrittenLibraryOp<rewrite>>();
+}
+
 // 1. Runtime ops: allocation, copies, resizing, storage swaps, views and scalar reads. Every
 //    device implements these itself; they never fall back. Registered unboxed (no route).
 void registerRuntimeOps(torch::Library& aten) {
@@ -115,8 +127,8 @@ constexpr const char* kRandomOps[] = {"uniform_",
                                       "rrelu_with_noise.out"};
 
 // mm, addmm, bmm and baddbmm have kernels of their own that write into device memory directly.
-constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_", "convolution",
-                                                  "convolution_backward"};
+// Convolution is registered below, at its overrideable ops.
+constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_"};
 
 constexpr const char* kIndexingOps[] = {"embedding_dense_backward",
                                         "index_select",
@@ -228,6 +240,14 @@ void registerLibraryOps(torch::Library& aten) {
   registerDeviceKernel(aten, "addmm", routed<Route::kLibrary, &runLibraryAddmm>());
   registerDeviceKernel(aten, "bmm", routed<Route::kLibrary, &runLibraryBmm>());
   registerDeviceKernel(aten, "baddbmm", routed<Route::kLibrary, &runLibraryBaddbmm>());
+  // Convolution at the ops ATen leaves to out-of-tree devices: convolution and _convolution stay
+  // composite, so torch.jit.trace records _convolution as on the CPU (the tracer records neither
+  // convolution nor what a device kernel of it runs, so the trace held its output as a constant).
+  // The calls run as convolution and convolution_backward (the tracer and metrics see those).
+  registerDeviceKernel(aten, "convolution_overrideable",
+                       routedAs<&convolutionCallOfOverrideable>());
+  registerDeviceKernel(aten, "convolution_backward_overrideable",
+                       routedAs<&convolutionBackwardCallOfOverrideable>());
 }
 
 // 3. Compiled ops: every overload the op registry lowers (composite ops excluded by the
@@ -263,6 +283,12 @@ void routeCompositeOpsWithCpuKernelsToFallback(torch::Library& aten) {
     registerDeviceKernel(aten, schemaName(name), routed<Route::kFallback>());
   }
 }
+
+// 8. Sparse COO ops that replace a sparse tensor's own indices and values (zero_, which the
+//    optimizers' zero_grad calls on nn.Embedding(sparse=True)'s gradient) or mark it coalesced:
+//    the fallback's host views cannot do that to the device tensor, and ATen's sparse kernels for
+//    them only touch the tensor's metadata and allocate on its device.
+constexpr const char* kSparseMetadataOps[] = {"zero_", "sparse_resize_and_clear_", "_coalesced_"};
 
 // A library of registrations for one dispatch key, alive for the process.
 torch::Library& keyLibrary(const char* ns, DispatchKey key, uint32_t line) {
@@ -308,9 +334,29 @@ void registerDeviceKernels(torch::Library& aten) {
   //    sparse COO op (on host views of the indices and values).
   keyLibrary("_", DispatchKey::PrivateUse1, __LINE__).fallback(routed<Route::kFallback>());
   keyLibrary("_", DispatchKey::SparsePrivateUse1, __LINE__).fallback(routed<Route::kFallback>());
+
+  // 8. The sparse COO ops that change the sparse tensor itself (kSparseMetadataOps).
+  torch::Library& sparse = keyLibrary("aten", DispatchKey::SparsePrivateUse1, __LINE__);
+  for (const char* name : kSparseMetadataOps) {
+    auto op = c10::Dispatcher::singleton().findOp(atenOpName(name));
+    TORCH_INTERNAL_ASSERT(op && !op->hasKernelForDispatchKey(DispatchKey::SparsePrivateUse1) &&
+                              hasAutogradKernel(*op),
+                          "[routing] ", name, " cannot get a sparse device kernel");
+  }
+  sparse.impl("zero_", torch::CppFunction(&zeroSparse));
+  sparse.impl("sparse_resize_and_clear_",
+              torch::CppFunction(&at::native::sparse_resize_and_clear_));
+  sparse.impl("_coalesced_", torch::CppFunction(&at::native::_coalesced_sparse_));
 }
 
 } // namespace
+
+void warnAutocastDoesNotApply() {
+  TORCH_WARN_ONCE("[autocast] autocast does not apply to the neuron device (PyTorch 1.13 has no "
+                  "autocast for PrivateUse1): ops on device tensors run in the tensors' own dtype "
+                  "(float32 stays float32). Cast the model or inputs (model.to(torch.bfloat16)) "
+                  "for lower precision.");
+}
 
 // The device's one static initializer: it runs when libneuron_device.so loads.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { registerDeviceKernels(m); }

@@ -6,6 +6,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,15 @@ using CompiledKernel = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack
 // A library route's kernel: runs every call it gets, raising ATen's errors as the CPU does.
 using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// PyTorch 1.13 has no autocast key for PrivateUse1: autocast never casts device ops. The first
+// device op run while autocast is on (torch.autocast("cpu"), torch.cpu.amp.autocast) warns once,
+// saying so; op_routing.cpp.
+void warnAutocastDoesNotApply();
+
+// routeOp's call of its route, once autocast is handled.
+template <Route route, auto kernel = nullptr>
+void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // The per-call decision for every boxed device op. The route and its kernel are fixed when the
 // op is registered, so a call costs one direct call: no lookup, no allocation. In adaptive mode
 // (tracer/tracer.h) compiled and library calls go through the tracer, which runs them eagerly or
@@ -39,6 +49,21 @@ using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack*
 // runs before it touches device memory.
 template <Route route, auto kernel = nullptr>
 void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Autocast is on when one of its keys is not excluded (they are by default); a thread-local read.
+  if (C10_UNLIKELY(!c10::impl::tls_local_dispatch_key_set().excluded_.isSupersetOf(
+          c10::autocast_dispatch_keyset))) {
+    warnAutocastDoesNotApply();
+    // The op runs in its tensors' own dtypes, as the warning says, also where it runs a CPU
+    // kernel on host views (which CPU autocast would otherwise cast).
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    routeCall<route, kernel>(op, stack);
+    return;
+  }
+  routeCall<route, kernel>(op, stack);
+}
+
+template <Route route, auto kernel>
+void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if constexpr (route == Route::kCompiled) {
     static_assert(std::is_same_v<decltype(kernel), CompiledKernel>);
     if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)

@@ -6,9 +6,11 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
+#include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
 
 #include "device/runtime_ops.h"
 
@@ -140,6 +142,12 @@ at::Tensor& setEmpty(at::Tensor& self) {
 at::Scalar localScalarDense(const at::Tensor& self) {
   tracer::sync(tracer::SyncCause::kItem);
   return at::native::_local_scalar_dense_cpu(hostView(self));
+}
+
+at::Tensor& zeroSparse(at::Tensor& self) {
+  // zero_sparse_ itself goes through zeros.out, whose kernel for sparse tensors is the CPU's.
+  at::native::sparse_resize_and_clear_(self, self.sizes(), self.dim(), 0);
+  return at::native::_coalesced_sparse_(self, true);
 }
 
 } // namespace torchneuron

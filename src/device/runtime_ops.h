@@ -31,4 +31,8 @@ at::Tensor& setWholeStorage(at::Tensor& self, at::Storage source);
 at::Tensor& setEmpty(at::Tensor& self);
 at::Scalar localScalarDense(const at::Tensor& self);
 
+// zero_ of a sparse COO tensor, as ATen's zero_sparse_ does it on the CPU: no entries, every
+// dimension sparse, marked coalesced (new indices and values allocated on the tensor's device).
+at::Tensor& zeroSparse(at::Tensor& self);
+
 } // namespace torchneuron
