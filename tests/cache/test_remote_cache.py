@@ -115,7 +115,12 @@ def test_redis_killed_mid_run_finishes_with_the_same_results_and_one_warning(
             node.wait()
     assert result["ok"] and result["digests"] == reference
     assert result["compiles"] == len(OPS)
-    assert 1 <= result["remote"]["faults"] <= 3
+    # The breaker opens after 3 faults in a row (remote_cache.h); the node's other two threads
+    # that talk to the tier (the background publisher and the lease keeper) may each have a call
+    # in flight by then, which fails too: at most 3 + 2 faults, where 2 kernels' lookups, leases
+    # and publishes (and lease renewals) would give more without the breaker. (One run under
+    # load saw 4 with the old bound of 3.)
+    assert 1 <= result["remote"]["faults"] <= 3 + 2
     assert len(result["warnings"]) == 1 and "failed" in result["warnings"][0], result["warnings"]
     # The node's own tier kept everything: a rerun there compiles nothing, Redis still dead.
     rerun = run_node(node_env(os.path.join(work, "node"), redis.url, key), *OPS)
