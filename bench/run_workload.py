@@ -50,6 +50,13 @@ class Mode:
         elif self.neuron is not None:
             self.neuron.synchronize()
 
+    def adaptive(self):
+        """The adaptive tracer's counts (docs/adaptive-eager.md) in neuron-adaptive mode."""
+        if self.name != "neuron-adaptive":
+            return {}
+        stats = self.neuron.metrics()["adaptive"]
+        return {key: stats[key] for key in ("windows", "replays", "ops_traced", "ops_deferred")}
+
     def compiles(self):
         if self.neuron is not None:
             return self.neuron.metrics()["compiles"]
@@ -81,23 +88,57 @@ def check_against_cpu(workload, mode, state):
                                    atol=workload.tolerance)
 
 
-def timed(workload, mode, state, warmup, reps):
-    # Each step's result stays referenced until the next step, so a lazy mode cannot skip
-    # computing it at mark_step.
-    for _ in range(warmup):
-        state["_result"] = workload.step(state)
+def repetition(workload, mode, state):
+    """`inner` steps, each consuming the last one's result (workloads.py), then a read of one
+    element of a tensor that depends on every step: the repetition's sync point, in every mode.
+    One element, so that the read costs nothing against the steps; the steps' results all end
+    in live state, so none of them is dead work whatever a mode computes lazily."""
+    for _ in range(workload.inner):
+        workload.step(state)
         mode.after_step()
+    observed = workload.observe(state).detach().reshape(-1)[:1].cpu()
     mode.sync()
+    return observed
+
+
+def adaptive_threshold():
+    """NEURON_ADAPTIVE_THRESHOLD as the tracer reads it (default 2), in every mode, so that every
+    mode warms up alike."""
+    text = os.environ.get("NEURON_ADAPTIVE_THRESHOLD", "2")
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"[bench] NEURON_ADAPTIVE_THRESHOLD must be an integer >= 1, got {text!r}")
+    return value
+
+
+def warmup_repetitions(requested):
+    """Warm-up repetitions: at least the adaptive threshold + 2, so that each of a repetition's
+    windows is hot (seen `threshold` times) and has been replayed twice before anything is timed;
+    the compiles fall there too."""
+    least = adaptive_threshold() + 2
+    if requested is None:
+        return least
+    if requested < least:
+        raise ValueError(f"[bench] --warmup {requested} is below the adaptive threshold + 2 "
+                         f"({least}): the timed repetitions would record windows that are not hot yet")
+    return requested
+
+
+def timed(workload, mode, state, warmup, reps):
+    for _ in range(warmup):
+        repetition(workload, mode, state)
     compiles_before = mode.compiles()
+    adaptive_before = mode.adaptive()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        for _ in range(workload.inner):
-            state["_result"] = workload.step(state)
-            mode.after_step()
-        mode.sync()
+        repetition(workload, mode, state)
         times.append((time.perf_counter() - start) * 1000 / workload.inner)
-    return times, mode.compiles() - compiles_before
+    adaptive = {key: value - adaptive_before[key] for key, value in mode.adaptive().items()}
+    return times, mode.compiles() - compiles_before, adaptive
 
 
 def run(args):
@@ -108,9 +149,12 @@ def run(args):
         mode = Mode(args.mode)
         state = workload.build(mode.device)
         check_against_cpu(workload, mode, state)
-        times, compiles = timed(workload, mode, state, args.warmup, args.reps)
+        times, compiles, adaptive = timed(workload, mode, state, args.warmup, args.reps)
         row.update(ok=True, median_ms=statistics.median(times), min_ms=min(times),
-                   max_ms=max(times), reps=len(times), compiles=compiles, times_ms=times)
+                   max_ms=max(times), reps=len(times), compiles=compiles, times_ms=times,
+                   warmup_reps=args.warmup)
+        if adaptive:
+            row["adaptive"] = adaptive  # inside the timed region
         if workload.bytes_per_step:
             row["bytes_per_step"] = workload.bytes_per_step
             row["gbps"] = workload.bytes_per_step / (row["median_ms"] / 1000) / 1e9
@@ -132,9 +176,17 @@ def parse(argv):
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--workload", required=True)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up repetitions (default and least: NEURON_ADAPTIVE_THRESHOLD + 2)")
     parser.add_argument("--reps", type=int, default=5)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.warmup = warmup_repetitions(args.warmup)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.reps < 1:
+        parser.error(f"--reps must be at least 1, got {args.reps}")
+    return args
 
 
 if __name__ == "__main__":
