@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -30,6 +31,7 @@ class Mode:
         if name in ("stock", "stock-tuned"):
             self.device = torch.device("cpu")
         elif name == "lazy-ts":
+            limit_lazy_address_space()
             self.lazy = importlib.import_module("torch._lazy")
             importlib.import_module("torch._lazy.ts_backend").init()
             self.device = torch.device("lazy")
@@ -63,6 +65,34 @@ class Mode:
         if self.name == "lazy-ts":
             return importlib.import_module("torch._lazy.metrics").counter_value("UncachedCompile") or 0
         return 0
+
+
+def lazy_address_space_bytes():
+    with open("/proc/meminfo") as f:
+        total_kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:"))
+    return total_kib * 1024 // 2
+
+
+def limit_lazy_address_space():
+    """PyTorch 1.13's lazy tensor core keeps the old buffer of every tensor updated in place at
+    each mark_step (adamw-gpt12: about 2 GB a step), so a lazy-ts cell runs under an address-space
+    limit of half the machine's memory: one that outgrows it fails alone, with an error, instead
+    of waking the kernel's OOM killer on a shared machine."""
+    limit = lazy_address_space_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def error_text(mode_name, error):
+    text = str(error)
+    if mode_name == "lazy-ts" and "can't allocate memory" in text:
+        return (f"out of memory under the lazy-ts cell's address-space limit "
+                f"({resource.getrlimit(resource.RLIMIT_AS)[0] / 2**30:.1f} GiB; PyTorch 1.13's lazy "
+                "tensors keep each in-place-updated tensor's old buffer at every mark_step)")
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 class NotAvailable(Exception):
@@ -166,8 +196,7 @@ def run(args):
     except NotAvailable as e:
         row.update(available=False, error=str(e))
     except Exception as e:  # the cell records the failure; the run goes on
-        row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
-                   trace=traceback.format_exc()[-1500:])
+        row.update(error=error_text(args.mode, e), trace=traceback.format_exc()[-1500:])
     return row
 
 
