@@ -94,6 +94,7 @@ def annotate(result):
         tiny, stock = cells.get(("tiny-add-8", "neuron-eager", t)), cells.get(("tiny-add-8", "stock", t))
         if tiny and stock and tiny.get("ok") and stock.get("ok"):
             figures[f"tiny_add_cell_ratio_threads{t}"] = tiny["median_ms"] / stock["median_ms"]
+    annotate_adaptive(rows, cells, figures)
     spreads = []
     for r in rows:
         base = cells.get((r["workload"], "stock", r["threads"]))
@@ -126,6 +127,55 @@ def annotate(result):
     return result
 
 
+ADAPTIVE_FLOOR = 0.95  # issue 13: adaptive at least 0.95x eager's speed, every cell and round
+
+
+def annotate_adaptive(rows, cells, figures):
+    """Each neuron-adaptive row's speed against the neuron-eager row of its workload and thread
+    count (eager ms / adaptive ms, pooled and per round); the cells below ADAPTIVE_FLOOR."""
+    below, compared = [], 0
+    for r in rows:
+        eager = cells.get((r["workload"], "neuron-eager", r["threads"]))
+        if r["mode"] != "neuron-adaptive" or not r.get("ok") or not (eager and eager.get("ok")):
+            continue
+        compared += 1
+        r["speed_vs_eager"] = eager["median_ms"] / r["median_ms"]
+        r["round_speeds_vs_eager"] = round_speedups(r, eager)
+        lowest = min([r["speed_vs_eager"]] + r["round_speeds_vs_eager"])
+        if lowest < ADAPTIVE_FLOOR:
+            below.append({"workload": r["workload"], "threads": r["threads"], "lowest": lowest})
+    if compared:
+        figures["adaptive_vs_eager"] = {"cells": compared, "floor": ADAPTIVE_FLOOR, "below": below}
+
+
+def adaptive_lines(result):
+    """The adaptive column against the eager one (issue 13): pooled ratio and each round's."""
+    rows = [r for r in result["rows"] if "speed_vs_eager" in r]
+    if not rows:
+        return []
+    cells = index(result["rows"])
+    summary = result["figures"]["adaptive_vs_eager"]
+    lines = ["## Adaptive against eager (issue 13)", "",
+             f"Speed of neuron-adaptive against neuron-eager (eager ms / adaptive ms): pooled over the "
+             f"rounds, then each round's (both cells of a round ran in the same pass over the "
+             f"matrix). Flagged: below {ADAPTIVE_FLOOR:.2f}x in any of them "
+             f"({len(summary['below'])} of {summary['cells']} cells). Ops deferred: of the ops the "
+             "tracer saw in the timed region, those recorded and replayed at a sync point.", "",
+             "| workload | threads | neuron-eager ms | neuron-adaptive ms | adaptive/eager | "
+             "per round | ops deferred | |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        eager = cells[(r["workload"], "neuron-eager", r["threads"])]
+        counts = r.get("adaptive") or {}
+        deferred = (f"{counts['ops_deferred']}/{counts['ops_traced']}" if counts.get("ops_traced")
+                    else "-")
+        low = min([r["speed_vs_eager"]] + r["round_speeds_vs_eager"]) < ADAPTIVE_FLOOR
+        lines.append(f"| {r['workload']} | {r['threads']} | {eager['median_ms']:.4g} | "
+                     f"{r['median_ms']:.4g} | {r['speed_vs_eager']:.2f}x | "
+                     + ", ".join(f"{v:.2f}x" for v in r["round_speeds_vs_eager"])
+                     + f" | {deferred} | {'**below ' + format(ADAPTIVE_FLOOR, '.2f') + 'x**' if low else ''} |")
+    return lines + [""]
+
+
 def cell_text(r):
     if r is None:
         return "-"
@@ -151,8 +201,10 @@ def markdown(result):
     lines = [f"# torchneuron benchmarks", "",
              f"{m['date']} on {m['cpu']}, {m['cores']} cores; {'quick' if result['quick'] else 'full'} "
              f"run, {result['seconds']} s. Each cell: median ms per step [min-max] over "
-             f"{result.get('rounds', 1)} round(s) of 5+ timed repetitions after warm-up, each "
-             "round a fresh process, the rounds passing over the whole matrix one after the other; "
+             f"{result.get('rounds', 1)} round(s) of 5+ timed repetitions after warm-up (the "
+             "adaptive threshold + 2 repetitions), each round a fresh process, the rounds passing "
+             "over the whole matrix one after the other; every step's result consumed and the "
+             "last read at the end of each repetition (docs/benchmarks.md); "
              "then the speedup over stock eager / over stock eager with jemalloc (stock-tuned); "
              "compiles counted inside the timed region.", ""]
     spread_figure = f.get("round_spread")
@@ -167,6 +219,7 @@ def markdown(result):
         for w in workloads:
             lines.append(f"| {w} | " + " | ".join(cell_text(cells.get((w, mode, t))) for mode in modes) + " |")
         lines.append("")
+    lines += adaptive_lines(result)
     lines += ["## Bandwidth", "", f"STREAM-style triad: "
               + ", ".join(f"{v:.1f} GB/s at {t} thread{'s' if t > 1 else ''}"
                           for t, v in f["triad_gbps"].items() if v), "",

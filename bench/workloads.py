@@ -1,5 +1,14 @@
 """The benchmark workloads: each builds its state on a device from a fixed seed, runs one step,
-and names the outputs that are checked against the CPU before anything is timed."""
+and names the outputs that are checked against the CPU before anything is timed.
+
+Every step's result is consumed (issue 13). A lazy mode computes only what is still needed at its
+sync point, so a step whose result is overwritten before the sync is dead work it may skip (a
+timed repetition of `inner` steps would then time one step). Each step therefore either feeds
+its result forward (the next step reads it: the chain ends in live state) or folds it into an
+accumulator kept in the state, and `observe(state)` names a tensor that depends on every step so
+far; run_workload.py reads one element of it at the end of every repetition, which is that
+repetition's sync point. The consumption is part of the step in every mode, stock included, so
+ratios stay fair, and each workload says which it uses and why it is cheap against the step."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -16,6 +25,12 @@ class Workload:
         raise NotImplementedError
 
     def step(self, state):
+        """Runs one step on `state`, consumes its result (see the module's docstring) and
+        returns the outputs checked against the CPU."""
+        raise NotImplementedError
+
+    def observe(self, state):
+        """A tensor in `state` every element of which depends on every step run so far."""
         raise NotImplementedError
 
 
@@ -24,24 +39,34 @@ def seeded():
 
 
 class TanhGelu(Workload):
-    """GELU (tanh form) written as the primitive ops a user would write."""
+    """GELU (tanh form) written as the primitive ops a user would write (nine ops), its result
+    added in place into an accumulator: one more elementwise op. GELU's own output cannot be fed
+    forward: iterated, it halves small values and drives them into denormals, then zeros."""
     def __init__(self, elements, label):
         self.name = f"gelu-tanh-{label}"
         self.elements = elements
-        self.bytes_per_step = 8 * elements
+        self.bytes_per_step = 12 * elements  # read x, read and write the accumulator
         self.inner = max(1, (1 << 20) // elements)
 
     def build(self, device):
         seeded()
-        return {"x": torch.randn(self.elements).to(device)}
+        x = torch.randn(self.elements)
+        return {"x": x.to(device), "sum": torch.zeros_like(x).to(device)}
 
     def step(self, state):
         x = state["x"]
-        return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+        y = 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+        state["sum"].add_(y)
+        return y
+
+    def observe(self, state):
+        return state["sum"]
 
 
 class BinaryAdd(Workload):
-    """16M-element float32 add into a reused output: the bandwidth-bound op of issue 3."""
+    """16M-element float32 add into a reused output: the bandwidth-bound op of issue 3. Fed
+    forward at no extra cost: two buffers take turns as input and output (x + y into out, then
+    out + y into x), so each add reads the previous one's result; the values grow by y a step."""
     name = "add-16M"
     elements = 16 << 20
     bytes_per_step = 12 * elements
@@ -52,11 +77,17 @@ class BinaryAdd(Workload):
         return {"x": x.to(device), "y": (x * 0.5).to(device), "out": torch.empty(self.elements).to(device)}
 
     def step(self, state):
-        return torch.add(state["x"], state["y"], out=state["out"])
+        result = torch.add(state["x"], state["y"], out=state["out"])
+        state["x"], state["out"] = state["out"], state["x"]
+        return result
+
+    def observe(self, state):
+        return state["x"]
 
 
 class TinyAdd(Workload):
-    """An 8-element add: the per-op cost of dispatch (issue 3: at most 1.2x stock)."""
+    """An 8-element add: the per-op cost of dispatch (issue 3: at most 1.2x stock). Fed forward at
+    no extra cost (x = x + y); the values grow by y a step."""
     name = "tiny-add-8"
     inner = 2000
 
@@ -65,10 +96,16 @@ class TinyAdd(Workload):
         return {"x": torch.randn(8).to(device), "y": torch.randn(8).to(device)}
 
     def step(self, state):
-        return state["x"] + state["y"]
+        state["x"] = state["x"] + state["y"]
+        return state["x"]
+
+    def observe(self, state):
+        return state["x"]
 
 
 class LayerNormResidual(Workload):
+    """Fed forward at no extra cost: the normalized output is the next step's input (layer norm
+    keeps its range)."""
     name = "layernorm-residual"
     shape = (32, 128, 768)
     bytes_per_step = 3 * 4 * 32 * 128 * 768
@@ -79,10 +116,17 @@ class LayerNormResidual(Workload):
                 "w": torch.randn(768).to(device), "b": torch.randn(768).to(device)}
 
     def step(self, s):
-        return F.layer_norm(s["x"] + s["r"], (768,), s["w"], s["b"])
+        s["x"] = F.layer_norm(s["x"] + s["r"], (768,), s["w"], s["b"])
+        return s["x"]
+
+    def observe(self, s):
+        return s["x"]
 
 
 class Softmax(Workload):
+    """Fed forward at no extra cost: the probabilities are the next step's input (any
+    accumulation would cost as much as the softmax itself). The rows tend to uniform, 1/128, a
+    normal float; the kernels' cost does not depend on the values."""
     name = "softmax"
     shape = (8, 12, 128, 128)
     bytes_per_step = 2 * 4 * 8 * 12 * 128 * 128
@@ -92,7 +136,11 @@ class Softmax(Workload):
         return {"x": torch.randn(self.shape).to(device)}
 
     def step(self, s):
-        return torch.softmax(s["x"], dim=-1)
+        s["x"] = torch.softmax(s["x"], dim=-1)
+        return s["x"]
+
+    def observe(self, s):
+        return s["x"]
 
 
 def gpt_parameter_shapes(layers=12, width=768):
@@ -121,8 +169,24 @@ class AdamWStep(Workload):
         return {"params": params, "opt": torch.optim.AdamW(params, lr=1e-3, foreach=False)}
 
     def step(self, s):
+        # Consumed at no extra cost: each step updates the parameters and moments in place and
+        # the next reads them.
         s["opt"].step()
         return s["params"][0], s["params"][-1]
+
+    def observe(self, s):
+        return s["params"][-1]
+
+
+def training_step(s, model):
+    """Forward, backward, optimizer step. The updated parameters feed the next step; the loss,
+    which backward does not read, is added into a running sum (one scalar add per step)."""
+    loss = s[model](*s["inputs"]).pow(2).mean()
+    loss.backward()
+    s["opt"].step()
+    s["opt"].zero_grad()
+    s["loss_sum"].add_(loss.detach())
+    return loss.detach()
 
 
 class MlpTrainStep(Workload):
@@ -132,15 +196,15 @@ class MlpTrainStep(Workload):
     def build(self, device):
         seeded()
         model = nn.Sequential(nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 1024)).to(device)
-        return {"model": model, "x": torch.randn(64, 1024).to(device),
-                "opt": torch.optim.SGD(model.parameters(), lr=1e-3)}
+        return {"model": model, "inputs": (torch.randn(64, 1024).to(device),),
+                "opt": torch.optim.SGD(model.parameters(), lr=1e-3),
+                "loss_sum": torch.zeros(()).to(device)}
 
     def step(self, s):
-        loss = s["model"](s["x"]).pow(2).mean()
-        loss.backward()
-        s["opt"].step()
-        s["opt"].zero_grad()
-        return loss.detach()
+        return training_step(s, "model")
+
+    def observe(self, s):
+        return s["loss_sum"]
 
 
 class Block(nn.Module):
@@ -176,18 +240,20 @@ class TransformerTrainStep(Workload):
         seeded()
         block = Block().to(device)
         mask = torch.full((128, 128), float("-inf"), device=device).triu(1)
-        return {"block": block, "x": torch.randn(8, 128, 256).to(device), "mask": mask,
-                "opt": torch.optim.AdamW(block.parameters(), lr=1e-4, foreach=False)}
+        return {"block": block, "inputs": (torch.randn(8, 128, 256).to(device), mask),
+                "opt": torch.optim.AdamW(block.parameters(), lr=1e-4, foreach=False),
+                "loss_sum": torch.zeros(()).to(device)}
 
     def step(self, s):
-        loss = s["block"](s["x"], s["mask"]).pow(2).mean()
-        loss.backward()
-        s["opt"].step()
-        s["opt"].zero_grad()
-        return loss.detach()
+        return training_step(s, "block")
+
+    def observe(self, s):
+        return s["loss_sum"]
 
 
 class ResNet18Inference(Workload):
+    """The logits (8 x 1000) are added in place into an accumulator: 8,000 elements against
+    1.8 GFLOP a batch."""
     name = "resnet18-infer"
     tolerance = 1e-3
 
@@ -195,16 +261,24 @@ class ResNet18Inference(Workload):
         import torchvision
         seeded()
         model = torchvision.models.resnet18(weights=None).eval().to(device)
-        return {"model": model, "x": torch.randn(8, 3, 224, 224).to(device)}
+        return {"model": model, "x": torch.randn(8, 3, 224, 224).to(device),
+                "sum": torch.zeros(8, 1000).to(device)}
 
     def step(self, s):
         with torch.no_grad():
-            return s["model"](s["x"])
+            logits = s["model"](s["x"])
+            s["sum"].add_(logits)
+        return logits
+
+    def observe(self, s):
+        return s["sum"]
 
 
 class VariableLengthLoop(Workload):
     """Each step uses the next of 20 sequence lengths: shape-polymorphic kernels mean a new
-    length compiles nothing."""
+    length compiles nothing. The lengths differ, so no step can feed the next: each result
+    (4 x length) is summed into a running scalar, two small ops against a (4 x length x 256) @
+    (256 x 256) matmul and a GELU chain on its 4 x length x 256 result."""
     name = "varlen-loop"
     lengths = list(range(16, 336, 16))
     inner = 20
@@ -213,13 +287,19 @@ class VariableLengthLoop(Workload):
     def build(self, device):
         seeded()
         return {"w": torch.randn(256, 256).mul_(0.05).to(device), "b": torch.randn(256).to(device),
-                "xs": [torch.randn(4, t, 256).to(device) for t in self.lengths], "i": 0}
+                "xs": [torch.randn(4, t, 256).to(device) for t in self.lengths], "i": 0,
+                "sum": torch.zeros(()).to(device)}
 
     def step(self, s):
         x = s["xs"][s["i"] % len(s["xs"])]
         s["i"] += 1
         h = x @ s["w"]
-        return (0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h))) + s["b"]).sum(-1)
+        y = (0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h))) + s["b"]).sum(-1)
+        s["sum"].add_(y.sum())
+        return y
+
+    def observe(self, s):
+        return s["sum"]
 
 
 def all_workloads(quick=False):
