@@ -43,6 +43,26 @@ c10::Storage deviceBytes(const c10::Storage& device) {
                       /*resizable=*/false);
 }
 
+// `value` with every tensor in it replaced by `map(tensor)`: a tensor, a tensor list, a list of
+// optional tensors; any other value as it is.
+template <typename Map> c10::IValue mapTensors(const c10::IValue& value, Map map) {
+  if (value.isTensor()) return map(value.toTensor());
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : value.toTensorList())
+      list.push_back(map(t));
+    return list;
+  }
+  if (value.isList() && value.toList().elementType()->kind() == c10::OptionalType::Kind) {
+    c10::List<c10::optional<at::Tensor>> list;
+    for (const c10::IValue& element : value.toListRef())
+      list.push_back(element.isTensor() ? c10::optional<at::Tensor>(map(element.toTensor()))
+                                        : c10::nullopt);
+    return list;
+  }
+  return value;
+}
+
 // Visits every tensor in a value (a tensor, a tensor list, a list of optional tensors).
 template <typename Visit> void forEachTensor(const c10::IValue& value, Visit visit) {
   if (value.isTensor()) return visit(value.toTensor());
@@ -88,25 +108,8 @@ std::string locateSource() { return source_locator != nullptr ? source_locator()
 std::vector<c10::IValue> frozenValues(c10::ArrayRef<c10::IValue> values) {
   std::vector<c10::IValue> result;
   result.reserve(values.size());
-  for (const c10::IValue& value : values) {
-    if (value.isTensor()) {
-      result.emplace_back(frozen(value.toTensor()));
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList())
-        list.push_back(frozen(t));
-      result.emplace_back(std::move(list));
-    } else if (value.isList() && !value.toListRef().empty() &&
-               value.toList().elementType()->kind() == c10::OptionalType::Kind) {
-      c10::List<c10::optional<at::Tensor>> list;
-      for (const c10::IValue& element : value.toListRef())
-        list.push_back(element.isTensor() ? c10::optional<at::Tensor>(frozen(element.toTensor()))
-                                          : c10::nullopt);
-      result.emplace_back(std::move(list));
-    } else {
-      result.push_back(value);
-    }
-  }
+  for (const c10::IValue& value : values)
+    result.push_back(mapTensors(value, frozen));
   return result;
 }
 
@@ -141,24 +144,10 @@ void DebugShadow::rerun(DebugCall call) {
     });
   torch::jit::Stack stack;
   for (const c10::IValue& value : call.arguments) {
-    if (value.isTensor()) {
-      stack.emplace_back(onCpu(value.toTensor()));
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList())
-        list.push_back(onCpu(t));
-      stack.emplace_back(std::move(list));
-    } else if (value.isList() && value.toList().elementType()->kind() == c10::OptionalType::Kind) {
-      c10::List<c10::optional<at::Tensor>> list;
-      for (const c10::IValue& element : value.toListRef())
-        list.push_back(element.isTensor() ? c10::optional<at::Tensor>(onCpu(element.toTensor()))
-                                          : c10::nullopt);
-      stack.emplace_back(std::move(list));
-    } else if (value.isDevice() && !value.toDevice().is_cpu()) {
+    if (value.isDevice() && !value.toDevice().is_cpu())
       stack.emplace_back(c10::Device(c10::kCPU));
-    } else {
-      stack.push_back(value);
-    }
+    else
+      stack.push_back(mapTensors(value, [&](const at::Tensor& t) { return onCpu(t); }));
   }
   try {
     call.op.callBoxed(&stack);

@@ -268,6 +268,22 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
   return ran;
 }
 
+// The start of every traced call: its Python line under NEURON_ADAPTIVE_DEBUG (located before the
+// window lock is taken, since the locator takes the GIL), the window lock, and, on autograd's
+// thread, the end of the backward pass queued as a sync point.
+struct TracedCallStart {
+  std::string where;
+  std::unique_lock<std::recursive_mutex> lock;
+};
+
+TracedCallStart beginTracedCall() {
+  TracedCallStart begun;
+  if (detail::debugging.load(std::memory_order_relaxed)) begun.where = locateSource();
+  begun.lock = lockWindow();
+  syncAtEndOfBackward();
+  return begun;
+}
+
 // A window that reached NEURON_ADAPTIVE_WINDOW ops or NEURON_ADAPTIVE_WINDOW_BYTES of pending
 // results ends after the op that reached it.
 void endWindowAtLimits(TracerState& tracer) {
@@ -354,10 +370,8 @@ void setAdaptive(bool enabled) {
 bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
-  // Located before the window lock is taken: the locator takes the GIL.
-  std::string where = detail::debugging.load(std::memory_order_relaxed) ? locateSource() : "";
-  auto lock = lockWindow();
-  syncAtEndOfBackward();
+  TracedCallStart begun = beginTracedCall();
+  std::string& where = begun.where;
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
   Counters& counters = tracer.counters;
@@ -409,10 +423,8 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                       LibraryKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
-  // Located before the window lock is taken: the locator takes the GIL.
-  std::string where = detail::debugging.load(std::memory_order_relaxed) ? locateSource() : "";
-  auto lock = lockWindow();
-  syncAtEndOfBackward();
+  TracedCallStart begun = beginTracedCall();
+  std::string& where = begun.where;
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
   ++tracer.counters.ops_traced;
