@@ -1,0 +1,70 @@
+"""The bench harness's rules (docs/benchmarks.md): every step's result reaches the value read at
+the end of a repetition, warm-up covers the adaptive threshold, and the report flags adaptive
+cells below 0.95x of eager. CPU only: the rules are the harness's, the same in every mode."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import report  # noqa: E402
+import run_workload  # noqa: E402
+from rounds import merge_rounds  # noqa: E402
+from workloads import all_workloads  # noqa: E402
+
+
+@pytest.mark.parametrize("workload", all_workloads(), ids=lambda w: w.name)
+def test_every_step_changes_the_observed_value(workload):
+    """A step whose result never reached observe() would leave it as it was: dead work a lazy
+    mode could skip. Two steps each (feeding forward, softmax's rows become uniform later)."""
+    torch.set_num_threads(1)
+    state = workload.build(torch.device("cpu"))
+    for step in range(2):
+        before = workload.observe(state).detach().clone()
+        workload.step(state)
+        after = workload.observe(state).detach()
+        assert not torch.equal(before, after), f"{workload.name}: step {step} left observe() unchanged"
+        assert torch.isfinite(after).all(), f"{workload.name}: step {step} gave non-finite values"
+
+
+def test_warmup_covers_the_adaptive_threshold(monkeypatch):
+    monkeypatch.delenv("NEURON_ADAPTIVE_THRESHOLD", raising=False)
+    assert run_workload.warmup_repetitions(None) == 4
+    assert run_workload.warmup_repetitions(6) == 6
+    with pytest.raises(ValueError, match=r"--warmup 3 is below the adaptive threshold \+ 2 \(4\)"):
+        run_workload.warmup_repetitions(3)
+    monkeypatch.setenv("NEURON_ADAPTIVE_THRESHOLD", "5")
+    assert run_workload.warmup_repetitions(None) == 7
+    for bad in ("0", "two"):
+        monkeypatch.setenv("NEURON_ADAPTIVE_THRESHOLD", bad)
+        with pytest.raises(ValueError, match=f"NEURON_ADAPTIVE_THRESHOLD must be an integer >= 1, got '{bad}'"):
+            run_workload.warmup_repetitions(None)
+
+
+def test_warmup_below_the_threshold_is_refused_at_the_command_line(monkeypatch, capsys):
+    monkeypatch.delenv("NEURON_ADAPTIVE_THRESHOLD", raising=False)
+    with pytest.raises(SystemExit):
+        run_workload.parse(["--mode", "stock", "--threads", "1", "--workload", "softmax", "--warmup", "1"])
+    assert "--warmup 1 is below the adaptive threshold + 2 (4)" in capsys.readouterr().err
+
+
+def cell(mode, round_medians, workload="w", threads=1):
+    rounds = [{"workload": workload, "mode": mode, "threads": threads, "ok": True, "median_ms": m,
+               "times_ms": [m], "compiles": 0} for m in round_medians]
+    return merge_rounds(rounds)
+
+
+def test_report_flags_adaptive_cells_below_the_floor_in_any_round():
+    rows = [cell("neuron-eager", [1.0, 1.0], "steady"), cell("neuron-adaptive", [1.0, 0.9], "steady"),
+            cell("neuron-eager", [1.0, 1.0], "slow"), cell("neuron-adaptive", [1.0, 1.2], "slow")]
+    result = {"rows": rows, "micro": {}}
+    report.annotate(result)
+    summary = result["figures"]["adaptive_vs_eager"]
+    assert summary["cells"] == 2
+    assert [(b["workload"], round(b["lowest"], 3)) for b in summary["below"]] == [("slow", 0.833)]
+    steady = next(r for r in rows if r["workload"] == "steady" and r["mode"] == "neuron-adaptive")
+    assert steady["round_speeds_vs_eager"] == pytest.approx([1.0, 1.0 / 0.9])
+    lines = "\n".join(report.adaptive_lines(result))
+    assert "| slow | 1 | 1 | 1.1 | 0.91x | 1.00x, 0.83x | - | **below 0.95x** |" in lines
+    assert "| steady | 1 | 1 | 0.95 | 1.05x | 1.00x, 1.11x | - |  |" in lines
