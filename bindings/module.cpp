@@ -60,10 +60,28 @@ py::dict warmStartDict() {
   return result;
 }
 
-// Whether a Python source file belongs to torch or torchneuron (not the user's code).
+// Whether a Python source file belongs to torch's or torchneuron's package (not the user's code):
+// it lies in one of their package directories (a checkout may itself be named torchneuron, so
+// the test is the installed package's own directory, not a name in the path). The GIL is held.
 bool isLibraryFile(const std::string& file) {
-  return file.find("/torch/") != std::string::npos ||
-         file.find("/torchneuron/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
+  static const std::vector<std::string> packages = [] {
+    std::vector<std::string> directories;
+    for (const char* name : {"torch", "torchneuron"}) {
+      try {
+        py::object os_path = py::module_::import("os.path");
+        py::object file = py::module_::import(name).attr("__file__");
+        for (py::object path : {file, os_path.attr("realpath")(file)})
+          directories.push_back(os_path.attr("dirname")(path).cast<std::string>() + "/");
+      } catch (const py::error_already_set& error) {
+        // Without the package's directory its frames count as the user's: a line inside it.
+      }
+    }
+    return directories;
+  }();
+  if (file.rfind("<frozen ", 0) == 0) return true;
+  for (const std::string& directory : packages)
+    if (file.rfind(directory, 0) == 0) return true;
+  return false;
 }
 
 // NEURON_ADAPTIVE_DEBUG's source locator (tracer/debug_check.h): the innermost frame of this

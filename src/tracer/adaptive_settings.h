@@ -11,7 +11,7 @@ struct AdaptiveSettings {
   bool enabled = false;                      // NEURON_ADAPTIVE_EAGER
   int64_t threshold = 2;                     // NEURON_ADAPTIVE_THRESHOLD: occurrences to be hot
   int64_t window_ops = 512;                  // NEURON_ADAPTIVE_WINDOW: ops per window at most
-  int64_t window_bytes = int64_t{256} << 20; // NEURON_ADAPTIVE_WINDOW_BYTES: pending bytes
+  int64_t window_bytes = int64_t{256} << 10; // NEURON_ADAPTIVE_WINDOW_BYTES: pending bytes
   bool debug = false;                        // NEURON_ADAPTIVE_DEBUG
   bool explain = false;                      // NEURON_ADAPTIVE_EXPLAIN
 };

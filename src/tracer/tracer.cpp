@@ -215,9 +215,11 @@ bool advance(TracerState& tracer, const c10::OperatorHandle& op, Hash64 record) 
 // Part 1 records launches to save per-op overhead, which matters for small tensors only. A call
 // on a large tensor runs eagerly even in a hot window: recording it would keep its result and
 // every intermediate after it alive until the window runs, where eager mode reuses one
-// cache-warm block (measured: a 9-op GELU chain on 1M elements took 1.7x longer recorded). Fusion
-// (part 2) removes those intermediates instead.
-constexpr int64_t kLargeTensorBytes = 256 << 10;
+// cache-warm block (measured: a 9-op GELU chain on 1M elements took 1.7x longer recorded, on 64K
+// elements, 256 KiB per tensor, 0.42-0.67x eager's speed in make bench). Fusion (part 2) removes
+// those intermediates instead. The window's byte limit (NEURON_ADAPTIVE_WINDOW_BYTES, 256K by
+// default) keeps what smaller recorded calls hold pending about the size of a core's L2.
+constexpr int64_t kLargeTensorBytes = 64 << 10;
 
 bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
   auto large = [](const at::Tensor& t) {

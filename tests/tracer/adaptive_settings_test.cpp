@@ -32,7 +32,7 @@ TEST(AdaptiveSettings, DefaultsWhenUnset) {
   EXPECT_FALSE(settings.enabled);
   EXPECT_EQ(settings.threshold, 2);
   EXPECT_EQ(settings.window_ops, 512);
-  EXPECT_EQ(settings.window_bytes, int64_t{256} << 20);
+  EXPECT_EQ(settings.window_bytes, int64_t{256} << 10);
 }
 
 TEST(AdaptiveSettings, ReadsEveryVariable) {
