@@ -35,24 +35,18 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
 }
 
-// The tensor's current geometry over its storage, unaffected by later metadata changes of the
-// tensor itself (t_(), squeeze_(), as_strided_()): what a recorded step must read, and write,
-// when the window runs (matmul's 1-D case squeezes the result of mm in place).
-at::Tensor frozen(const at::Tensor& t) {
-  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
-      /*version_counter=*/0, /*allow_tensor_metadata_change=*/false));
-}
-
 // Allocates the result on the device and has `fill(out, operands...)` write it through host
 // views (ATen's out= kernel), counting one library launch on `launches`. In a hot window of the
-// adaptive tracer the fill is recorded as a step of the window instead, to run when it runs.
+// adaptive tracer the fill is recorded as a step of the window instead, to run when it runs, on
+// the tensors as they are now (matmul's 1-D case squeezes the result of mm in place before).
 template <typename Fill, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
                       Fill fill, const Operands&... operands) {
   at::Tensor out = at::empty(sizes, like.options());
   if (tracer::deferringLaunches()) {
     tracer::recordHostStep(
-        [fill, frozen_out = frozen(out), frozen_operands = std::make_tuple(frozen(operands)...)] {
+        [fill, frozen_out = tracer::frozenTensor(out),
+         frozen_operands = std::make_tuple(tracer::frozenTensor(operands)...)] {
           std::apply([&](const auto&... t) { fill(hostView(frozen_out), hostView(t)...); },
                      frozen_operands);
         },

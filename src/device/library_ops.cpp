@@ -11,7 +11,7 @@ namespace torchneuron {
 
 void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // In a window it runs now, at its place: its output metadata come from running it.
-  tracer::EagerLibraryStep step(torch::jit::last(*stack, op.schema().arguments().size()));
+  tracer::EagerLibraryStep step;
   runBoxedOnHost(op, stack);
   const c10::OperatorName& name = op.schema().operator_name();
   recordLaunch(LaunchKind::kLibrary,

@@ -1,6 +1,7 @@
 #include "tracer/debug_check.h"
 
 #include "tracer/op_window.h" // opName
+#include "tracer/tracer.h"    // frozenTensor
 
 #include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
@@ -16,12 +17,6 @@ SourceLocator source_locator = nullptr;
 
 bool onDevice(const at::Tensor& t) {
   return t.defined() && t.has_storage() && !t.device().is_cpu();
-}
-
-at::Tensor frozen(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
-      /*version_counter=*/0, /*allow_tensor_metadata_change=*/false));
 }
 
 // A CPU tensor over `storage` with `like`'s geometry and math bits.
@@ -101,6 +96,12 @@ std::string difference(const at::Tensor& device, const at::Tensor& expected) {
 
 } // namespace
 
+at::Tensor frozenTensor(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+      /*version_counter=*/0, /*allow_tensor_metadata_change=*/false));
+}
+
 void setSourceLocator(SourceLocator locator) { source_locator = locator; }
 
 std::string locateSource() { return source_locator != nullptr ? source_locator() : std::string(); }
@@ -109,7 +110,7 @@ std::vector<c10::IValue> frozenValues(c10::ArrayRef<c10::IValue> values) {
   std::vector<c10::IValue> result;
   result.reserve(values.size());
   for (const c10::IValue& value : values)
-    result.push_back(mapTensors(value, frozen));
+    result.push_back(mapTensors(value, frozenTensor));
   return result;
 }
 

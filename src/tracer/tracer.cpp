@@ -477,30 +477,9 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
   detail::launches_recorded.store(true, std::memory_order_release);
 }
 
-EagerLibraryStep::EagerLibraryStep(c10::ArrayRef<c10::IValue> args)
+EagerLibraryStep::EagerLibraryStep()
     : active_(detail::in_library_step), was_deferring_(detail::deferring) {
-  if (!active_) return;
-  detail::deferring = false;
-  if (!detail::launches_recorded.load(std::memory_order_acquire)) return;
-  auto lock = lockWindow();
-  TracerState& tracer = state();
-  auto touched = [&](const at::Tensor& t) {
-    return t.defined() && t.has_storage() && !t.device().is_cpu() &&
-           tracer.window.touches(t.storage().unsafeGetStorageImpl());
-  };
-  for (const c10::IValue& value : args) {
-    bool touches = false;
-    if (value.isTensor()) {
-      touches = touched(value.toTensor());
-    } else if (value.isList()) {
-      for (const c10::IValue& element : value.toListRef())
-        touches = touches || (element.isTensor() && touched(element.toTensor()));
-    }
-    if (touches) {
-      runRecordedLaunchesLocked(tracer);
-      return;
-    }
-  }
+  if (active_) detail::deferring = false;
 }
 
 EagerLibraryStep::~EagerLibraryStep() {

@@ -53,6 +53,11 @@ bool adaptiveDebug();
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// `t` with its current geometry over its storage, unaffected by later metadata changes of the
+// tensor itself (t_(), squeeze_(), as_strided_()): what a recorded step must read and write when
+// its window runs.
+at::Tensor frozenTensor(const at::Tensor& t);
+
 // The routing point's adaptive branch for a compiled op: traces the call and runs `kernel`
 // either eagerly or deferred (its launches recorded). Returns what `kernel` returned: false
 // means the call was declined, with the stack untouched (the router falls back).
@@ -77,12 +82,13 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
                     at::ArrayRef<at::Tensor> outputs);
 
-// A library kernel that runs eagerly inside a traced library call: runs first the recorded
-// launches that read or write `args`' device storages (launches it does not touch stay recorded)
-// and records nothing while it lives. Outside a traced library call it does nothing.
+// A library kernel that runs eagerly inside a traced library call: nothing is recorded while it
+// lives. It reaches device memory only through host views, and each one first runs the recorded
+// launches that read or write its storage (beforeHostAccess); launches it does not touch stay
+// recorded. Outside a traced library call it does nothing.
 class EagerLibraryStep {
 public:
-  explicit EagerLibraryStep(c10::ArrayRef<c10::IValue> args);
+  EagerLibraryStep();
   ~EagerLibraryStep();
   EagerLibraryStep(const EagerLibraryStep&) = delete;
   EagerLibraryStep& operator=(const EagerLibraryStep&) = delete;
