@@ -23,6 +23,7 @@
 #include "device/warm_start.h"
 #include "support/settings.h"
 #include "tracer/debug_check.h"
+#include "tracer/fused_kernels.h"
 #include "tracer/tracer.h"
 
 namespace py = pybind11;
@@ -132,6 +133,11 @@ py::dict adaptiveDict() {
   result["launches_recorded"] = stats.launches_recorded;
   result["calls_from_plan_cache"] = stats.calls_from_plan_cache;
   result["launches_saved"] = stats.launches_saved;
+  result["fused_kernel_runs"] = stats.fused_kernel_runs;
+  result["dead_launches"] = stats.dead_launches;
+  result["fused_compiles"] = stats.fused_compiles;
+  result["fused_compile_failures"] = stats.fused_compile_failures;
+  result["fused_compiles_queued"] = stats.fused_compiles_queued;
   result["tracing_ns_per_op"] = stats.tracing_ns_per_op;
   result["recording_ns_per_op"] = stats.recording_ns_per_op;
   result["debug"] = stats.debug;
@@ -406,6 +412,10 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("adaptive_enabled", &torchneuron::tracer::adaptiveEnabled);
   m.def("set_adaptive_debug", &torchneuron::tracer::setAdaptiveDebug, py::arg("enabled"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("set_adaptive_fusion", &torchneuron::tracer::setAdaptiveFusion, py::arg("enabled"),
+        py::arg("wait_for_compiles"), py::call_guard<py::gil_scoped_release>());
+  m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   torchneuron::tracer::setSourceLocator(&pythonSourceLine);
   m.def(

@@ -52,6 +52,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
+    "set_adaptive_fusion", "wait_for_fused_compiles",
 ]
 
 
@@ -187,6 +188,23 @@ def set_adaptive_debug(enabled: bool) -> None:
         raise TypeError(
             f"[adaptive] set_adaptive_debug expects a bool, got {type(enabled).__name__}")
     _C.set_adaptive_debug(enabled)
+
+
+def set_adaptive_fusion(enabled: bool, wait_for_compiles: bool = False) -> None:
+    """Whether hot windows run fused kernels (``NEURON_ADAPTIVE_FUSION``, on by default) and
+    whether a window waits for its fused kernels' compiles instead of running op by op until they
+    are ready (``NEURON_ADAPTIVE_SYNC``; for tests and reproducible timing). Changing them is a
+    sync point."""
+    for name, value in (("enabled", enabled), ("wait_for_compiles", wait_for_compiles)):
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"[adaptive] set_adaptive_fusion expects a bool {name}, got {type(value).__name__}")
+    _C.set_adaptive_fusion(enabled, wait_for_compiles)
+
+
+def wait_for_fused_compiles() -> None:
+    """Returns once no fused kernel is queued or compiling in the background."""
+    _C.wait_for_fused_compiles()
 
 
 def explain(windows: int = 10) -> str:

@@ -53,6 +53,9 @@ struct PlannedLaunch {
   fusion::ElementwiseSignature elementwise; // kind == kElementwise
   fusion::ReductionSignature reduction;     // kind == kReduction
   Hash64 key = 0;
+  // The interned copy of `elementwise` (fusion::internSignature), set on plans the tracer's plan
+  // cache keeps: recorded launches name their signature by it. Null: look it up.
+  const fusion::ElementwiseSignature* interned = nullptr;
   c10::SmallVector<PlannedOperand, 5> operands;
   // Scalar slots after the memrefs: run-time scalars (floatSlot bits or i64), then a
   // reduction's reduced element count.

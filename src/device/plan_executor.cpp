@@ -92,7 +92,21 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
       arguments.word(word);
     const LaunchShape shape{launch.range, launch.work_per_index, at::get_num_threads()};
     if (deferred) {
-      tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches);
+      tracer::RecordedOperands recorded;
+      if (launch.kind == KernelKind::kElementwise)
+        recorded.elementwise = launch.interned != nullptr
+                                   ? launch.interned
+                                   : fusion::internSignature(launch.elementwise, launch.key);
+      for (const PlannedOperand& operand : launch.operands) {
+        const at::Tensor& t =
+            operand.role == OperandRole::kOutput ? outputs[operand.index] : inputs[operand.index];
+        if (t.device().is_cpu()) continue;
+        const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+        recorded.storages.push_back(storage);
+        if (&operand == &launch.operands.front()) recorded.output_storage = storage;
+      }
+      tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches,
+                           recorded);
       continue;
     }
     deviceTarget().launch(kernels[k]->function, arguments.slots(), shape);

@@ -282,6 +282,9 @@ void captureDeferredPlan(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> ker
     return;
   }
   captured.plan = plan;
+  for (PlannedLaunch& launch : captured.plan.launches)
+    if (launch.kind == KernelKind::kElementwise)
+      launch.interned = fusion::internSignature(launch.elementwise, launch.key);
   captured.kernels.assign(kernels.begin(), kernels.end());
   captured.launches = launches;
   capture->call.plans.push_back(std::move(captured));

@@ -2,66 +2,11 @@
 
 #include <c10/util/Exception.h>
 
-#include "fusion/memref_type.h"
+#include "fusion/kernel_text.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
 
 namespace torchneuron::fusion {
-namespace {
-
-// An operand broadcast along the innermost dimension drops that dimension: its memref has
-// rank - 1 and its indexing map ignores the innermost loop, so its load leaves that loop.
-int operandRank(int rank, InnerStride inner) {
-  return inner == InnerStride::kBroadcast ? rank - 1 : rank;
-}
-
-std::string memrefType(int rank, const std::string& element, InnerStride inner) {
-  return stridedMemrefType(operandRank(rank, inner), element, inner);
-}
-
-std::string dimList(int count) {
-  std::string dims;
-  for (int d = 0; d < count; ++d)
-    dims += (d ? ", d" : "d") + std::to_string(d);
-  return dims;
-}
-
-std::string indexingMap(int rank, InnerStride inner) {
-  return "affine_map<(" + dimList(rank) + ") -> (" + dimList(operandRank(rank, inner)) + ")>";
-}
-
-// The view of operand `i` restricted to rows [begin, end) of the outer dimension.
-std::string rangeView(const std::string& name, const std::string& type, int dims) {
-  if (dims == 0)
-    return "    %s" + name + " = memref.cast %a" + name + " : " + type + " to " + type + "\n";
-  std::string offsets = "%begin", sizes = "%n", strides = "1";
-  for (int d = 1; d < dims; ++d) {
-    offsets += ", 0";
-    sizes += ", %d" + std::to_string(d);
-    strides += ", 1";
-  }
-  return "    %s" + name + " = memref.subview %a" + name + "[" + offsets + "] [" + sizes + "] [" +
-         strides + "] : " + type + " to " + type + "\n";
-}
-
-// The operand specs present in a signature, in order (absent optional operands skipped).
-std::vector<const OperandSpec*> presentOperands(const ElementwiseSignature& s) {
-  const ElementwiseOp& op = *s.op;
-  std::vector<const OperandSpec*> specs;
-  size_t optional = 0;
-  for (const OperandSpec& spec : op.operands) {
-    bool is_optional = false;
-    for (const std::string& name : op.optional_operands)
-      is_optional |= name == spec.arg;
-    if (is_optional && !s.present[optional++]) continue;
-    specs.push_back(&spec);
-  }
-  TORCH_INTERNAL_ASSERT(specs.size() == s.inputs.size(), "[fusion] ", op.name, ": ",
-                        s.inputs.size(), " inputs for ", specs.size(), " operands");
-  return specs;
-}
-
-} // namespace
 
 int kernelArgumentSlots(const ElementwiseSignature& s) {
   int slots = static_cast<int>(s.op->params.size());
@@ -88,9 +33,9 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   std::vector<size_t> memrefs{0};
   for (size_t i = 0; i < s.inputs.size(); ++i)
     if (static_cast<int>(i) != s.aliased_input) memrefs.push_back(i + 1);
-  std::vector<std::string> types{memrefType(s.rank, storageType(s.output).mlir, s.inner[0])};
+  std::vector<std::string> types{operandMemrefType(s.rank, storageType(s.output).mlir, s.inner[0])};
   for (size_t i = 0; i < s.inputs.size(); ++i)
-    types.push_back(memrefType(s.rank, storageType(s.inputs[i]).mlir, s.inner[i + 1]));
+    types.push_back(operandMemrefType(s.rank, storageType(s.inputs[i]).mlir, s.inner[i + 1]));
 
   std::string arguments;
   for (size_t i : memrefs)
@@ -99,12 +44,7 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     arguments += "%p" + std::to_string(i) + ": " + param_type.mlir + ", ";
   arguments += "%begin: index, %end: index";
 
-  std::string prologue = "    %n = arith.subi %end, %begin : index\n";
-  for (int d = 1; d < s.rank; ++d) {
-    const std::string index = std::to_string(d);
-    prologue += "    %c" + index + " = arith.constant " + index + " : index\n";
-    prologue += "    %d" + index + " = memref.dim %a0, %c" + index + " : " + types[0] + "\n";
-  }
+  std::string prologue = rangePrologue(s.rank, types[0]);
   for (size_t i : memrefs)
     prologue += rangeView(std::to_string(i), types[i], operandRank(s.rank, s.inner[i]));
 
@@ -136,14 +76,13 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   std::string maps, iterators, ins, in_types, block_args;
   for (size_t k = 1; k < memrefs.size(); ++k) {
     const size_t i = memrefs[k];
-    maps += indexingMap(s.rank, s.inner[i]) + ", ";
+    maps += operandIndexingMap(s.rank, s.inner[i]) + ", ";
     ins += std::string(k > 1 ? ", " : "") + "%s" + std::to_string(i);
     in_types += std::string(k > 1 ? ", " : "") + types[i];
     block_args += "%in" + std::to_string(i - 1) + ": " + storageType(s.inputs[i - 1]).mlir + ", ";
   }
-  maps += indexingMap(s.rank, s.inner[0]); // linalg lists ins before outs
-  for (int d = 0; d < s.rank; ++d)
-    iterators += std::string(d ? ", " : "") + "\"parallel\"";
+  maps += operandIndexingMap(s.rank, s.inner[0]); // linalg lists ins before outs
+  iterators = parallelIterators(s.rank);
   block_args += "%out: " + storageType(s.output).mlir;
 
   std::string text = "module {\n";

@@ -1,6 +1,11 @@
 #include "fusion/kernel_signature.h"
 
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
 #include "fusion/op_registry.h"
+#include "support/fork_handlers.h"
 
 namespace torchneuron::fusion {
 namespace {
@@ -88,5 +93,20 @@ bool columnOrderSupported(const ReductionOp& op) {
 }
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }
+
+namespace {
+std::mutex intern_mutex;
+} // namespace
+
+const ElementwiseSignature* internSignature(const ElementwiseSignature& signature, Hash64 key) {
+  // Never destroyed: launches may be recorded during static destruction. Bounded by the number
+  // of kernels the process plans (one entry per kernel key).
+  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<ElementwiseSignature>>();
+  holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
+  std::lock_guard<std::mutex> lock(intern_mutex);
+  std::unique_ptr<ElementwiseSignature>& slot = (*interned)[key];
+  if (!slot) slot = std::make_unique<ElementwiseSignature>(signature);
+  return slot.get();
+}
 
 } // namespace torchneuron::fusion

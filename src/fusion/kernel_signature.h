@@ -66,6 +66,10 @@ struct ReductionSignature {
   std::string describe() const;
 };
 
+// The one stable copy of `signature` (by key) for the life of the process: recorded launches
+// name their signature by this pointer. Thread-safe.
+const ElementwiseSignature* internSignature(const ElementwiseSignature& signature, Hash64 key);
+
 // Whether `op` can run in column order (ReductionSignature::column_order).
 bool columnOrderSupported(const ReductionOp& op);
 

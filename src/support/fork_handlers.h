@@ -24,6 +24,8 @@ namespace torchneuron {
 enum class ForkRank : int {
   kTracerWindow = 5,      // tracer/tracer.cpp: the op window (held while a traced op compiles)
   kWarmStartItem = 10,    // device/warm_start.cpp: the kernel or block the thread works on
+  kFusedCompiles = 15,    // tracer/fused_kernels.cpp: the fused kernels' states and queue
+  kSignatureIntern = 16,  // fusion/kernel_signature.cpp: the interned signatures
   kKernelCacheTable = 20, // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
   kStoreLocks = 30,       // cache/persistent_store.cpp: descriptors of held flock() locks
   kStoreWriter = 35,      // cache/store_writer.cpp: the writers and their queues

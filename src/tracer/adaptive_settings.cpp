@@ -48,6 +48,8 @@ AdaptiveSettings parseAdaptiveSettings(const std::function<const char*(const cha
       readCount(lookup, "NEURON_ADAPTIVE_WINDOW_BYTES", settings.window_bytes, 1, int64_t{1} << 50);
   settings.debug = readBoolean(lookup, "NEURON_ADAPTIVE_DEBUG", settings.debug);
   settings.explain = readBoolean(lookup, "NEURON_ADAPTIVE_EXPLAIN", settings.explain);
+  settings.fusion = readBoolean(lookup, "NEURON_ADAPTIVE_FUSION", settings.fusion);
+  settings.sync_compiles = readBoolean(lookup, "NEURON_ADAPTIVE_SYNC", settings.sync_compiles);
   return settings;
 }
 

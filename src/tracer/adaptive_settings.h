@@ -14,6 +14,8 @@ struct AdaptiveSettings {
   int64_t window_bytes = int64_t{256} << 10; // NEURON_ADAPTIVE_WINDOW_BYTES: pending bytes
   bool debug = false;                        // NEURON_ADAPTIVE_DEBUG
   bool explain = false;                      // NEURON_ADAPTIVE_EXPLAIN
+  bool fusion = true;                        // NEURON_ADAPTIVE_FUSION: fuse hot windows
+  bool sync_compiles = false;                // NEURON_ADAPTIVE_SYNC: wait for fused compiles
 };
 
 // Reads the settings through `lookup` (nullptr: unset); throws std::invalid_argument naming the

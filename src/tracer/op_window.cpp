@@ -6,6 +6,7 @@
 
 #include "target/target.h"
 #include "tracer/tracer.h"
+#include "tracer/window_fusion.h"
 
 namespace torchneuron::tracer {
 std::string opName(const c10::OperatorHandle& op) {
@@ -20,9 +21,15 @@ bool OpWindow::touches(const c10::StorageImpl* storage) const {
   return false;
 }
 
-void OpWindow::runLaunches() {
+void OpWindow::runLaunches(bool fuse, bool wait) {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
+  const BatchSchedule schedule =
+      fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait) : BatchSchedule();
+  fused_kernel_runs += schedule.fusedKernels();
+  launches_saved += schedule.launchesSaved();
+  dead_launches += schedule.deadLaunches();
+  last_batch_keys = schedule.groupKeys();
   size_t next = 0;
   struct Running { // host views made by library steps need no sync: their inputs ran before them
     bool was = detail::running_window;
@@ -32,6 +39,13 @@ void OpWindow::runLaunches() {
   try {
     for (; next < pending.size(); ++next) {
       const DeferredLaunch& launch = pending[next];
+      const BatchSchedule::Action action = schedule.action(next);
+      if (action == BatchSchedule::kSkip) continue;
+      if (action == BatchSchedule::kFused) {
+        const BatchSchedule::FusedLaunch& fused = schedule.fused(next);
+        deviceTarget().launch(fused.kernel->function, fused.slots.data(), fused.shape);
+        continue;
+      }
       if (launch.host_step)
         launch.host_step();
       else

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache/kernel_cache.h"
+#include "fusion/kernel_signature.h"
 #include "launcher/parallel_launch.h"
 #include "support/hash.h"
 #include "tracer/debug_check.h"
@@ -40,6 +41,11 @@ struct DeferredLaunch {
   std::function<void()> host_step;       // set for a library step; then kernel is null
   c10::optional<c10::OperatorHandle> op; // to name it in errors
   std::string where;                     // its Python source line (NEURON_ADAPTIVE_DEBUG)
+  // For the partitioner (fusion/window_partition.h): the signature of an elementwise launch
+  // (interned), the storage of its output, and every device storage the step touches.
+  const fusion::ElementwiseSignature* elementwise = nullptr;
+  const void* output_storage = nullptr;
+  c10::SmallVector<const void*, 4> storages;
 };
 
 class OpWindow {
@@ -63,9 +69,21 @@ public:
 
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
-  // Runs the recorded launches in order, then lets go of what they held. A launch that throws
+  // The trie nodes of the calls whose launches are recorded and not run yet, and the fused
+  // kernel keys of the last batch that ran (tracer.cpp gives those nodes their fusion status).
+  std::vector<const TrieNode*> batch_nodes;
+  std::vector<Hash64> last_batch_keys;
+
+  // Fusion's counters, over the process (metrics()["adaptive"]).
+  int64_t fused_kernel_runs = 0;
+  int64_t launches_saved = 0;
+  int64_t dead_launches = 0;
+
+  // Runs the recorded launches in order, then lets go of what they held. With `fuse`, groups of
+  // elementwise launches run as one fused kernel once it is compiled (`wait`: compile it now)
+  // and launches whose results are dead are skipped (window_fusion.h). A launch that throws
   // drops the rest (they may read its result) and rethrows, naming the op.
-  void runLaunches();
+  void runLaunches(bool fuse, bool wait);
   // Forgets the traced state (not the launches) for the next window.
   void resetTrace();
 };

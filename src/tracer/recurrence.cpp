@@ -31,12 +31,12 @@ const SignatureStats* Recurrence::countWindow(const Hash128& signature,
   if (!stats.hot && stats.occurrences >= threshold_) {
     stats.hot = true;
     ++sites_[site].hot;
-    makeHot(records);
+    makeHot(records, ended_by);
   }
   return &stats;
 }
 
-void Recurrence::makeHot(const std::vector<Hash64>& records) {
+void Recurrence::makeHot(const std::vector<Hash64>& records, SyncCause ended_by) {
   TrieNode* node = &root_;
   for (Hash64 record : records) {
     std::unique_ptr<TrieNode>& child = node->children[record];
@@ -44,6 +44,7 @@ void Recurrence::makeHot(const std::vector<Hash64>& records) {
     node = child.get();
   }
   node->ends_hot_window = true;
+  if (ended_by == SyncCause::kByteLimit) node->cut_by_byte_limit = true;
 }
 
 RecurrenceCounts Recurrence::counts() const {

@@ -18,10 +18,19 @@
 
 namespace torchneuron::tracer {
 
+class WindowFusionStatus;
+
 // A node of the hot-window trie: one op record after the path from the root.
 struct TrieNode {
   std::unordered_map<Hash64, std::unique_ptr<TrieNode>> children;
   bool ends_hot_window = false;
+  // A hot window ends here because its pending bytes reached NEURON_ADAPTIVE_WINDOW_BYTES: a
+  // window that does not count its bytes (a fused one) still ends here, keeping its phase.
+  bool cut_by_byte_limit = false;
+  // What fusion found for the hot windows through this node (window_fusion.h), set by the first
+  // batch of recorded launches that ran this node's op; null until then. Guarded by the window
+  // lock.
+  mutable std::shared_ptr<const WindowFusionStatus> fusion;
   // The device's capture of this op's last deferred call (tracer.h, CallCacheHooks); replaced
   // whenever a call with other metadata is captured. Guarded by the window lock.
   mutable std::shared_ptr<const void> captured_call;
@@ -78,7 +87,7 @@ private:
     size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.low ^ h.high); }
   };
 
-  void makeHot(const std::vector<Hash64>& records);
+  void makeHot(const std::vector<Hash64>& records, SyncCause ended_by);
 
   int64_t threshold_;
   std::unordered_map<Hash128, SignatureStats, Hash128Hasher> signatures_;

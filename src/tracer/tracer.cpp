@@ -25,7 +25,9 @@
 
 #include "support/fork_handlers.h"
 #include "tracer/adaptive_settings.h"
+#include "tracer/fused_kernels.h"
 #include "tracer/op_window.h"
+#include "tracer/window_fusion.h"
 
 namespace torchneuron::tracer {
 
@@ -82,6 +84,10 @@ struct Counters {
   int64_t recording_ns = 0;
   int64_t debug_batches = 0;
   int64_t debug_mismatches = 0;
+  // The window's fusion counters at the last reset.
+  int64_t launches_saved_base = 0;
+  int64_t fused_kernel_runs_base = 0;
+  int64_t dead_launches_base = 0;
 };
 
 struct TracerState {
@@ -120,8 +126,17 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   if (window.launches.empty() && window.held.empty()) return;
   detail::launches_recorded.store(false, std::memory_order_release);
   ++batches_run;
-  if (window.debug.empty()) return window.runLaunches();
-  window.runLaunches();
+  const bool fuse = tracer.settings.fusion;
+  const bool wait = tracer.settings.sync_compiles;
+  std::vector<const TrieNode*> nodes;
+  nodes.swap(window.batch_nodes);
+  window.runLaunches(fuse, wait);
+  if (fuse && !nodes.empty()) {
+    auto status = std::make_shared<const WindowFusionStatus>(window.last_batch_keys);
+    for (const TrieNode* node : nodes)
+      if (!node->fusion) node->fusion = status;
+  }
+  if (window.debug.empty()) return;
   const std::vector<std::string> differences = window.debug.compareAndReset();
   ++tracer.counters.debug_batches;
   tracer.counters.debug_mismatches += static_cast<int64_t>(differences.size());
@@ -167,6 +182,9 @@ private:
 // Ends the window: runs its recorded launches, counts its signature, starts the next one.
 void syncLocked(TracerState& tracer, SyncCause cause, const c10::OperatorHandle* op) {
   OpWindow& window = tracer.window;
+  if (fusedCompileWarningsPending())
+    for (const std::string& warning : takeFusedCompileWarnings())
+      TORCH_WARN(warning);
   const bool replayed = window.open && window.cursor != nullptr && window.cursor->ends_hot_window &&
                         !window.records.empty() &&
                         window.deferred_ops == static_cast<int64_t>(window.records.size());
@@ -210,6 +228,14 @@ bool advance(TracerState& tracer, const c10::OperatorHandle& op, Hash64 record) 
   }
   window.cursor = next;
   return true;
+}
+
+// Whether the window being recorded will run fused (window_fusion.h): its hot window's fused
+// kernels are compiled, or its first batch has not run yet (the probe records everything once
+// to find out). Then calls on large tensors are recorded too and pending bytes do not end it.
+bool recordingFused(const TracerState& tracer) {
+  const TrieNode* node = tracer.window.cursor;
+  return tracer.settings.fusion && node != nullptr && (!node->fusion || node->fusion->ready());
 }
 
 // Part 1 records launches to save per-op overhead, which matters for small tensors only. A call
@@ -288,10 +314,15 @@ TracedCallStart beginTracedCall() {
 
 // A window that reached NEURON_ADAPTIVE_WINDOW ops or NEURON_ADAPTIVE_WINDOW_BYTES of pending
 // results ends after the op that reached it.
+// A window recorded to run fused ignores its pending bytes (its intermediates get no stores)
+// but ends where its hot window ended by them.
 void endWindowAtLimits(TracerState& tracer) {
-  if (static_cast<int64_t>(tracer.window.records.size()) >= tracer.settings.window_ops)
+  const OpWindow& window = tracer.window;
+  if (static_cast<int64_t>(window.records.size()) >= tracer.settings.window_ops)
     syncLocked(tracer, SyncCause::kOpLimit, nullptr);
-  else if (tracer.window.pending_bytes >= tracer.settings.window_bytes)
+  else if (recordingFused(tracer)
+               ? window.cursor->ends_hot_window && window.cursor->cut_by_byte_limit
+               : window.pending_bytes >= tracer.settings.window_bytes)
     syncLocked(tracer, SyncCause::kByteLimit, nullptr);
 }
 
@@ -358,6 +389,14 @@ void setAdaptiveDebug(bool enabled) {
   detail::debugging.store(enabled, std::memory_order_relaxed);
 }
 
+void setAdaptiveFusion(bool fuse, bool wait_for_compiles) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
+  tracer.settings.fusion = fuse;
+  tracer.settings.sync_compiles = wait_for_compiles;
+}
+
 bool adaptiveDebug() {
   auto lock = lockWindow();
   return state().settings.debug;
@@ -382,10 +421,12 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
 
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
-  const bool defer = traceRecord(tracer, op, args) && !touchesLargeTensor(args);
-  if (defer)
+  const bool defer =
+      traceRecord(tracer, op, args) && (recordingFused(tracer) || !touchesLargeTensor(args));
+  if (defer) {
     ++window.deferred_ops;
-  else
+    window.batch_nodes.push_back(window.cursor);
+  } else
     runRecordedLaunchesLocked(tracer);
   DebugRecording debug(tracer, defer, args, std::move(where));
 
@@ -434,6 +475,7 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const bool defer = traceRecord(tracer, op, args);
   if (defer) {
     ++window.deferred_ops;
+    window.batch_nodes.push_back(window.cursor);
     deferred_op = &op;
   }
   DebugRecording debug(tracer, defer, args, std::move(where));
@@ -461,14 +503,18 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
   auto lock = lockWindow();
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
-  for (const at::Tensor& t : inputs)
-    if (t.defined() && t.has_storage() && !t.device().is_cpu()) window.held.push_back(t.storage());
+  DeferredLaunch launch;
+  for (const at::Tensor& t : inputs) {
+    if (!t.defined() || !t.has_storage() || t.device().is_cpu()) continue;
+    window.held.push_back(t.storage());
+    launch.storages.push_back(t.storage().unsafeGetStorageImpl());
+  }
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
     window.pending_bytes += static_cast<int64_t>(t.storage().nbytes());
+    launch.storages.push_back(t.storage().unsafeGetStorageImpl());
   }
-  DeferredLaunch launch;
   launch.host_step = std::move(step);
   if (deferred_op != nullptr) launch.op = *deferred_op;
   window.launches.push_back(std::move(launch));
@@ -514,7 +560,8 @@ void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor
 }
 
 void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
-                  const LaunchShape& shape, std::atomic<int64_t>* counter) {
+                  const LaunchShape& shape, std::atomic<int64_t>* counter,
+                  const RecordedOperands& operands) {
   auto lock = lockWindow();
   TracerState& tracer = state();
   if (tracer.window.launches.capacity() == 0) tracer.window.launches.reserve(64);
@@ -522,6 +569,9 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   launch.kernel = std::move(kernel);
   launch.slots.assign(slots, slots + slot_count);
   launch.shape = shape;
+  launch.elementwise = operands.elementwise;
+  launch.output_storage = operands.output_storage;
+  launch.storages = operands.storages;
   counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
   if (deferred_op != nullptr) launch.op = *deferred_op;
   tracer.window.launches.push_back(std::move(launch));
@@ -550,6 +600,13 @@ AdaptiveStats adaptiveStats() {
   stats.ops_replayed = counters.ops_replayed;
   stats.launches_recorded = counters.launches_recorded;
   stats.calls_from_plan_cache = counters.calls_from_plan_cache;
+  stats.launches_saved = tracer.window.launches_saved - counters.launches_saved_base;
+  stats.fused_kernel_runs = tracer.window.fused_kernel_runs - counters.fused_kernel_runs_base;
+  stats.dead_launches = tracer.window.dead_launches - counters.dead_launches_base;
+  const FusedKernelStats fused = fusedKernelStats();
+  stats.fused_compiles = fused.compiles;
+  stats.fused_compile_failures = fused.failures;
+  stats.fused_compiles_queued = fused.queued;
   stats.debug = tracer.settings.debug;
   stats.debug_batches = counters.debug_batches;
   stats.debug_mismatches = counters.debug_mismatches;
@@ -563,7 +620,11 @@ AdaptiveStats adaptiveStats() {
 
 void resetAdaptiveStats() {
   auto lock = lockWindow();
-  state().counters = Counters();
+  TracerState& tracer = state();
+  tracer.counters = Counters();
+  tracer.counters.launches_saved_base = tracer.window.launches_saved;
+  tracer.counters.fused_kernel_runs_base = tracer.window.fused_kernel_runs;
+  tracer.counters.dead_launches_base = tracer.window.dead_launches;
 }
 
 std::vector<SignatureSummary> frequentSignatures(size_t count) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache/kernel_cache.h"
+#include "fusion/kernel_signature.h"
 #include "launcher/parallel_launch.h"
 #include "tracer/sync_cause.h"
 
@@ -50,6 +51,9 @@ void setAdaptive(bool enabled);
 // batch of recorded steps is checked against ATen's CPU kernels. Changing it is a sync point.
 void setAdaptiveDebug(bool enabled);
 bool adaptiveDebug();
+// NEURON_ADAPTIVE_FUSION and NEURON_ADAPTIVE_SYNC: whether hot windows run fused kernels, and
+// whether a batch waits for its fused kernels' compiles. Changing them is a sync point.
+void setAdaptiveFusion(bool fuse, bool wait_for_compiles);
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
@@ -122,8 +126,15 @@ inline void runRecordedLaunches() {
 // Records one plan's operands (held alive until the window runs) and, for each launch,
 // `recordLaunch`. CPU tensors among `inputs` must be copies the caller made for the window.
 void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs);
+// What the fusion partitioner (fusion/window_partition.h) needs of a recorded kernel launch.
+struct RecordedOperands {
+  const fusion::ElementwiseSignature* elementwise = nullptr; // interned; null: not elementwise
+  const c10::StorageImpl* output_storage = nullptr;          // of its first memref (the output)
+  c10::SmallVector<const void*, 4> storages;                 // every device storage it touches
+};
 void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
-                  const LaunchShape& shape, std::atomic<int64_t>* counter);
+                  const LaunchShape& shape, std::atomic<int64_t>* counter,
+                  const RecordedOperands& operands);
 
 // The device's plan cache for hot windows (device/plan_replay.h): a deferred call is captured
 // once (its plans, kernels and where each operand comes from) and kept at its trie node, opaque
@@ -155,12 +166,17 @@ struct AdaptiveStats {
   int64_t ops_replayed = 0;          // ops of replayed windows
   int64_t calls_from_plan_cache = 0; // deferred calls replayed without planning
   int64_t launches_recorded = 0;
-  int64_t launches_saved = 0;     // launches fusion removed (part 2; 0 until then)
-  double tracing_ns_per_op = 0;   // mean tracer bookkeeping per traced op (the kernel excluded)
-  double recording_ns_per_op = 0; // mean whole cost of a deferred op call (planning included)
-  bool debug = false;             // NEURON_ADAPTIVE_DEBUG
-  int64_t debug_batches = 0;      // batches of recorded steps checked against the CPU
-  int64_t debug_mismatches = 0;   // results that differed (each one warned about)
+  int64_t launches_saved = 0;    // recorded launches fusion replaced or found dead
+  int64_t fused_kernel_runs = 0; // fused kernels run (each replaced 2+ recorded launches)
+  int64_t dead_launches = 0;     // recorded launches skipped: nothing could read their result
+  int64_t fused_compiles = 0;    // fused kernels compiled or loaded from the cache
+  int64_t fused_compile_failures = 0;
+  int64_t fused_compiles_queued = 0; // waiting for or in the background compile
+  double tracing_ns_per_op = 0;      // mean tracer bookkeeping per traced op (the kernel excluded)
+  double recording_ns_per_op = 0;    // mean whole cost of a deferred op call (planning included)
+  bool debug = false;                // NEURON_ADAPTIVE_DEBUG
+  int64_t debug_batches = 0;         // batches of recorded steps checked against the CPU
+  int64_t debug_mismatches = 0;      // results that differed (each one warned about)
 };
 AdaptiveStats adaptiveStats();
 void resetAdaptiveStats();

@@ -287,16 +287,20 @@ def within_cpu_spread(op, dev_sample, dev):
     return True
 
 
-# The tracer's replay counter as reset_metrics() leaves it: replays counted before each reset.
+# The tracer's replay and fused-kernel counters as reset_metrics() leaves them: counted before
+# each reset.
 replays_before_reset = 0
+fused_before_reset = 0
 
 
 def reset_metrics():
-    """torchneuron.reset_metrics(), keeping the tracer's replays counted so far in
-    replays_before_reset (replays_so_far() keeps counting across it)."""
-    global replays_before_reset
+    """torchneuron.reset_metrics(), keeping the tracer's replays and fused kernel runs counted so
+    far (replays_so_far() and fused_so_far() keep counting across it)."""
+    global replays_before_reset, fused_before_reset
     if torchneuron.adaptive_enabled():  # the tracer replays nothing while it is off
-        replays_before_reset += torchneuron.metrics()["adaptive"]["replays"]
+        adaptive = torchneuron.metrics()["adaptive"]
+        replays_before_reset += adaptive["replays"]
+        fused_before_reset += adaptive["fused_kernel_runs"]
     torchneuron.reset_metrics()
 
 
@@ -305,14 +309,20 @@ def replays_so_far():
     return replays_before_reset + torchneuron.metrics()["adaptive"]["replays"]
 
 
-def run_sample(op, dev_sample, dev, used, dtype, replays=None):
-    """The sample's outcome. With `replays` (a list), appends the windows the tracer replayed
-    while the device ran the sample and its result was compared (not while a mismatch is
-    re-examined)."""
-    before = replays_so_far() if replays is not None else 0
+def fused_so_far():
+    """Fused kernels the tracer ran in this process."""
+    return fused_before_reset + torchneuron.metrics()["adaptive"]["fused_kernel_runs"]
+
+
+def run_sample(op, dev_sample, dev, used, dtype, replays=None, fused=None):
+    """The sample's outcome. With `replays` and `fused` (lists), appends the windows the tracer
+    replayed and the fused kernels it ran while the device ran the sample and its result was
+    compared (not while a mismatch is re-examined)."""
+    before = (replays_so_far(), fused_so_far()) if replays is not None else (0, 0)
     result = compare_sample(op, dev_sample, dev, used)
     if replays is not None:
-        replays.append(replays_so_far() - before)
+        replays.append(replays_so_far() - before[0])
+        fused.append(fused_so_far() - before[1])
     return judge_mismatch(op, dev_sample, dev, dtype, result)
 
 
@@ -321,18 +331,19 @@ def run_sample_adaptive(op, dev_sample, dev, used, dtype, runs):
     windows recurred often enough), each run judged on its own. The outcome is the first run's
     that mismatched or raised, else the first skip, naming the run; else a pass (with an
     ill-conditioned run's detail if there was one). `replays` lists the windows each run
-    replayed; the sample is `replayed` when its last run replayed any."""
-    replays = []
-    results = [run_sample(op, dev_sample, dev, used, dtype, replays) for _ in range(runs)]
+    replayed; the sample is `replayed` when its last run replayed any, and `fused` when its last
+    run ran a fused kernel."""
+    replays, fused = [], []
+    results = [run_sample(op, dev_sample, dev, used, dtype, replays, fused) for _ in range(runs)]
     for outcomes in (("mismatch", "device_error"), ("skipped",)):
         index = next((i for i, r in enumerate(results) if r["outcome"] in outcomes), None)
         if index is not None:
             detail = (f"run {index + 1} of {runs} ({replays[index]} windows replayed): "
                       f"{results[index]['detail']}")
             return {**results[index], "detail": detail, "replayed": replays[-1] > 0,
-                    "replays": replays}
+                    "replays": replays, "fused": fused[-1] > 0}
     passed = next((r for r in results if r.get("ill_conditioned")), results[-1])
-    return {**passed, "replayed": replays[-1] > 0, "replays": replays}
+    return {**passed, "replayed": replays[-1] > 0, "replays": replays, "fused": fused[-1] > 0}
 
 
 def judge_mismatch(op, dev_sample, dev, dtype, result):
@@ -499,6 +510,8 @@ def run_worker(items_file, results_file, quick, adaptive=False):
         # A window is hot after `threshold` occurrences and replays from the next one on: with
         # the default threshold (2) the three runs are cold, hot and replayed.
         torchneuron.set_adaptive(True)
+        # Fused kernels compiled before the window runs, so the replayed run runs them.
+        torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
         threshold = torchneuron.metrics()["adaptive"]["threshold"]
         adaptive_runs = max(3, threshold + 1)
     # In --quick (and in --adaptive's other dtypes), an OpInfo whose float32 samples all ran on

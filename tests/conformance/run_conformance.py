@@ -240,12 +240,14 @@ KIND_ORDER = ("unknown", "fallback", "library", "compiled", "runtime")  # least 
 def summarize(records, quick, seconds, adaptive=False):
     """Totals, totals per dtype (`samples_by_dtype`, `by_dtype`) and per OpInfo (with its
     dtypes and first problems). With `adaptive`, each of them also counts `replayed` (samples
-    whose last run replayed a recorded window), and `adaptive` says how the samples ran."""
+    whose last run replayed a recorded window), the totals `fused` (samples whose last run ran a
+    fused kernel), and `adaptive` says how the samples ran."""
     totals = dict.fromkeys(OUTCOMES, 0)
     by_dtype = {}
     per_op = {}
     ill_conditioned = 0
     replayed = 0
+    fused = 0
     for record in records:
         dtype = record.get("dtype", "float32")
         counts = dict.fromkeys(OUTCOMES, 0)
@@ -254,6 +256,7 @@ def summarize(records, quick, seconds, adaptive=False):
                                                    "worker_seconds": 0.0})
         record_replayed = sum(bool(sample.get("replayed")) for sample in record["samples"])
         replayed += record_replayed
+        fused += sum(bool(sample.get("fused")) for sample in record["samples"])
         dtype_totals["opinfos"] += 1
         dtype_totals["worker_seconds"] = round(dtype_totals["worker_seconds"] +
                                                record.get("seconds", 0.0), 3)
@@ -289,7 +292,7 @@ def summarize(records, quick, seconds, adaptive=False):
         # (every worker reads the same environment; a crashed pair's record has neither).
         runs = sorted({(r["adaptive_runs"], r["adaptive_threshold"]) for r in records
                        if "adaptive_runs" in r})
-        extra = {"replayed": replayed,
+        extra = {"replayed": replayed, "fused": fused,
                  "adaptive": [{"runs_per_sample": n, "threshold": t} for n, t in runs]}
     return {**extra, "opinfos": len(per_op), "opinfo_dtypes": len(records),
             "samples": sum(totals.values()), **totals,
@@ -323,7 +326,7 @@ def print_report(summary, path):
           f"pass={summary['pass']} (ill-conditioned {summary['ill_conditioned']}) "
           f"mismatch={summary['mismatch']} "
           f"device_error={summary['device_error']} skipped={summary['skipped']} "
-          + (f"replayed={summary['replayed']} " if "replayed" in summary else "")
+          + (f"replayed={summary['replayed']} fused={summary['fused']} " if "replayed" in summary else "")
           + "| native "
           f"compiled={kinds['compiled']} library={kinds['library']} fallback={kinds['fallback']} "
           f"| {summary['seconds']}s -> {path}")

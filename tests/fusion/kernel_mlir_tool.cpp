@@ -4,6 +4,10 @@
 //   <kept> <reduced> <output...> -- <inputs...> [column]
 //     (column: column order, inputs contiguous in their innermost kept dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
+//   neuron_kernel_mlir <mode> fused <rank> <member>...
+//     a fused float32 kernel (fused_kernel.h); each member is op(src,...) with src x<k> (window
+//     input k, contiguous), s<k> (a number, broadcast) or m<j> (member j's result); a trailing
+//     ! stores the member's output. Example: mul(x0,s1) tanh(m0)!
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
 #include <c10/core/ScalarType.h>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "fusion/compiler.h"
+#include "fusion/fused_kernel.h"
 #include "fusion/kernel_builder.h"
 #include "fusion/op_registry.h"
 
@@ -41,6 +46,54 @@ std::string emit(const std::string& mode, const std::string& mlir) {
   if (mode == "lowered") return lowerToLLVMDialect(mlir);
   if (mode == "llvm") return optimizedLLVMIR(mlir, "neuron_kernel");
   throw std::invalid_argument("unknown mode " + mode + " (mlir, lowered or llvm)");
+}
+
+// The fused signature of `args[first]` (the rank) and the member specs after it.
+FusedElementwiseSignature fusedSignature(const std::vector<std::string>& args, size_t first) {
+  FusedElementwiseSignature fused;
+  fused.rank = std::stoi(args.at(first));
+  std::vector<std::string> external_names;
+  for (size_t a = first + 1; a < args.size(); ++a) {
+    std::string spec = args[a];
+    FusedMember member;
+    member.stored = !spec.empty() && spec.back() == '!';
+    if (member.stored) spec.pop_back();
+    const size_t open = spec.find('(');
+    if (open == std::string::npos || spec.back() != ')')
+      throw std::invalid_argument("member " + spec + " is not op(src,...)");
+    ElementwiseSignature& s = member.signature;
+    s.op = findElementwiseOp(spec.substr(0, open));
+    if (!s.op) throw std::invalid_argument("no elementwise op " + spec.substr(0, open));
+    s.rank = fused.rank;
+    s.inner.push_back(InnerStride::kContiguous);
+    std::string list = spec.substr(open + 1, spec.size() - open - 2) + ",";
+    for (size_t start = 0, comma; (comma = list.find(',', start)) != std::string::npos;
+         start = comma + 1) {
+      const std::string source = list.substr(start, comma - start);
+      s.inputs.push_back(c10::kFloat);
+      if (source.at(0) == 'm') {
+        member.sources.push_back({FusedSource::kMember, std::stoi(source.substr(1))});
+        s.inner.push_back(InnerStride::kContiguous);
+        continue;
+      }
+      const InnerStride inner =
+          source.at(0) == 's' ? InnerStride::kBroadcast : InnerStride::kContiguous;
+      s.inner.push_back(inner);
+      int index = -1;
+      for (size_t e = 0; e < external_names.size(); ++e)
+        if (external_names[e] == source) index = static_cast<int>(e);
+      if (index < 0) {
+        index = static_cast<int>(external_names.size());
+        external_names.push_back(source);
+        fused.externals.push_back({c10::kFloat, inner, -1});
+      }
+      member.sources.push_back({FusedSource::kExternal, index});
+    }
+    s.constants.assign(s.op->constants.size(), -1);
+    s.present.assign(s.op->optional_operands.size(), true);
+    fused.members.push_back(std::move(member));
+  }
+  return fused;
 }
 
 } // namespace
@@ -88,6 +141,8 @@ int main(int argc, char** argv) {
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
       s.column_order = i < args.size(); // inputs contiguous along their innermost kept dim
       std::cout << emit(mode, buildReductionKernel(s));
+    } else if (form == "fused") {
+      std::cout << emit(mode, buildFusedElementwiseKernel(fusedSignature(args, i - 1)));
     } else {
       throw std::invalid_argument("unknown form " + form);
     }

@@ -1,0 +1,229 @@
+#include "fusion/fused_kernel.h"
+
+#include <stdexcept>
+
+#include "fusion/element_type.h"
+#include "fusion/kernel_text.h"
+#include "fusion/op_registry.h"
+#include "fusion/scalar_emitter.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+[[noreturn]] void malformed(const std::string& what) {
+  throw std::logic_error("[fusion] malformed fused kernel: " + what);
+}
+
+ElementType paramType(c10::ScalarType compute) {
+  return computeType(compute).isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
+                                        : ElementType{NumberKind::kSigned, 64, "i64"};
+}
+
+void check(const FusedElementwiseSignature& s) {
+  bool any_stored = false;
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    const FusedMember& member = s.members[m];
+    const ElementwiseSignature& sig = member.signature;
+    if (sig.op == nullptr) malformed("member " + std::to_string(m) + " has no op");
+    if (sig.rank != s.rank)
+      malformed("member " + std::to_string(m) + " has rank " + std::to_string(sig.rank) +
+                ", the kernel " + std::to_string(s.rank));
+    if (member.sources.size() != sig.inputs.size())
+      malformed("member " + std::to_string(m) + " has " + std::to_string(member.sources.size()) +
+                " sources for " + std::to_string(sig.inputs.size()) + " inputs");
+    for (size_t i = 0; i < member.sources.size(); ++i) {
+      const FusedSource& source = member.sources[i];
+      if (source.kind == FusedSource::kMember) {
+        if (source.index < 0 || static_cast<size_t>(source.index) >= m)
+          malformed("member " + std::to_string(m) + " reads member " +
+                    std::to_string(source.index) + ", not an earlier one");
+        if (s.members[source.index].signature.output != sig.inputs[i])
+          malformed("member " + std::to_string(m) + " reads member " +
+                    std::to_string(source.index) + " as another dtype");
+      } else if (source.index < 0 || static_cast<size_t>(source.index) >= s.externals.size()) {
+        malformed("member " + std::to_string(m) + " reads external " +
+                  std::to_string(source.index) + " of " + std::to_string(s.externals.size()));
+      } else if (s.externals[source.index].dtype != sig.inputs[i]) {
+        malformed("member " + std::to_string(m) + " reads external " +
+                  std::to_string(source.index) + " as another dtype");
+      }
+    }
+    if (member.stored && sig.inner[0] == InnerStride::kBroadcast)
+      malformed("member " + std::to_string(m) + " stores a broadcast output");
+    any_stored |= member.stored;
+  }
+  if (!any_stored) malformed("no member stores its output");
+  for (size_t e = 0; e < s.externals.size(); ++e) {
+    const int through = s.externals[e].read_through_member;
+    if (through < 0) continue;
+    if (static_cast<size_t>(through) >= s.members.size() || !s.members[through].stored ||
+        s.members[through].signature.output != s.externals[e].dtype ||
+        s.members[through].signature.inner[0] != s.externals[e].inner)
+      malformed("external " + std::to_string(e) + " is read through member " +
+                std::to_string(through) + ", which does not store that memory");
+  }
+}
+
+} // namespace
+
+Hash64 FusedElementwiseSignature::key() const {
+  Hasher h;
+  h.str("fused-elementwise").i64(rank).u64(members.size());
+  for (const FusedMember& member : members) {
+    h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
+    for (const FusedSource& source : member.sources)
+      h.u64(source.kind).i64(source.index);
+  }
+  h.u64(externals.size());
+  for (const FusedExternal& external : externals)
+    h.i64(static_cast<int64_t>(external.dtype))
+        .u64(static_cast<uint64_t>(external.inner))
+        .i64(external.read_through_member);
+  return h.digest();
+}
+
+std::string FusedElementwiseSignature::describe() const {
+  std::string text = "fused[";
+  int stored = 0;
+  for (size_t m = 0; m < members.size(); ++m) {
+    text += (m ? "," : "") + members[m].signature.op->name;
+    stored += members[m].stored;
+  }
+  return text + "] rank " + std::to_string(rank) + ", " + std::to_string(externals.size()) +
+         " inputs, " + std::to_string(stored) + " outputs";
+}
+
+int FusedElementwiseSignature::argumentSlots() const {
+  int slots = 0;
+  for (const FusedMember& member : members) {
+    if (member.stored) slots += 3 + 2 * rank;
+    slots += static_cast<int>(member.signature.op->params.size());
+  }
+  for (const FusedExternal& external : externals)
+    if (external.read_through_member < 0) slots += 3 + 2 * operandRank(rank, external.inner);
+  return slots;
+}
+
+std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& s) {
+  check(s);
+  // Memref arguments: %a<k>, stored outputs first (so %a0 is an output, as rangePrologue
+  // expects), then the externals with a memref of their own.
+  std::vector<int> output_arg(s.members.size(), -1), external_arg(s.externals.size(), -1);
+  std::vector<std::string> types;
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    if (!s.members[m].stored) continue;
+    const ElementwiseSignature& sig = s.members[m].signature;
+    output_arg[m] = static_cast<int>(types.size());
+    types.push_back(operandMemrefType(s.rank, storageType(sig.output).mlir, sig.inner[0]));
+  }
+  const size_t outputs = types.size();
+  for (size_t e = 0; e < s.externals.size(); ++e) {
+    if (s.externals[e].read_through_member >= 0) continue;
+    external_arg[e] = static_cast<int>(types.size());
+    types.push_back(
+        operandMemrefType(s.rank, storageType(s.externals[e].dtype).mlir, s.externals[e].inner));
+  }
+
+  std::string arguments;
+  for (size_t k = 0; k < types.size(); ++k)
+    arguments += "%a" + std::to_string(k) + ": " + types[k] + ", ";
+  ScalarEmitter scalars("    ", "q");
+  std::vector<std::vector<Value>> params(s.members.size());
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    const ElementwiseSignature& sig = s.members[m].signature;
+    const ElementType type = paramType(sig.compute);
+    for (size_t p = 0; p < sig.op->params.size(); ++p) {
+      const std::string name = "%p" + std::to_string(m) + "_" + std::to_string(p);
+      arguments += name + ": " + type.mlir + ", ";
+      params[m].push_back(scalars.convert({name, type}, computeType(sig.compute)));
+    }
+  }
+  arguments += "%begin: index, %end: index";
+
+  std::string prologue = rangePrologue(s.rank, types[0]);
+  for (size_t k = 0; k < types.size(); ++k) {
+    const bool is_output = k < outputs;
+    InnerStride inner = InnerStride::kContiguous;
+    if (!is_output)
+      for (size_t e = 0; e < s.externals.size(); ++e)
+        if (external_arg[e] == static_cast<int>(k)) inner = s.externals[e].inner;
+    prologue +=
+        rangeView(std::to_string(k), types[k], is_output ? s.rank : operandRank(s.rank, inner));
+  }
+
+  // Block arguments: linalg lists ins (the externals with a memref) before outs.
+  ScalarEmitter body("      ", "v");
+  std::vector<Value> external_value(s.externals.size());
+  std::string maps, ins, in_types, block_args, outs, out_types;
+  for (size_t e = 0; e < s.externals.size(); ++e) {
+    if (external_arg[e] < 0) continue;
+    const std::string k = std::to_string(external_arg[e]);
+    external_value[e] = {"%in" + k, storageType(s.externals[e].dtype)};
+    maps += operandIndexingMap(s.rank, s.externals[e].inner) + ", ";
+    ins += std::string(ins.empty() ? "" : ", ") + "%s" + k;
+    in_types += std::string(in_types.empty() ? "" : ", ") + types[external_arg[e]];
+    block_args += external_value[e].name + ": " + external_value[e].type.mlir + ", ";
+  }
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    if (output_arg[m] < 0) continue;
+    const ElementwiseSignature& sig = s.members[m].signature;
+    const std::string k = std::to_string(output_arg[m]);
+    maps += std::string(outs.empty() ? "" : ", ") + operandIndexingMap(s.rank, sig.inner[0]);
+    outs += std::string(outs.empty() ? "" : ", ") + "%s" + k;
+    out_types += std::string(out_types.empty() ? "" : ", ") + types[output_arg[m]];
+    block_args += "%out" + k + ": " + storageType(sig.output).mlir + ", ";
+  }
+  block_args.resize(block_args.size() - 2); // the last ", " (check(): an output exists)
+  for (size_t e = 0; e < s.externals.size(); ++e)
+    if (s.externals[e].read_through_member >= 0)
+      external_value[e] = {"%out" + std::to_string(output_arg[s.externals[e].read_through_member]),
+                           storageType(s.externals[e].dtype)};
+
+  // Each member's value, as stored in memory: a later member reads exactly what the eager op
+  // would have read back (a bfloat16 result rounded, a bool as 0 or 1).
+  std::vector<Value> stored(s.members.size());
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    const FusedMember& member = s.members[m];
+    const ElementwiseSignature& sig = member.signature;
+    const std::vector<const OperandSpec*> specs = presentOperands(sig);
+    LoweringContext context{body,
+                            computeType(sig.compute),
+                            {},
+                            params[m],
+                            std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
+                            std::vector<bool>(sig.present.begin(), sig.present.end())};
+    for (size_t i = 0; i < member.sources.size(); ++i) {
+      const FusedSource& source = member.sources[i];
+      const Value& loaded =
+          source.kind == FusedSource::kMember ? stored[source.index] : external_value[source.index];
+      const c10::ScalarType common = specs[i]->promotes ? sig.compute : sig.inputs[i];
+      // As the eager kernel: cast to the common dtype first, then widen to the compute type.
+      context.operands.push_back(
+          body.convert(body.convert(loaded, storageType(common)), computeType(common)));
+    }
+    stored[m] = body.convert(sig.op->lower(context), storageType(sig.output));
+  }
+  std::string yields, yield_types;
+  for (size_t m = 0; m < s.members.size(); ++m) {
+    if (output_arg[m] < 0) continue;
+    yields += std::string(yields.empty() ? "" : ", ") + stored[m].name;
+    yield_types += std::string(yield_types.empty() ? "" : ", ") + stored[m].type.mlir;
+  }
+
+  std::string text = "module {\n";
+  for (const std::string& declaration : scalars.declarations())
+    text += "  " + declaration + "\n";
+  for (const std::string& declaration : body.declarations())
+    text += "  " + declaration + "\n";
+  text += "  func.func @kernel(" + arguments + ") {\n" + prologue + scalars.body();
+  text += "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" +
+          parallelIterators(s.rank) + "]}\n";
+  if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";
+  text += "        outs(" + outs + " : " + out_types + ") {\n";
+  text += "    ^bb0(" + block_args + "):\n" + body.body();
+  text += "      linalg.yield " + yields + " : " + yield_types + "\n    }\n";
+  text += "    return\n  }\n}\n";
+  return text;
+}
+
+} // namespace torchneuron::fusion

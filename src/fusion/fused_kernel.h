@@ -1,0 +1,67 @@
+#pragma once
+// A fused elementwise kernel (DESIGN.md decision 5): a chain or tree of registry ops over one
+// iteration space, computed element by element in one loop nest. Values flow from member to
+// member in registers; only the outputs that escape are stored, so intermediates cost no memory
+// traffic. Like an eager kernel it is shape-polymorphic: its key holds the members' signatures
+// and the dataflow between them, never sizes, strides, scalar values or addresses.
+//
+// ABI (launcher/kernel_abi.h): the stored outputs' memrefs in member order, then the external
+// inputs' memrefs (those not read through a stored output), then every member's run-time
+// scalars in member order (f64 for float compute, i64 otherwise), then begin and end.
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
+
+#include <string>
+#include <vector>
+
+#include "fusion/kernel_signature.h"
+#include "support/hash.h"
+
+namespace torchneuron::fusion {
+
+// Where a member's input value comes from.
+struct FusedSource {
+  enum Kind : uint8_t { kExternal, kMember } kind = kExternal;
+  int index = 0; // into FusedElementwiseSignature::externals, or an earlier member
+};
+
+// One op of the fused kernel, as its eager signature: its rank is the fused kernel's, its inner
+// stride classes are those of its own operands, and its aliased input (an in-place op's self)
+// is one of `sources` like any other input.
+struct FusedMember {
+  ElementwiseSignature signature;
+  c10::SmallVector<FusedSource, 4> sources; // one per signature input
+  bool stored = false;                      // its output escapes: the kernel writes it
+};
+
+// A memref the kernel reads that no member of it wrote before (a window input, or an output
+// of a step before the fused kernel).
+struct FusedExternal {
+  c10::ScalarType dtype = c10::kFloat;
+  InnerStride inner = InnerStride::kContiguous;
+  // The member whose stored output is this same memory with the same geometry (an in-place
+  // update of a window input), or -1. The kernel reads it through that output, so it reads the
+  // element before any member overwrites it and takes no memref of its own.
+  int read_through_member = -1;
+};
+
+struct FusedElementwiseSignature {
+  int rank = 1;
+  std::vector<FusedMember> members;
+  std::vector<FusedExternal> externals;
+
+  // Kernel-cache key: stable across processes; covers every field.
+  Hash64 key() const;
+  // "fused[mul,add,tanh,...] rank 1, 2 inputs, 1 output", for warnings and explain().
+  std::string describe() const;
+  // Argument slots before begin and end (each rank-r memref takes 3 + 2r).
+  int argumentSlots() const;
+};
+
+// The kernel's MLIR module (one `func.func @kernel`, one linalg.generic). Throws
+// std::logic_error starting with "[fusion]" when the signature is malformed (a source that
+// names a later member, a read-through external whose member is not stored, no stored output).
+std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& signature);
+
+} // namespace torchneuron::fusion

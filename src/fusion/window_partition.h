@@ -1,0 +1,58 @@
+#pragma once
+// The partitioner (DESIGN.md decision 5): splits the recorded launches of an op window into
+// fused elementwise kernels and the steps that stay as they are (reductions, library steps,
+// lone elementwise launches), and finds the intermediates that need no store.
+//
+// It works on one batch of recorded launches, as the window is about to run them, from their
+// argument slots: the memrefs a launch reads and writes are exact (addresses, sizes, strides),
+// so dataflow between launches is decided from memory, not from names. Consecutive elementwise
+// launches over the same iteration space join one group while every memory they share is used
+// with the same geometry (a value then flows through a register at the same element); a
+// launch that would read or write memory of the group with another geometry (a transposed
+// view, a shifted slice) starts a new group. A member's output is stored only when it escapes:
+// its storage is referenced outside the window (a Python tensor, autograd), or a launch after
+// the group touches that storage, and no later member overwrites the same memory.
+
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fusion/fused_kernel.h"
+#include "fusion/kernel_signature.h"
+
+namespace torchneuron::fusion {
+
+// What the partitioner needs of one recorded launch.
+struct PartitionLaunch {
+  // Fusible: an elementwise kernel launch with this signature and `slots` (kernel_abi.h: output
+  // memref, the inputs but the aliased one, the op's params). Null for any other step.
+  const ElementwiseSignature* elementwise = nullptr;
+  const int64_t* slots = nullptr;
+  // Identity of the storage the output lives in, and whether anything outside the window holds
+  // that storage (fusible launches only).
+  const void* output_storage = nullptr;
+  bool output_escapes = true;
+  // Every storage the step reads or writes (any step).
+  c10::ArrayRef<const void*> storages;
+};
+
+// Launches [first, first + count) computed by one fused kernel (count >= 2), or, when no member
+// stores its output, by nothing at all (every result is dead).
+struct FusedGroup {
+  size_t first = 0;
+  size_t count = 0;
+  FusedElementwiseSignature signature; // empty members when nothing is stored
+  c10::SmallVector<int64_t, 64> slots; // the fused kernel's arguments, gathered from the members'
+};
+
+// A lone elementwise launch whose output is dead: skipped.
+struct PartitionResult {
+  std::vector<FusedGroup> groups;    // in launch order
+  std::vector<size_t> dead_launches; // lone launches whose result nobody reads
+};
+
+PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches);
+
+} // namespace torchneuron::fusion

@@ -1,0 +1,73 @@
+#pragma once
+// How one batch of a window's recorded launches runs (op_window.cpp): the partitioner
+// (fusion/window_partition.h) groups its elementwise launches into fused kernels and finds the
+// launches whose results nobody can read; this schedule says, per launch, whether it runs as
+// recorded, is skipped, or starts a fused kernel that replaces its group. A group whose fused
+// kernel is still compiling (fused_kernels.h) runs as recorded.
+
+#include <c10/core/Storage.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/kernel_cache.h"
+#include "launcher/parallel_launch.h"
+
+namespace torchneuron::tracer {
+
+struct DeferredLaunch;
+
+class BatchSchedule {
+public:
+  enum Action : uint8_t { kRun, kSkip, kFused };
+
+  struct FusedLaunch {
+    KernelHandle kernel;
+    c10::SmallVector<int64_t, 64> slots;
+    LaunchShape shape;
+  };
+
+  BatchSchedule() = default;
+  // `held`: the storages the window holds, one reference per entry; a storage with no other
+  // reference is dead outside the window. `wait`: compile fused kernels now (NEURON_ADAPTIVE_SYNC).
+  BatchSchedule(const std::vector<DeferredLaunch>& launches, const std::vector<c10::Storage>& held,
+                bool wait);
+
+  Action action(size_t launch) const { return actions_.empty() ? kRun : actions_[launch]; }
+  const FusedLaunch& fused(size_t launch) const { return fused_[fused_index_[launch]]; }
+
+  int64_t launchesSaved() const { return saved_; }       // recorded launches not run
+  int64_t fusedKernels() const { return fused_.size(); } // fused kernels this batch runs
+  int64_t deadLaunches() const { return dead_; }         // skipped: their results are dead
+  // The keys of the fused kernels the batch's groups need, compiled or not.
+  const std::vector<Hash64>& groupKeys() const { return keys_; }
+
+private:
+  std::vector<Action> actions_;
+  std::vector<uint32_t> fused_index_;
+  std::vector<FusedLaunch> fused_;
+  std::vector<Hash64> keys_;
+  int64_t saved_ = 0;
+  int64_t dead_ = 0;
+};
+
+// What fusion found for a hot window, remembered on the trie nodes of its ops (recurrence.h) so
+// that the tracer knows, op by op, whether the window it is recording will run fused: then a
+// call on a large tensor is recorded too, and the window's pending bytes do not end it (its
+// intermediates get no stores). Until a window's first batch ran, its nodes have no status, and
+// the tracer records everything once to find out (the probe).
+class WindowFusionStatus {
+public:
+  explicit WindowFusionStatus(std::vector<Hash64> keys) : keys_(std::move(keys)) {}
+  // The window has fused kernels and all of them are compiled. Asks the compile table until they
+  // are; a failed compile makes it false for good.
+  bool ready() const;
+
+private:
+  std::vector<Hash64> keys_;
+  mutable bool ready_ = false;
+  mutable bool failed_ = false;
+};
+
+} // namespace torchneuron::tracer

@@ -1,0 +1,200 @@
+"""Fusion of hot windows (docs/adaptive-eager.md, "Fusion"): the elementwise launches of a hot
+window run as one fused kernel whose intermediates stay in registers. Every test compares the
+fused result with the CPU or with the same program unfused on the device (bitwise: a fused kernel
+rounds each intermediate to its dtype exactly as the eager kernels store it), and checks from the
+counters that the fused kernel really ran. The hazard tests (views with another geometry, in-place
+updates of window inputs, intermediates the program keeps) give wrong values when the partitioner
+ignores them."""
+
+import pytest
+import torch
+import torchneuron
+
+from conftest import assert_same
+
+from torch.testing import assert_close
+
+
+def gelu(x):
+    """GELU (tanh form) as nine primitive ops, as bench's gelu-tanh workloads write it."""
+    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+def fusion_metrics():
+    return torchneuron.metrics()["adaptive"]
+
+
+@pytest.fixture(autouse=True)
+def fused_adaptive_mode():
+    """Adaptive mode with fusion, compiles awaited (NEURON_ADAPTIVE_SYNC), fresh counters."""
+    previous = torchneuron.adaptive_enabled()
+    torchneuron.set_adaptive(True)
+    torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
+    torchneuron.reset_metrics()
+    yield
+    torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
+    torchneuron.set_adaptive(previous)
+
+
+def run_twice_unfused_and_fused(program, inputs, dev, steps=5):
+    """`program` on device copies of `inputs`, `steps` times, unfused then fused; returns both
+    lists of CPU results."""
+    results = {}
+    for fuse in (False, True):
+        torchneuron.set_adaptive_fusion(fuse, wait_for_compiles=True)
+        torchneuron.reset_metrics()
+        outs = []
+        for _ in range(steps):
+            outs.append(program(*[t.to(dev) for t in inputs]).cpu())
+        results[fuse] = outs
+    return results[False], results[True]
+
+
+def test_a_hot_gelu_chain_runs_as_one_fused_kernel_bitwise_equal_to_unfused(dev):
+    x = torch.randn(4096)
+    unfused, fused = run_twice_unfused_and_fused(gelu, [x], dev)
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    assert_close(fused[-1], gelu(x))
+    m = fusion_metrics()
+    assert m["fused_kernel_runs"] >= 2
+    assert m["launches_saved"] >= 8 * m["fused_kernel_runs"]
+
+
+def test_calls_on_large_tensors_are_recorded_and_fused(dev):
+    x = torch.randn(1 << 18)  # 1 MiB: run eagerly op by op without fusion
+    d = x.to(dev)
+    for i in range(5):
+        assert_same(gelu(d + i), gelu(x + i))
+    m = fusion_metrics()
+    assert m["ops_deferred"] > 0 and m["fused_kernel_runs"] >= 2
+
+
+def test_in_place_updates_of_a_window_input_read_the_old_value_first(dev):
+    def program(x):
+        y = x * 3 + 1      # reads x before the in-place ops
+        x.mul_(2).add_(1)  # written through the same memory
+        return y + x       # reads the new x
+    x = torch.randn(1000)
+    unfused, fused = run_twice_unfused_and_fused(program, [x], dev)
+    expected = program(x.clone())
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    assert_close(fused[-1], expected)
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_an_in_place_update_is_visible_to_the_program_after_the_window(dev):
+    x = torch.randn(512)
+    d = x.to(dev)
+    for _ in range(5):
+        d.mul_(0.5).add_(1.0).tanh_()
+        x.mul_(0.5).add_(1.0).tanh_()
+        assert_same(d, x)
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_a_transposed_read_of_an_earlier_result_is_not_fused_with_it(dev):
+    # Both ops iterate over [64, 64] (the column operand keeps two dimensions). a.t() reads a's
+    # elements in another order: fused, element (i, j) would read a[j, i] before it is computed.
+    def program(x, column):
+        a = x * column
+        # out=: the output's layout sets the iteration order, so a.t() is read across it.
+        return torch.mul(a.t(), column, out=torch.empty_like(x))
+    x, column = torch.randn(64, 64), torch.randn(64, 1)
+    unfused, fused = run_twice_unfused_and_fused(program, [x, column], dev)
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    assert_close(fused[-1], program(x, column))
+
+
+def test_a_shifted_read_of_memory_written_earlier_in_the_window_is_not_fused_across(dev):
+    # Both ops iterate over 300 elements; r[i] reads a[i + 1], which the first op writes at its
+    # iteration i + 1: fused, iteration i would read it before it is written.
+    def program(x):
+        a = torch.zeros_like(x)
+        a[:-1].add_(x[1:])
+        return a[1:] * 2
+    x = torch.randn(301)
+    unfused, fused = run_twice_unfused_and_fused(program, [x], dev)
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    assert_close(fused[-1], program(x))
+
+
+def test_intermediates_the_program_keeps_are_stored(dev):
+    kept = []
+
+    def program(x):
+        a = x * 2
+        b = torch.exp(a)
+        kept.append(b)  # escapes: must be written
+        return torch.sigmoid(b - 1)
+    x = torch.randn(2048)
+    unfused, fused = run_twice_unfused_and_fused(program, [x], dev)
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    for b in kept:
+        assert_same(b, torch.exp(x * 2))
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_autograd_saved_tensors_are_stored_and_gradients_match(dev):
+    x = torch.randn(1024)
+    grads = []
+    for _ in range(5):
+        d = x.to(dev).requires_grad_()
+        y = gelu(d).sum()
+        y.backward()
+        grads.append(d.grad.cpu())
+    c = x.clone().requires_grad_()
+    gelu(c).sum().backward()
+    for g in grads:
+        assert_close(g, c.grad, atol=1e-5, rtol=1e-5)
+    assert fusion_metrics()["fused_kernel_runs"] >= 1
+
+
+def test_mixed_dtypes_comparisons_and_where_fuse_exactly(dev):
+    def program(x):
+        mask = x > 0
+        y = torch.where(mask, x, x * 0.1)
+        return (y + mask.to(torch.float32)).to(torch.bfloat16) * 3
+    x = torch.randn(777)
+    unfused, fused = run_twice_unfused_and_fused(program, [x], dev)
+    for a, b in zip(unfused, fused):
+        assert torch.equal(a, b)
+    assert_close(fused[-1], program(x))
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_broadcast_operands_fuse_with_the_chain(dev):
+    def program(x, b):
+        return torch.relu(x * b + b) - 0.5
+    x, b = torch.randn(64, 32), torch.randn(32)
+    unfused, fused = run_twice_unfused_and_fused(program, [x, b], dev)
+    for a, c in zip(unfused, fused):
+        assert torch.equal(a, c)
+    assert_close(fused[-1], program(x, b))
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_a_window_runs_op_by_op_until_its_background_compile_is_ready(dev):
+    torchneuron.set_adaptive_fusion(True, wait_for_compiles=False)
+    x = torch.randn(3000)
+    d = x.to(dev)
+
+    def program(t):  # a chain no other test compiles
+        return torch.sigmoid(torch.sin(t * 1.25) - 0.125) * 4
+
+    for _ in range(4):
+        assert_same(program(d), program(x))
+    torchneuron.wait_for_fused_compiles()
+    torchneuron.reset_metrics()
+    for _ in range(3):
+        assert_same(program(d), program(x))
+    assert fusion_metrics()["fused_kernel_runs"] >= 2
+
+
+def test_set_adaptive_fusion_rejects_non_booleans():
+    with pytest.raises(TypeError, match="set_adaptive_fusion expects a bool enabled, got int"):
+        torchneuron.set_adaptive_fusion(1)
