@@ -202,7 +202,7 @@ def markdown(result):
              f"{m['date']} on {m['cpu']}, {m['cores']} cores; {'quick' if result['quick'] else 'full'} "
              f"run, {result['seconds']} s. Each cell: median ms per step [min-max] over "
              f"{result.get('rounds', 1)} round(s) of 5+ timed repetitions after warm-up (the "
-             "adaptive threshold + 2 repetitions), each round a fresh process, the rounds passing "
+             "adaptive threshold + 2 repetitions, a wait for background compiles, 2 more), each round a fresh process, the rounds passing "
              "over the whole matrix one after the other; every step's result consumed and the "
              "last read at the end of each repetition (docs/benchmarks.md); "
              "then the speedup over stock eager / over stock eager with jemalloc (stock-tuned); "

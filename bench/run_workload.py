@@ -57,7 +57,14 @@ class Mode:
         if self.name != "neuron-adaptive":
             return {}
         stats = self.neuron.metrics()["adaptive"]
-        return {key: stats[key] for key in ("windows", "replays", "ops_traced", "ops_deferred")}
+        return {key: stats[key] for key in ("windows", "replays", "ops_traced", "ops_deferred",
+                                            "fused_kernel_runs", "launches_saved")}
+
+    def wait_for_background_compiles(self):
+        """Hot windows' fused kernels compile on a background thread (docs/adaptive-eager.md,
+        "Fusion"); the warm-up waits for them, as a long run reaches them in its first seconds."""
+        if self.neuron is not None:
+            self.neuron.wait_for_fused_compiles()
 
     def compiles(self):
         if self.neuron is not None:
@@ -147,7 +154,8 @@ def adaptive_threshold():
 def warmup_repetitions(requested):
     """Warm-up repetitions: at least the adaptive threshold + 2, so that each of a repetition's
     windows is hot (seen `threshold` times) and has been replayed twice before anything is timed;
-    the compiles fall there too."""
+    the eager compiles fall there too (timed() then waits for the fused kernels' background
+    compiles and runs SETTLING_REPETITIONS more)."""
     least = adaptive_threshold() + 2
     if requested is None:
         return least
@@ -157,8 +165,16 @@ def warmup_repetitions(requested):
     return requested
 
 
+# Repetitions after the background compiles finished: the first records each hot window that ran
+# op by op while its fused kernel compiled, the second runs it as it will run from then on.
+SETTLING_REPETITIONS = 2
+
+
 def timed(workload, mode, state, warmup, reps):
     for _ in range(warmup):
+        repetition(workload, mode, state)
+    mode.wait_for_background_compiles()
+    for _ in range(SETTLING_REPETITIONS):  # in every mode, so that every mode warms up alike
         repetition(workload, mode, state)
     compiles_before = mode.compiles()
     adaptive_before = mode.adaptive()

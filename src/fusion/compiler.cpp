@@ -273,6 +273,10 @@ void addSlotEntryPoint(llvm::Module& module, const std::string& entry) {
   if (kernel == nullptr) failInternal("the kernel module has no function named kernel", "");
   kernel->setLinkage(llvm::GlobalValue::InternalLinkage);
   kernel->addFnAttr(llvm::Attribute::AlwaysInline);
+  // Inlined into the entry point, these become alias scopes the vectorizer trusts.
+  if (kernel->hasFnAttribute(kNoAliasMemrefs))
+    for (llvm::Argument& argument : kernel->args())
+      if (argument.getType()->isPointerTy()) argument.addAttr(llvm::Attribute::NoAlias);
   llvm::LLVMContext& context = module.getContext();
   llvm::Type* i64 = llvm::Type::getInt64Ty(context);
   llvm::Type* ptr = llvm::PointerType::get(context, 0);

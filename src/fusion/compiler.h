@@ -14,6 +14,11 @@ namespace torchneuron::fusion {
 // a builtin.module: `mlir-opt-19 --pass-pipeline="builtin.module(<this>)"` runs the same.
 extern const char* const kLoweringPipeline;
 
+// A function attribute a kernel builder may give `@kernel` (func.func's `passthrough` list) when
+// no two of its memref arguments alias where one is written: the compiler then marks every
+// pointer argument noalias, so LLVM vectorizes without runtime overlap checks.
+constexpr const char* kNoAliasMemrefs = "neuron-noalias-memrefs";
+
 // The host that object code is compiled for, from LLVM's host queries (no compiler state).
 struct HostCpu {
   std::string triple;

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "fusion/compiler.h"
 #include "fusion/element_type.h"
 #include "fusion/kernel_text.h"
 #include "fusion/op_registry.h"
@@ -215,7 +216,13 @@ std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& s) {
     text += "  " + declaration + "\n";
   for (const std::string& declaration : body.declarations())
     text += "  " + declaration + "\n";
-  text += "  func.func @kernel(" + arguments + ") {\n" + prologue + scalars.body();
+  // No memref may alias a stored output (window_partition.h cuts a group where one would, and an
+  // input that is an output's own memory is read through that output), so the kernel's memrefs
+  // are declared free of aliasing (compiler.h, kNoAliasMemrefs): LLVM then vectorizes without a
+  // runtime overlap check per pair of operands, which a long chain reading many numbers exceeds
+  // (its vectorizer then keeps the scalar loop).
+  text += "  func.func @kernel(" + arguments + ") attributes {passthrough = [\"" +
+          std::string(kNoAliasMemrefs) + "\"]} {\n" + prologue + scalars.body();
   text += "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" +
           parallelIterators(s.rank) + "]}\n";
   if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";

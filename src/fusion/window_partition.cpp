@@ -82,6 +82,7 @@ public:
   // Adds launch `index`; false, changing nothing, when it cannot join the group.
   bool tryAdd(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed) {
     const ElementwiseSignature& s = *launch.elementwise;
+    if (members_.size() >= kMaxMembers) return false;
     if (!members_.empty()) {
       const Memref& first = parsed_.front().output;
       if (s.rank != rank_ || parsed.output.rank != first.rank ||
@@ -175,6 +176,10 @@ public:
 
 private:
   static constexpr int kConflict = -2;
+  // A longer run of launches is cut into groups of this many: compile time grows with a kernel's
+  // body, and a long window of one repeated op (a loop of tiny adds) then compiles one kernel
+  // that serves every group, instead of one per window length.
+  static constexpr size_t kMaxMembers = 64;
 
   // The last member whose output `memref` reads (it is identical), -1 when no member wrote that
   // memory, or kConflict when one wrote it with another geometry.
