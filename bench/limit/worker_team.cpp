@@ -16,6 +16,13 @@ namespace {
 // back-to-back calls do not pay a wake-up, an idle team costs no CPU.
 constexpr int kSpinsBeforeBlocking = 1 << 14;
 
+// Threads per team at most (a call's part count must fit the 16 bits it has in Team::claims_).
+constexpr int kMostThreads = 4096;
+
+// Parts per thread at most: a thread the system runs slower than the others (a busy machine)
+// holds a call up by a fraction of its share, the others claiming the rest.
+constexpr int kPartsPerThread = 4;
+
 inline void spinPause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -24,27 +31,31 @@ inline void spinPause() {
 #endif
 }
 
-// `size` threads: the caller and size - 1 workers. Teams live until the process exits (their
-// workers detached, blocked on `wake`), so nothing joins a thread from a static destructor.
+// `size` threads: the caller and size - 1 workers. A call's parts are claimed one at a time by
+// whoever comes first, the caller included, so a worker the system has not scheduled yet (a busy
+// machine) delays nothing: the caller runs its part too. Teams live until the process exits
+// (their workers detached, blocked on `wake_`), so nothing joins a thread from a static
+// destructor.
 class Team {
 public:
-  explicit Team(int size) : workers_(size - 1) {
+  explicit Team(int size) {
     for (int w = 1; w < size; ++w)
-      std::thread([this, w] { work(w); }).detach();
+      std::thread([this] { work(); }).detach();
   }
 
   void run(int parts, const std::function<void(int)>& part) {
     std::lock_guard<std::mutex> one_call(call_mutex_);
     part_ = &part;
-    parts_ = parts;
-    pending_.store(workers_, std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    const uint64_t generation = (claims_.load(std::memory_order_relaxed) >> 32) + 1;
     {
       std::lock_guard<std::mutex> lock(wake_mutex_);
-      generation_.fetch_add(1, std::memory_order_release);
+      claims_.store(generation << 32 | static_cast<uint64_t>(parts) << 16,
+                    std::memory_order_release);
     }
     wake_.notify_all();
-    part(0);
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    runClaimedParts(generation);
+    for (int spins = 0; finished_.load(std::memory_order_acquire) != parts; ++spins) {
       if (spins < kSpinsBeforeBlocking)
         spinPause();
       else
@@ -53,33 +64,43 @@ public:
   }
 
 private:
-  void work(int index) {
+  // claims_ holds the call's generation (bits 32-63), its part count (16-31) and the next part
+  // to hand out (0-15). A part claimed in a generation keeps that call waiting, so part_ stays
+  // the call's own until the part is done.
+  void runClaimedParts(uint64_t generation) {
+    uint64_t claims = claims_.load(std::memory_order_acquire);
+    while (claims >> 32 == generation && (claims & 0xffff) < ((claims >> 16) & 0xffff)) {
+      if (!claims_.compare_exchange_weak(claims, claims + 1, std::memory_order_acq_rel)) continue;
+      (*part_)(static_cast<int>(claims & 0xffff));
+      finished_.fetch_add(1, std::memory_order_release);
+      claims = claims_.load(std::memory_order_acquire);
+    }
+  }
+
+  void work() {
     uint64_t seen = 0;
     for (;;) {
-      uint64_t now = generation_.load(std::memory_order_acquire);
+      uint64_t now = claims_.load(std::memory_order_acquire) >> 32;
       for (int spins = 0; now == seen && spins < kSpinsBeforeBlocking; ++spins) {
         spinPause();
-        now = generation_.load(std::memory_order_acquire);
+        now = claims_.load(std::memory_order_acquire) >> 32;
       }
       if (now == seen) {
         std::unique_lock<std::mutex> lock(wake_mutex_);
         wake_.wait(lock,
-                   [&] { return (now = generation_.load(std::memory_order_acquire)) != seen; });
+                   [&] { return (now = claims_.load(std::memory_order_acquire) >> 32) != seen; });
       }
       seen = now;
-      if (index < parts_) (*part_)(index);
-      pending_.fetch_sub(1, std::memory_order_release);
+      runClaimedParts(now);
     }
   }
 
   std::mutex call_mutex_;
   std::mutex wake_mutex_;
   std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  const std::function<void(int)>* part_ = nullptr; // published by generation_
-  int parts_ = 0;
-  const int workers_;
+  std::atomic<uint64_t> claims_{0};
+  std::atomic<int> finished_{0};
+  const std::function<void(int)>* part_ = nullptr; // the current call's, published by claims_
 };
 
 Team& teamOf(int size) {
@@ -95,12 +116,13 @@ Team& teamOf(int size) {
 
 void parallelFor(int64_t n, int64_t grain, int threads,
                  const std::function<void(int64_t, int64_t)>& body) {
-  if (threads < 1)
-    throw std::invalid_argument("[bench] limit loops need at least 1 thread, got " +
-                                std::to_string(threads));
+  if (threads < 1 || threads > kMostThreads)
+    throw std::invalid_argument("[bench] limit loops take 1 to " + std::to_string(kMostThreads) +
+                                " threads, got " + std::to_string(threads));
   if (n <= 0) return;
   const int64_t most = grain > 0 ? std::max<int64_t>(1, n / grain) : n;
-  const int parts = static_cast<int>(std::min<int64_t>(threads, most));
+  const int parts =
+      threads == 1 ? 1 : static_cast<int>(std::min<int64_t>(threads * kPartsPerThread, most));
   if (parts == 1) {
     body(0, n);
     return;

@@ -8,9 +8,10 @@
 
 namespace torchneuron::bench {
 
-// Runs body(begin, end) over [0, n) split into contiguous parts of at least `grain` items, on
-// at most `threads` threads (the caller and threads - 1 workers), and returns when all parts
-// are done. One part runs on the caller alone, without waking anyone.
+// Runs body(begin, end) over [0, n) split into contiguous parts of at least `grain` items (up
+// to 4 per thread), on at most `threads` threads (the caller and threads - 1 workers; 1 to
+// 4096), and returns when all parts are done. One part runs on the caller alone, without waking
+// anyone; otherwise each part runs on whichever thread claims it first, the caller included.
 //
 // Locking: one call at a time per thread count (a mutex per team); the workers of a team wait
 // for its next call spinning briefly, then on a condition variable.
