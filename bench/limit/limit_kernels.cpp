@@ -9,6 +9,8 @@
 #include <math.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "worker_team.h"
 
@@ -132,6 +134,9 @@ void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const fl
                            int threads) {
   // The rows of a batch are independent through every layer: each thread takes its own rows
   // through the whole MLP, with OpenBLAS on the calling thread (no barrier between layers).
+  if (layers < 1)
+    throw std::invalid_argument("[bench] the MLP needs at least 1 layer, got " +
+                                std::to_string(layers));
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   parallelFor(batch, rowGrain(width), threads, [&](int64_t begin, int64_t end) {
     const int64_t rows = end - begin, offset = begin * width;

@@ -33,9 +33,9 @@ inline void spinPause() {
 
 // `size` threads: the caller and size - 1 workers. A call's parts are claimed one at a time by
 // whoever comes first, the caller included, so a worker the system has not scheduled yet (a busy
-// machine) delays nothing: the caller runs its part too. Teams live until the process exits
-// (their workers detached, blocked on `wake_`), so nothing joins a thread from a static
-// destructor.
+// machine) delays nothing: the caller runs every part no worker has claimed. Teams live until the
+// process exits (their workers detached, blocked on `wake_`), so nothing joins a thread from a
+// static destructor.
 class Team {
 public:
   explicit Team(int size) {
