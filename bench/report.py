@@ -1,6 +1,7 @@
 """Turns bench rows into report.json, report.md and report.png: medians with min and max,
-speedups over stock eager and over the tuned-malloc baseline, bandwidth against the triad, and
-the compiled-eager figures of issue 3."""
+speedups over stock eager and over the tuned-malloc baseline, bandwidth against the triad, each
+mode against the physical limit (the step as one hand-fused loop, measured by the micro
+benchmarks), and the compiled-eager figures of issue 3."""
 import json
 import os
 import statistics
@@ -61,6 +62,19 @@ def triad_gbps(micro, threads):
     return value / 1e9 if value else None
 
 
+MS_PER_UNIT = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def limit_name(workload, threads):
+    """The micro benchmark of a workload's limit loop (bench/micro/limit_bench.cpp)."""
+    return f"BM_Limit/{workload}/threads:{threads}/real_time"
+
+
+def limit_ms(micro, workload, threads):
+    entry = micro.get(limit_name(workload, threads))
+    return entry["real_time"] * MS_PER_UNIT[entry["time_unit"]] if entry else None
+
+
 def annotate(result):
     """Adds speedups and triad fractions to each row, and the summary figures."""
     rows, micro = result["rows"], result["micro"]
@@ -95,6 +109,7 @@ def annotate(result):
         if tiny and stock and tiny.get("ok") and stock.get("ok"):
             figures[f"tiny_add_cell_ratio_threads{t}"] = tiny["median_ms"] / stock["median_ms"]
     annotate_adaptive(rows, cells, figures)
+    annotate_limit(rows, micro, figures)
     spreads = []
     for r in rows:
         base = cells.get((r["workload"], "stock", r["threads"]))
@@ -146,6 +161,97 @@ def annotate_adaptive(rows, cells, figures):
             below.append({"workload": r["workload"], "threads": r["threads"], "lowest": lowest})
     if compared:
         figures["adaptive_vs_eager"] = {"cells": compared, "floor": ADAPTIVE_FLOOR, "below": below}
+
+
+def annotate_limit(rows, micro, figures):
+    """Each row's time against its workload's limit at its thread count (mode ms / limit ms: 1.00x
+    is the limit, 2.00x half its speed), and the limit's own time and bandwidth."""
+    limits = {}
+    for r in rows:
+        limit = limit_ms(micro, r["workload"], r["threads"])
+        if limit is None:
+            continue
+        entry = limits.setdefault(r["workload"], {}).get(r["threads"])
+        if entry is None:
+            entry = {"ms": limit, "over_limit": {}}
+            bps = micro_value(micro, limit_name(r["workload"], r["threads"]), "bytes_per_second")
+            triad = triad_gbps(micro, r["threads"])
+            if bps:
+                entry["gbps"] = bps / 1e9
+                if triad:
+                    entry["triad_fraction"] = entry["gbps"] / triad
+            limits[r["workload"]][r["threads"]] = entry
+        if r.get("ok"):
+            r["limit_ms"] = limit
+            r["over_limit"] = r["median_ms"] / limit
+            entry["over_limit"][r["mode"]] = r["over_limit"]
+    if limits:
+        figures["limit"] = limits
+        figures["limit_targets"] = limit_targets(rows, limits)
+
+
+# Issue 14's targets that read the limit: workload, mode, figure (a row's key), direction, bound.
+LIMIT_TARGETS = [
+    ("gelu-tanh-16M", "neuron-adaptive", "over_limit", "at most", 1.5),
+    ("layernorm-residual", "neuron-adaptive", "triad_fraction", "at least", 0.75),
+    ("layernorm-residual", "neuron-adaptive", "speedup_vs_stock-tuned", "at least", 1.5),
+]
+FIGURE_TEXT = {"over_limit": "time / the limit's", "triad_fraction": "bandwidth / the triad's",
+               "speedup_vs_stock-tuned": "speed / stock-tuned's"}
+
+
+def limit_targets(rows, limits):
+    """Issue 14's targets at each thread count where their cell ran: the value and whether it
+    meets its bound."""
+    cells = index(rows)
+    targets = []
+    for workload, mode, figure, direction, bound in LIMIT_TARGETS:
+        for threads in sorted(limits.get(workload, {})):
+            r = cells.get((workload, mode, threads))
+            if r and r.get("ok") and figure in r:
+                value = r[figure]
+                targets.append({"workload": workload, "mode": mode, "threads": threads,
+                                "figure": figure, "direction": direction, "bound": bound,
+                                "value": value,
+                                "met": value <= bound if direction == "at most" else value >= bound})
+    return targets
+
+
+def figure_text(figure, value):
+    return f"{value * 100:.0f}%" if figure == "triad_fraction" else f"{value:.2f}x"
+
+
+def limit_lines(result):
+    """The physical limit (issue 14): each mode's time against the hand-fused loop's."""
+    limits = result["figures"].get("limit")
+    if not limits:
+        return []
+    modes = [m for m in MODES if any(r["mode"] == m and "over_limit" in r for r in result["rows"])]
+    lines = ["## Physical limit (issue 14)", "",
+             "The limit: the workload's step as one hand-fused C++ loop (`bench/limit/`; -O3 "
+             "-march=native -ffast-math, glibc's vector tanhf/expf, OpenBLAS sgemm for the MLP's "
+             "matmuls), its output buffers reused, measured by the micro benchmarks of this run "
+             "(median of 7 interleaved repetitions). Each mode's median time over the limit's: "
+             "1.00x is the limit, 2.00x half its speed.", "",
+             "| workload | threads | limit ms | limit GB/s (of triad) | "
+             + " | ".join(f"{m} / limit" for m in modes) + " |", "|---" * (4 + len(modes)) + "|"]
+    for workload, by_threads in limits.items():
+        for threads, entry in sorted(by_threads.items()):
+            bandwidth = (f"{entry['gbps']:.1f} ({entry['triad_fraction'] * 100:.0f}%)"
+                         if "triad_fraction" in entry else
+                         f"{entry['gbps']:.1f}" if "gbps" in entry else "-")
+            ratios = [f"{entry['over_limit'][m]:.2f}x" if m in entry["over_limit"] else "-" for m in modes]
+            lines.append(f"| {workload} | {threads} | {entry['ms']:.4g} | {bandwidth} | "
+                         + " | ".join(ratios) + " |")
+    targets = result["figures"].get("limit_targets", [])
+    if targets:
+        lines += ["", "Issue 14's targets:", ""]
+    for t in targets:
+        lines.append(f"- {t['workload']}, {t['mode']}, {t['threads']} thread(s): "
+                     f"{FIGURE_TEXT[t['figure']]} {figure_text(t['figure'], t['value'])} (target: "
+                     f"{t['direction']} {figure_text(t['figure'], t['bound'])}): "
+                     f"{'met' if t['met'] else '**not met**'}")
+    return lines + [""]
 
 
 def adaptive_lines(result):
@@ -207,18 +313,28 @@ def markdown(result):
              "last read at the end of each repetition (docs/benchmarks.md); "
              "then the speedup over stock eager / over stock eager with jemalloc (stock-tuned); "
              "compiles counted inside the timed region.", ""]
+    if result.get("skipped"):
+        lines += [f"Left out of this run (`--skip`): {', '.join(result['skipped'])}.", ""]
     spread_figure = f.get("round_spread")
     if spread_figure:
         lines += [f"Run-to-run spread: a cell's speedup over stock moved by a median of "
                   f"{spread_figure['median'] * 100:.0f}% between rounds (90th percentile "
                   f"{spread_figure['p90'] * 100:.0f}%, worst {spread_figure['max'] * 100:.0f}%; "
                   f"{spread_figure['cells']} cells).", ""]
+    limits = f.get("limit", {})
+    limit_column = bool(limits)
     for t in threads:
         lines += [f"## {t} thread{'s' if t > 1 else ''}", "",
-                  "| workload | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+                  "| workload | " + " | ".join(modes + ["limit"] * limit_column) + " |",
+                  "|---" * (len(modes) + 1 + limit_column) + "|"]
         for w in workloads:
-            lines.append(f"| {w} | " + " | ".join(cell_text(cells.get((w, mode, t))) for mode in modes) + " |")
+            limit = limits.get(w, {}).get(t)
+            lines.append(f"| {w} | " + " | ".join(cell_text(cells.get((w, mode, t))) for mode in modes)
+                         + (f" | {limit['ms']:.4g}" if limit else " | -") * limit_column + " |")
         lines.append("")
+    if limit_column:
+        lines += ["limit: the same step as one hand-fused C++ loop, ms (see \"Physical limit\").", ""]
+    lines += limit_lines(result)
     lines += adaptive_lines(result)
     lines += ["## Bandwidth", "", f"STREAM-style triad: "
               + ", ".join(f"{v:.1f} GB/s at {t} thread{'s' if t > 1 else ''}"
@@ -228,6 +344,11 @@ def markdown(result):
         if r.get("ok") and "gbps" in r and r["mode"] in ("stock", "stock-tuned", "neuron-eager"):
             lines.append(f"| {r['workload']} | {r['threads']} | {r['mode']} | {r['gbps']:.1f} | "
                          f"{r.get('triad_fraction', 0) * 100:.0f}% |")
+    for workload, by_threads in f.get("limit", {}).items():
+        for t, entry in sorted(by_threads.items()):
+            if "triad_fraction" in entry:
+                lines.append(f"| {workload} | {t} | limit | {entry['gbps']:.1f} | "
+                             f"{entry['triad_fraction'] * 100:.0f}% |")
     lines += ["", "## Compiled eager (issue 3)", ""]
     for t in threads:
         if f"add_16M_triad_fraction_threads{t}" in f:

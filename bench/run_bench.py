@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """make bench: every workload in every mode at 1 and 2 threads, one process per cell, plus the
-Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad), the cache and
-all-reduce benchmarks (cache_bench.py, allreduce_bench.py). Writes
+Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad, the limit loops),
+the cache and all-reduce benchmarks (cache_bench.py, allreduce_bench.py). Writes
 build/bench/report.json, report.md and report.png.
 
     /usr/bin/python3 bench/run_bench.py [--quick] [--out build/bench] [--modes a,b] [--workloads a,b]
+        [--skip op-overhead,adaptive-overhead,cache,allreduce]
 """
 import argparse
 import datetime
@@ -22,6 +23,9 @@ from report import write_reports  # noqa: E402
 from rounds import merge_rounds  # noqa: E402
 
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
+# Parts of a run that --skip may leave out (the micro benchmarks always run: the triad and the
+# limit loops are what cells are measured against).
+OPTIONAL_PARTS = ["op-overhead", "adaptive-overhead", "cache", "allreduce"]
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
@@ -144,7 +148,13 @@ def parse(argv):
     parser.add_argument("--rounds", type=int, default=None,
                         help="passes over the whole matrix (default 2, quick 1)")
     parser.add_argument("--cell-timeout", type=int, default=600)
+    parser.add_argument("--skip", default="", help="comma-separated parts to leave out: "
+                        + ", ".join(OPTIONAL_PARTS))
     args = parser.parse_args(argv)
+    args.skip = [p for p in args.skip.split(",") if p]
+    unknown = [p for p in args.skip if p not in OPTIONAL_PARTS]
+    if unknown:
+        parser.error(f"--skip: unknown part(s) {', '.join(unknown)}; known: {', '.join(OPTIONAL_PARTS)}")
     args.out = args.out or os.path.join(args.build, "bench")
     if args.rounds is None:
         args.rounds = 1 if args.quick else 2
@@ -164,10 +174,13 @@ def main(argv):
     start = time.time()
     print(f"[bench] micro benchmarks ...", flush=True)
     micro = run_micro(args)
-    print(f"[bench] tiny-op overhead, device and stock alternating ...", flush=True)
-    op_overhead = run_op_overhead(args)
-    print(f"[bench] tiny-chain-10, stock, eager and adaptive alternating ...", flush=True)
-    adaptive_overhead = run_adaptive_overhead(args)
+    op_overhead, adaptive_overhead, cache, allreduce = {}, None, None, None
+    if "op-overhead" not in args.skip:
+        print(f"[bench] tiny-op overhead, device and stock alternating ...", flush=True)
+        op_overhead = run_op_overhead(args)
+    if "adaptive-overhead" not in args.skip:
+        print(f"[bench] tiny-chain-10, stock, eager and adaptive alternating ...", flush=True)
+        adaptive_overhead = run_adaptive_overhead(args)
     cells = [(t, w, m) for t in threads for w in workloads for m in modes]
     by_cell = {cell: [] for cell in cells}
     done_count = 0
@@ -183,13 +196,16 @@ def main(argv):
             print(f"[bench] {done_count} round {round_number}/{args.rounds} "
                   f"threads={t} {w} {m}: {status}", flush=True)
     rows = [merge_rounds(by_cell[cell]) for cell in cells]
-    print("[bench] persistent compile cache ...", flush=True)
-    cache = run_cache_bench(args)
-    print("[bench] all-reduce, neuron backend against gloo ...", flush=True)
-    allreduce = run_allreduce_bench(args)
+    if "cache" not in args.skip:
+        print("[bench] persistent compile cache ...", flush=True)
+        cache = run_cache_bench(args)
+    if "allreduce" not in args.skip:
+        print("[bench] all-reduce, neuron backend against gloo ...", flush=True)
+        allreduce = run_allreduce_bench(args)
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
               "rounds": args.rounds, "micro": micro, "op_overhead": op_overhead, "rows": rows,
-              "cache": cache, "allreduce": allreduce, "adaptive_overhead": adaptive_overhead}
+              "cache": cache, "allreduce": allreduce, "adaptive_overhead": adaptive_overhead,
+              "skipped": args.skip}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

@@ -38,6 +38,12 @@ def seeded():
     torch.manual_seed(0)
 
 
+def tanh_gelu(x):
+    """GELU (tanh form) written as the nine primitive ops a user would write: three multiplies
+    for 0.044715 x^3, an add, a multiply, tanh, an add, two multiplies."""
+    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
 class TanhGelu(Workload):
     """GELU (tanh form) written as the primitive ops a user would write (nine ops), its result
     added in place into an accumulator: one more elementwise op. GELU's own output cannot be fed
@@ -54,8 +60,7 @@ class TanhGelu(Workload):
         return {"x": x.to(device), "sum": torch.zeros_like(x).to(device)}
 
     def step(self, state):
-        x = state["x"]
-        y = 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+        y = tanh_gelu(state["x"])
         state["sum"].add_(y)
         return y
 
@@ -105,18 +110,21 @@ class TinyAdd(Workload):
 
 class LayerNormResidual(Workload):
     """Fed forward at no extra cost: the normalized output is the next step's input (layer norm
-    keeps its range)."""
+    keeps its range). Other shapes are for tests; the report's is (32, 128, 768)."""
     name = "layernorm-residual"
-    shape = (32, 128, 768)
-    bytes_per_step = 3 * 4 * 32 * 128 * 768
+
+    def __init__(self, shape=(32, 128, 768)):
+        self.shape = shape
+        self.bytes_per_step = 3 * 4 * torch.Size(shape).numel()
 
     def build(self, device):
         seeded()
+        width = self.shape[-1]
         return {"x": torch.randn(self.shape).to(device), "r": torch.randn(self.shape).to(device),
-                "w": torch.randn(768).to(device), "b": torch.randn(768).to(device)}
+                "w": torch.randn(width).to(device), "b": torch.randn(width).to(device)}
 
     def step(self, s):
-        s["x"] = F.layer_norm(s["x"] + s["r"], (768,), s["w"], s["b"])
+        s["x"] = F.layer_norm(s["x"] + s["r"], (self.shape[-1],), s["w"], s["b"])
         return s["x"]
 
     def observe(self, s):
@@ -126,10 +134,13 @@ class LayerNormResidual(Workload):
 class Softmax(Workload):
     """Fed forward at no extra cost: the probabilities are the next step's input (any
     accumulation would cost as much as the softmax itself). The rows tend to uniform, 1/128, a
-    normal float; the kernels' cost does not depend on the values."""
+    normal float; the kernels' cost does not depend on the values. Other shapes are for tests;
+    the report's is (8, 12, 128, 128)."""
     name = "softmax"
-    shape = (8, 12, 128, 128)
-    bytes_per_step = 2 * 4 * 8 * 12 * 128 * 128
+
+    def __init__(self, shape=(8, 12, 128, 128)):
+        self.shape = shape
+        self.bytes_per_step = 2 * 4 * torch.Size(shape).numel()
 
     def build(self, device):
         seeded()
@@ -274,6 +285,37 @@ class ResNet18Inference(Workload):
         return s["sum"]
 
 
+class GeluMlpInference(Workload):
+    """A no-grad MLP: `layers` Linear layers of width x width with tanh_gelu (nine primitive ops)
+    between them, on a batch of 64: matmuls as library steps with elementwise chains between
+    them. The output (batch x width) is added in place into an accumulator: one elementwise op
+    against the layers' 3 x 134 MFLOP. Other sizes are for tests."""
+    name = "inference-gelu-mlp"
+    tolerance = 1e-3
+
+    def __init__(self, layers=3, batch=64, width=1024):
+        self.layers, self.batch, self.width = layers, batch, width
+
+    def build(self, device):
+        seeded()
+        model = nn.Sequential(*(nn.Linear(self.width, self.width) for _ in range(self.layers)))
+        return {"model": model.eval().to(device), "x": torch.randn(self.batch, self.width).to(device),
+                "sum": torch.zeros(self.batch, self.width).to(device)}
+
+    def step(self, s):
+        with torch.no_grad():
+            layers = list(s["model"])
+            h = s["x"]
+            for layer in layers[:-1]:
+                h = tanh_gelu(layer(h))
+            out = layers[-1](h)
+            s["sum"].add_(out)
+        return out
+
+    def observe(self, s):
+        return s["sum"]
+
+
 class VariableLengthLoop(Workload):
     """Each step uses the next of 20 sequence lengths: shape-polymorphic kernels mean a new
     length compiles nothing. The lengths differ, so no step can feed the next: each result
@@ -294,7 +336,7 @@ class VariableLengthLoop(Workload):
         x = s["xs"][s["i"] % len(s["xs"])]
         s["i"] += 1
         h = x @ s["w"]
-        y = (0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h))) + s["b"]).sum(-1)
+        y = (tanh_gelu(h) + s["b"]).sum(-1)
         s["sum"].add_(y.sum())
         return y
 
@@ -309,7 +351,7 @@ def all_workloads(quick=False):
     return [TinyAdd(), BinaryAdd(), TanhGelu(1 << 10, "1K"), TanhGelu(1 << 16, "64K"),
             TanhGelu(1 << 20, "1M"), TanhGelu(1 << 24, "16M"), LayerNormResidual(), Softmax(),
             AdamWStep(), MlpTrainStep(), TransformerTrainStep(), ResNet18Inference(),
-            VariableLengthLoop()]
+            GeluMlpInference(), VariableLengthLoop()]
 
 
 def by_name(name):

@@ -68,3 +68,37 @@ def test_report_flags_adaptive_cells_below_the_floor_in_any_round():
     lines = "\n".join(report.adaptive_lines(result))
     assert "| slow | 1 | 1 | 1.1 | 0.91x | 1.00x, 0.83x | - | **below 0.95x** |" in lines
     assert "| steady | 1 | 1 | 0.95 | 1.05x | 1.00x, 1.11x | - |  |" in lines
+
+
+def test_report_states_each_mode_against_the_limit():
+    """Issue 14: each cell's time over its workload's limit loop (the micro benchmark of this
+    run, in its own time unit), the limit's share of the triad, and the targets that read it."""
+    rows = [cell("stock-tuned", [6.0, 6.0], "gelu-tanh-16M"), cell("neuron-adaptive", [4.0, 4.0], "gelu-tanh-16M"),
+            cell("stock-tuned", [3.0, 3.0], "layernorm-residual"),
+            cell("neuron-adaptive", [1.0, 1.0], "layernorm-residual"), cell("stock", [1.0, 1.0], "softmax")]
+    for r in rows:
+        if r["workload"] == "layernorm-residual":
+            r["gbps"] = 9.0 / r["median_ms"]
+    micro = {"BM_Limit/gelu-tanh-16M/threads:1/real_time": {"real_time": 2e6, "time_unit": "ns",
+                                                            "bytes_per_second": 6e9},
+             "BM_Limit/layernorm-residual/threads:1/real_time": {"real_time": 800.0, "time_unit": "us",
+                                                                 "bytes_per_second": 11.25e9},
+             "BM_StreamTriad/threads:1/real_time": {"real_time": 1.0, "time_unit": "ms",
+                                                    "bytes_per_second": 15e9}}
+    result = {"rows": rows, "micro": micro}
+    report.annotate(result)
+    limit = result["figures"]["limit"]
+    assert set(limit) == {"gelu-tanh-16M", "layernorm-residual"}  # softmax: no limit measured
+    assert limit["gelu-tanh-16M"][1]["over_limit"] == pytest.approx({"stock-tuned": 3.0, "neuron-adaptive": 2.0})
+    assert limit["layernorm-residual"][1]["ms"] == pytest.approx(0.8)
+    assert limit["layernorm-residual"][1]["triad_fraction"] == pytest.approx(0.75)
+    targets = {(t["workload"], t["figure"]): (round(t["value"], 3), t["met"])
+               for t in result["figures"]["limit_targets"]}
+    assert targets == {("gelu-tanh-16M", "over_limit"): (2.0, False),
+                       ("layernorm-residual", "triad_fraction"): (0.6, False),
+                       ("layernorm-residual", "speedup_vs_stock-tuned"): (3.0, True)}
+    lines = "\n".join(report.limit_lines(result))
+    assert "| gelu-tanh-16M | 1 | 2 | 6.0 (40%) | 3.00x | 2.00x |" in lines
+    assert "| layernorm-residual | 1 | 0.8 | 11.2 (75%) | 3.75x | 1.25x |" in lines
+    assert ("- gelu-tanh-16M, neuron-adaptive, 1 thread(s): time / the limit's 2.00x (target: at most "
+            "1.50x): **not met**") in lines

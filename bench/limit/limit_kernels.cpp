@@ -1,0 +1,156 @@
+// Compiled with -O3 -march=native -ffast-math (bench/CMakeLists.txt, this file alone): the loops
+// below vectorize, tanhf and expf become glibc's vector variants (_ZGVdN8v_tanhf on AVX2; the
+// simd declarations of <math.h>'s bits/math-vector.h apply under __FAST_MATH__), and sums are
+// reassociated into vector lanes. The library is linked without -ffast-math, so loading it does
+// not set flush-to-zero for the process (crtfastmath.o).
+
+#include "limit_kernels.h"
+
+#include <math.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "worker_team.h"
+
+// OpenBLAS's CBLAS entry and thread control. Debian's libopenblas0-pthread (the BLAS PyTorch's mm
+// calls here) ships no header; the CBLAS ABI is the reference one (101 row major, 111 no
+// transpose, 112 transpose; 32-bit integers in the LP64 build).
+extern "C" {
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                 const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void openblas_set_num_threads(int threads);
+int openblas_get_num_threads();
+}
+
+namespace {
+
+using torchneuron::bench::parallelFor;
+
+// Elements per part at least (ATen's GRAIN_SIZE): below it a second thread costs more than it
+// saves.
+constexpr int64_t kGrain = 32768;
+
+int64_t rowGrain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
+
+// bench/workloads.py's tanh_gelu, the same nine operations in the same order.
+inline float tanhGelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+void geluAccumulate(const float* __restrict x, float* __restrict sum, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i)
+    sum[i] += tanhGelu(x[i]);
+}
+
+// One row: the residual sum is written to `out` (the row stays in L1 for the next two passes),
+// then normalized there.
+void layerNormRow(const float* __restrict x, const float* __restrict r,
+                  const float* __restrict weight, const float* __restrict bias,
+                  float* __restrict out, int64_t cols, float eps) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    const float v = x[j] + r[j];
+    out[j] = v;
+    total += v;
+  }
+  const float mean = total / static_cast<float>(cols);
+  float squares = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    const float d = out[j] - mean;
+    squares += d * d;
+  }
+  const float rstd = 1.0f / sqrtf(squares / static_cast<float>(cols) + eps);
+  for (int64_t j = 0; j < cols; ++j)
+    out[j] = (out[j] - mean) * rstd * weight[j] + bias[j];
+}
+
+void softmaxRow(const float* __restrict x, float* __restrict out, int64_t cols) {
+  float top = x[0];
+  for (int64_t j = 1; j < cols; ++j)
+    top = std::max(top, x[j]);
+  float total = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    const float e = expf(x[j] - top);
+    out[j] = e;
+    total += e;
+  }
+  const float scale = 1.0f / total;
+  for (int64_t j = 0; j < cols; ++j)
+    out[j] *= scale;
+}
+
+// h = tanh_gelu(h + bias) over `rows` rows of `cols`, in place.
+void biasGelu(float* __restrict h, const float* __restrict bias, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict row = h + i * cols;
+    for (int64_t j = 0; j < cols; ++j)
+      row[j] = tanhGelu(row[j] + bias[j]);
+  }
+}
+
+// sum += h + bias over `rows` rows of `cols`.
+void biasAccumulate(const float* __restrict h, const float* __restrict bias, float* __restrict sum,
+                    int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      sum[i * cols + j] += h[i * cols + j] + bias[j];
+}
+
+// y = x @ w^T for x (rows x width), w (width x width, out x in), y (rows x width).
+void linear(const float* x, const float* w, float* y, int64_t rows, int64_t width) {
+  const int m = static_cast<int>(rows), n = static_cast<int>(width);
+  cblas_sgemm(101, 111, 112, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
+}
+
+} // namespace
+
+extern "C" {
+
+void neuron_limit_gelu_tanh_accumulate(const float* x, float* sum, int64_t n, int threads) {
+  parallelFor(n, kGrain, threads,
+              [&](int64_t begin, int64_t end) { geluAccumulate(x, sum, begin, end); });
+}
+
+void neuron_limit_layer_norm_residual(const float* x, const float* r, const float* weight,
+                                      const float* bias, float* out, int64_t rows, int64_t cols,
+                                      float eps, int threads) {
+  parallelFor(rows, rowGrain(cols), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      layerNormRow(x + i * cols, r + i * cols, weight, bias, out + i * cols, cols, eps);
+  });
+}
+
+void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols, int threads) {
+  parallelFor(rows, rowGrain(cols), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      softmaxRow(x + i * cols, out + i * cols, cols);
+  });
+}
+
+void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
+                           int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
+                           int threads) {
+  // The rows of a batch are independent through every layer: each thread takes its own rows
+  // through the whole MLP, with OpenBLAS on the calling thread (no barrier between layers).
+  if (layers < 1)
+    throw std::invalid_argument("[bench] the MLP needs at least 1 layer, got " +
+                                std::to_string(layers));
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  parallelFor(batch, rowGrain(width), threads, [&](int64_t begin, int64_t end) {
+    const int64_t rows = end - begin, offset = begin * width;
+    const float* in = x + offset;
+    float* buffers[2] = {hidden + offset, hidden + batch * width + offset};
+    for (int64_t l = 0; l + 1 < layers; ++l) {
+      float* h = buffers[l % 2];
+      linear(in, weights[l], h, rows, width);
+      biasGelu(h, biases[l], rows, width);
+      in = h;
+    }
+    float* last = buffers[(layers - 1) % 2];
+    linear(in, weights[layers - 1], last, rows, width);
+    biasAccumulate(last, biases[layers - 1], sum + offset, rows, width);
+  });
+}
+}

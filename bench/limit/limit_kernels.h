@@ -1,0 +1,36 @@
+#pragma once
+// The physical limit of the bench workloads (docs/benchmarks.md, "The limit"): each workload's
+// step computed as one hand-fused C++ loop, compiled with -O3 -march=native -ffast-math and
+// glibc's vector math (libmvec), its intermediates never leaving registers, its output buffers
+// reused. What this machine can do for the computation at best; the workload cells are measured
+// against it. A C interface: the micro benchmarks call it, and tests/bench/test_limit_kernels.py
+// checks it through ctypes against the workloads' own steps run by PyTorch.
+//
+// Every function splits its outer range across `threads` threads (worker_team.h), in parts of
+// at least 32768 elements (ATen's grain size), so small inputs run on the caller alone.
+
+#include <cstdint>
+
+extern "C" {
+
+// sum[i] += gelu(x[i]) for i < n: bench/workloads.py's tanh_gelu (0.5 x (1 + tanh(0.7978845608
+// (x + 0.044715 x^3)))) folded into the accumulator (gelu-tanh-*).
+void neuron_limit_gelu_tanh_accumulate(const float* x, float* sum, int64_t n, int threads);
+
+// out = layer_norm(x + r) * weight + bias over rows of `cols` elements, biased variance, `eps`
+// under the square root (layernorm-residual). `out` may not overlap x or r.
+void neuron_limit_layer_norm_residual(const float* x, const float* r, const float* weight,
+                                      const float* bias, float* out, int64_t rows, int64_t cols,
+                                      float eps, int threads);
+
+// out = softmax(x) over rows of `cols` elements (softmax). `out` may not overlap x.
+void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols, int threads);
+
+// sum += the MLP of inference-gelu-mlp on x (batch x width): `layers` Linear layers of width x
+// width (weights[l] row-major out x in, as nn.Linear keeps them; biases[l]), tanh_gelu after
+// each but the last. The matmuls are OpenBLAS's sgemm (what PyTorch's mm calls here), the bias
+// and GELU one fused pass over each hidden result. `hidden` holds 2 * batch * width floats.
+void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
+                           int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
+                           int threads);
+}

@@ -1,0 +1,131 @@
+// The limit column of make bench (docs/benchmarks.md, "The limit"): each workload's step as one
+// hand-fused loop (bench/limit/limit_kernels.h) at 1 and 2 threads, interleaved with the other
+// micro benchmarks (the triad among them). Named BM_Limit/<workload>/threads:<t>; the shapes are
+// those of bench/workloads.py (tests/bench/test_limit_kernels.py checks the names).
+
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "limit/limit_kernels.h"
+
+namespace {
+
+std::vector<float> normal(int64_t n, float scale, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> draw(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v)
+    x = draw(generator);
+  return v;
+}
+
+// One limit benchmark: `step(threads)` runs one step of the workload; `bytes` is the workload's
+// bytes_per_step (0: none).
+struct LimitCase {
+  std::string workload;
+  int64_t bytes;
+  std::function<std::function<void(int)>()> prepare; // allocates the state, returns the step
+};
+
+// gelu-tanh-*: sum += tanh_gelu(x); the accumulator is read and written every step.
+LimitCase geluCase(const std::string& label, int64_t n) {
+  return {"gelu-tanh-" + label, 12 * n, [n] {
+            auto x = std::make_shared<std::vector<float>>(normal(n, 1.0f, 1));
+            auto sum = std::make_shared<std::vector<float>>(n, 0.0f);
+            return std::function<void(int)>([=](int threads) {
+              neuron_limit_gelu_tanh_accumulate(x->data(), sum->data(), n, threads);
+              benchmark::DoNotOptimize(sum->data());
+            });
+          }};
+}
+
+// layernorm-residual: x = layer_norm(x + r) * w + b, 32 x 128 rows of 768, fed forward (two
+// buffers take turns as input and output).
+LimitCase layerNormCase() {
+  const int64_t rows = 32 * 128, cols = 768;
+  return {"layernorm-residual", 12 * rows * cols, [=] {
+            auto x = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 1));
+            auto r = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 2));
+            auto w = std::make_shared<std::vector<float>>(normal(cols, 1.0f, 3));
+            auto b = std::make_shared<std::vector<float>>(normal(cols, 1.0f, 4));
+            auto out = std::make_shared<std::vector<float>>(rows * cols);
+            return std::function<void(int)>([=](int threads) {
+              neuron_limit_layer_norm_residual(x->data(), r->data(), w->data(), b->data(),
+                                               out->data(), rows, cols, 1e-5f, threads);
+              std::swap(*x, *out);
+              benchmark::DoNotOptimize(x->data());
+            });
+          }};
+}
+
+// softmax: x = softmax(x, -1) over 8 x 12 x 128 rows of 128, fed forward like layer norm.
+LimitCase softmaxCase() {
+  const int64_t rows = 8 * 12 * 128, cols = 128;
+  return {"softmax", 8 * rows * cols, [=] {
+            auto x = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 1));
+            auto out = std::make_shared<std::vector<float>>(rows * cols);
+            return std::function<void(int)>([=](int threads) {
+              neuron_limit_softmax(x->data(), out->data(), rows, cols, threads);
+              std::swap(*x, *out);
+              benchmark::DoNotOptimize(x->data());
+            });
+          }};
+}
+
+// inference-gelu-mlp: sum += mlp(x), 3 layers of 1024 x 1024, batch 64.
+LimitCase mlpCase() {
+  const int64_t layers = 3, batch = 64, width = 1024;
+  return {"inference-gelu-mlp", 0, [=] {
+            struct State {
+              std::vector<std::vector<float>> weights, biases;
+              std::vector<const float*> weight_pointers, bias_pointers;
+              std::vector<float> x, hidden, sum;
+            };
+            auto s = std::make_shared<State>();
+            for (int64_t l = 0; l < layers; ++l) {
+              s->weights.push_back(normal(width * width, 0.03f, 10 + l));
+              s->biases.push_back(normal(width, 0.03f, 20 + l));
+              s->weight_pointers.push_back(s->weights.back().data());
+              s->bias_pointers.push_back(s->biases.back().data());
+            }
+            s->x = normal(batch * width, 1.0f, 1);
+            s->hidden.resize(2 * batch * width);
+            s->sum.assign(batch * width, 0.0f);
+            return std::function<void(int)>([=](int threads) {
+              neuron_limit_gelu_mlp(s->x.data(), s->weight_pointers.data(), s->bias_pointers.data(),
+                                    layers, batch, width, s->hidden.data(), s->sum.data(), threads);
+              benchmark::DoNotOptimize(s->sum.data());
+            });
+          }};
+}
+
+void runLimit(benchmark::State& state, const LimitCase& c) {
+  const std::function<void(int)> step = c.prepare();
+  const int threads = static_cast<int>(state.range(0));
+  step(threads); // first touch of the output buffers, outside the timing
+  for (auto _ : state)
+    step(threads);
+  if (c.bytes) state.SetBytesProcessed(state.iterations() * c.bytes);
+}
+
+const bool registered = [] {
+  for (const LimitCase& c :
+       {geluCase("1K", 1 << 10), geluCase("64K", 1 << 16), geluCase("1M", 1 << 20),
+        geluCase("16M", 1 << 24), layerNormCase(), softmaxCase(), mlpCase()}) {
+    benchmark::RegisterBenchmark(("BM_Limit/" + c.workload).c_str(),
+                                 [c](benchmark::State& state) { runLimit(state, c); })
+        ->ArgName("threads")
+        ->Arg(1)
+        ->Arg(2)
+        ->UseRealTime();
+  }
+  return true;
+}();
+
+} // namespace

@@ -1,0 +1,121 @@
+"""The limit loops of make bench (bench/limit/limit_kernels.h, docs/benchmarks.md) compute what
+the workloads' steps compute: each loop runs on a workload's own CPU state (bench/workloads.py,
+at the report's shape and at odd ones that leave vector tails and uneven thread splits) and must
+match the step run by PyTorch within the tolerance the harness checks devices with. Also: the
+loops call glibc's vector math, loading the library leaves the process's float mode alone, and
+every limit benchmark is named after a workload."""
+import ctypes
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from workloads import (GeluMlpInference, LayerNormResidual, Softmax, TanhGelu,  # noqa: E402
+                       all_workloads)
+
+BUILD = os.environ.get("NEURON_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+LIBRARY = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
+MICRO_BENCH = os.path.join(BUILD, "bench", "neuron_micro_bench")
+THREADS = (1, 2)
+
+
+@pytest.fixture(scope="module")
+def limit():
+    assert os.path.exists(LIBRARY), f"{LIBRARY} is missing: build the project first"
+    lib = ctypes.CDLL(LIBRARY)
+    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+    lib.neuron_limit_gelu_tanh_accumulate.argtypes = [p, p, i64, i32]
+    lib.neuron_limit_layer_norm_residual.argtypes = [p, p, p, p, p, i64, i64, f32, i32]
+    lib.neuron_limit_softmax.argtypes = [p, p, i64, i64, i32]
+    lib.neuron_limit_gelu_mlp.argtypes = [p, p, p, i64, i64, i64, p, p, i32]
+    return lib
+
+
+def ptr(t):
+    assert t.is_contiguous() and t.dtype == torch.float32
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def close(workload, actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=workload.tolerance, atol=workload.tolerance)
+
+
+def reference_and_state(workload, steps):
+    """The workload's state after `steps` of its own step on the CPU, and a fresh state."""
+    torch.set_num_threads(1)
+    reference = workload.build(torch.device("cpu"))
+    for _ in range(steps):
+        workload.step(reference)
+    return reference, workload.build(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("elements", [1 << 10, 1 << 16, 1 << 20, 1003, 65537])
+def test_gelu_tanh_accumulates_the_steps(limit, elements, threads):
+    workload = TanhGelu(elements, str(elements))
+    reference, state = reference_and_state(workload, steps=2)
+    for _ in range(2):
+        limit.neuron_limit_gelu_tanh_accumulate(ptr(state["x"]), ptr(state["sum"]), elements, threads)
+    close(workload, state["sum"], reference["sum"])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("shape", [(32, 128, 768), (5, 7, 100), (1001, 100)])
+def test_layer_norm_residual_is_the_step(limit, shape, threads):
+    workload = LayerNormResidual(shape)
+    reference, state = reference_and_state(workload, steps=1)
+    out = torch.empty(shape)
+    rows = out.numel() // shape[-1]
+    limit.neuron_limit_layer_norm_residual(ptr(state["x"]), ptr(state["r"]), ptr(state["w"]),
+                                           ptr(state["b"]), ptr(out), rows, shape[-1], 1e-5, threads)
+    close(workload, out, reference["x"])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("shape", [(8, 12, 128, 128), (7, 33), (2001, 33)])
+def test_softmax_is_the_step(limit, shape, threads):
+    workload = Softmax(shape)
+    reference, state = reference_and_state(workload, steps=1)
+    out = torch.empty(shape)
+    limit.neuron_limit_softmax(ptr(state["x"]), ptr(out), out.numel() // shape[-1], shape[-1], threads)
+    close(workload, out, reference["x"])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("layers,batch,width", [(3, 64, 1024), (2, 5, 40), (1, 3, 8), (4, 130, 512)])
+def test_gelu_mlp_accumulates_the_steps(limit, layers, batch, width, threads):
+    workload = GeluMlpInference(layers, batch, width)
+    reference, state = reference_and_state(workload, steps=2)
+    linears = list(state["model"])
+    weights = (ctypes.c_void_p * layers)(*(l.weight.data_ptr() for l in linears))
+    biases = (ctypes.c_void_p * layers)(*(l.bias.data_ptr() for l in linears))
+    hidden = torch.empty(2 * batch * width)
+    for _ in range(2):
+        limit.neuron_limit_gelu_mlp(ptr(state["x"]), weights, biases, layers, batch, width,
+                                    ptr(hidden), ptr(state["sum"]), threads)
+    close(workload, state["sum"], reference["sum"])
+
+
+def test_loops_call_vector_math_and_leave_the_float_mode_alone(limit):
+    """The limit is only a limit if tanhf and expf run as libmvec's vector variants; and a
+    library linked with -ffast-math would set flush-to-zero for the whole process at load."""
+    with open(LIBRARY, "rb") as f:
+        image = f.read()
+    for function in (b"tanhf", b"expf"):
+        assert re.search(rb"_ZGV[bcde]N(4|8|16)v_" + function, image), \
+            f"{LIBRARY} calls no vector {function.decode()}"
+    assert (torch.tensor([1e-38]) / 100).item() != 0, "denormals flushed after loading the library"
+
+
+def test_every_limit_benchmark_names_a_workload():
+    listed = subprocess.run([MICRO_BENCH, "--benchmark_list_tests", "--benchmark_filter=BM_Limit"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    names = {re.match(r"BM_Limit/(.+)/threads:(\d+)/real_time$", n).group(1) for n in listed}
+    assert names == {"gelu-tanh-1K", "gelu-tanh-64K", "gelu-tanh-1M", "gelu-tanh-16M",
+                     "layernorm-residual", "softmax", "inference-gelu-mlp"}
+    assert names <= {w.name for w in all_workloads()}
+    assert {re.search(r"threads:(\d+)", n).group(1) for n in listed} == {"1", "2"}
