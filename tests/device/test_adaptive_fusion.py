@@ -198,3 +198,49 @@ def test_a_window_runs_op_by_op_until_its_background_compile_is_ready(dev):
 def test_set_adaptive_fusion_rejects_non_booleans():
     with pytest.raises(TypeError, match="set_adaptive_fusion expects a bool enabled, got int"):
         torchneuron.set_adaptive_fusion(1)
+
+
+# A training-style loop in adaptive mode with fused kernels awaited, reporting the kernel cache's
+# counters: run twice on one cache directory, the rerun compiles nothing.
+RERUN_PROGRAM = r"""
+import json, torch, torchneuron
+dev = torchneuron.device()
+torch.manual_seed(0)
+x = torch.randn(4096)
+d, total = x.to(dev), torch.zeros(4096).to(dev)
+for _ in range(6):
+    total.add_(0.5 * d * (1 + torch.tanh(0.7978845608 * (d + 0.044715 * d * d * d))))
+    total[0].item()
+m = torchneuron.metrics()
+a = m["adaptive"]
+print(json.dumps({"compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+                  "fused_kernel_runs": a["fused_kernel_runs"], "fused_compiles": a["fused_compiles"],
+                  "replays": a["replays"]}))
+"""
+
+
+def test_a_rerun_with_the_same_cache_compiles_nothing_and_runs_fused_from_its_first_replay():
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    directory = tempfile.mkdtemp(prefix="neuron-fusion-cache-")
+    try:
+        env = dict(os.environ, NEURON_CACHE_DIR=directory, NEURON_CACHE="1",
+                   NEURON_ADAPTIVE_EAGER="1", NEURON_ADAPTIVE_SYNC="1")
+        runs = []
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-c", RERUN_PROGRAM], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-2000:]
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        first, rerun = runs
+        assert first["fused_compiles"] == 1 and first["compiles"] > 1
+        assert rerun["compiles"] == 0, rerun
+        assert rerun["persistent_hits"] >= first["compiles"]
+        # Every replay ran fused: the fused kernel came from the store when the window turned hot.
+        assert rerun["fused_kernel_runs"] == rerun["replays"] >= 3
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
