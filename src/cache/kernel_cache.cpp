@@ -623,6 +623,20 @@ bool prefetchStoredKernel(const std::string& store_key) {
   return true;
 }
 
+bool storedKernelLoadable(const std::string& store_key) {
+  Table& t = table();
+  {
+    std::unique_lock<std::mutex> lock(t.prefetch_mutex);
+    auto it = t.prefetched.find(store_key);
+    if (it != t.prefetched.end()) { // the warm start got there first: wait for its load
+      std::shared_ptr<Prefetched> slot = it->second;
+      t.prefetch_done.wait(lock, [&] { return slot->done; });
+      return slot->code != nullptr;
+    }
+  }
+  return prefetchStoredKernel(store_key);
+}
+
 std::string persistentKeyFor(Hash64 key, const std::string& mlir) {
   return storeKeyFor(requirementsFor(key, mlir));
 }

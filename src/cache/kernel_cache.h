@@ -81,6 +81,11 @@ std::vector<std::string> storedKernelsInFirstUseOrder();
 // (counted and warned like any load), or the prefetched code would exceed the memory tier's cap.
 bool prefetchStoredKernel(const std::string& store_key);
 
+// Whether the first kernelFor() whose store key is `store_key` will take verified, linked code
+// without compiling: prefetchStoredKernel(), or a prefetch already made (the warm start's; waits
+// for one in flight). For a caller that must not compile on its thread (fused kernels).
+bool storedKernelLoadable(const std::string& store_key);
+
 KernelCacheStats kernelCacheStats();
 // Returns once every compiled kernel handed to the persistent store's background writer is
 // durable, and every one handed to the remote tier's publisher is published or has failed
