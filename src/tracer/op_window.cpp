@@ -55,7 +55,7 @@ void OpWindow::runLaunches(bool fuse, bool wait) {
     held.clear();
     held_host_values.clear();
     debug.reset();
-    pending_bytes = 0;
+    pending_bytes = largest_pending = 0;
     const DeferredLaunch& failed = pending[next];
     TORCH_CHECK(false, "[adaptive] a recorded ", (failed.host_step ? "step" : "launch"), " of ",
                 (failed.op ? opName(*failed.op) : std::string("an op")),
@@ -64,7 +64,7 @@ void OpWindow::runLaunches(bool fuse, bool wait) {
   }
   held.clear();
   held_host_values.clear();
-  pending_bytes = 0;
+  pending_bytes = largest_pending = 0;
   // The next window records into the same memory: growing a vector of launches again from
   // empty would copy each launch (its inline argument slots) several times per window.
   pending.clear();

@@ -15,6 +15,7 @@
 #include <c10/util/Optional.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -64,9 +65,15 @@ public:
   std::vector<DeferredLaunch> launches;
   std::vector<c10::Storage> held;
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
-  int64_t pending_bytes = 0;
+  int64_t pending_bytes = 0;                // bytes of the results recorded (their storages)
+  int64_t largest_pending = 0;              // the largest of them
   DebugShadow debug; // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
 
+  // Counts a result of a recorded call (its storage's bytes) as pending until the window runs.
+  void notePending(int64_t bytes) {
+    pending_bytes += bytes;
+    largest_pending = std::max(largest_pending, bytes);
+  }
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
   // The trie nodes of the calls whose launches are recorded and not run yet, and the fused

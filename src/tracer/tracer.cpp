@@ -312,18 +312,36 @@ TracedCallStart beginTracedCall() {
   return begun;
 }
 
+// A window recorded to run fused still allocates every result it records when it records it (a
+// fused kernel only skips the stores of those that do not escape) and holds them until its
+// launches run: unbounded, a 120-op chain on 4 MiB tensors held all 120 results at its sync
+// (about 480 MiB; eager mode holds two). So its launches run once their pending results reach
+// this many times the largest of them, and kFusedBatchBytes at least: a chain of up to that many
+// ops still fuses whole, and one on large tensors holds a bounded multiple of one tensor. That
+// is a batch boundary, not the window's end (its records and hot window stay as they are), and
+// it depends on the calls' sizes only, so every occurrence of the window is split alike and
+// reuses the same fused kernels.
+constexpr int64_t kFusedBatchResults = 16;
+constexpr int64_t kFusedBatchBytes = int64_t{64} << 20;
+
 // A window that reached NEURON_ADAPTIVE_WINDOW ops or NEURON_ADAPTIVE_WINDOW_BYTES of pending
 // results ends after the op that reached it.
-// A window recorded to run fused ignores its pending bytes (its intermediates get no stores)
-// but ends where its hot window ended by them.
+// A window recorded to run fused ignores NEURON_ADAPTIVE_WINDOW_BYTES (its intermediates get no
+// stores) but ends where its hot window ended by it, and runs its launches at the bound above.
 void endWindowAtLimits(TracerState& tracer) {
   const OpWindow& window = tracer.window;
   if (static_cast<int64_t>(window.records.size()) >= tracer.settings.window_ops)
-    syncLocked(tracer, SyncCause::kOpLimit, nullptr);
-  else if (recordingFused(tracer)
-               ? window.cursor->ends_hot_window && window.cursor->cut_by_byte_limit
-               : window.pending_bytes >= tracer.settings.window_bytes)
+    return syncLocked(tracer, SyncCause::kOpLimit, nullptr);
+  if (!recordingFused(tracer)) {
+    if (window.pending_bytes >= tracer.settings.window_bytes)
+      syncLocked(tracer, SyncCause::kByteLimit, nullptr);
+    return;
+  }
+  if (window.cursor->ends_hot_window && window.cursor->cut_by_byte_limit)
     syncLocked(tracer, SyncCause::kByteLimit, nullptr);
+  else if (window.pending_bytes >=
+           std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending))
+    runRecordedLaunchesLocked(tracer);
 }
 
 int64_t nanosecondsSince(std::chrono::steady_clock::time_point start) {
@@ -512,7 +530,7 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
-    window.pending_bytes += static_cast<int64_t>(t.storage().nbytes());
+    window.notePending(static_cast<int64_t>(t.storage().nbytes()));
     launch.storages.push_back(t.storage().unsafeGetStorageImpl());
   }
   launch.host_step = std::move(step);
@@ -553,7 +571,7 @@ void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
-    window.pending_bytes += static_cast<int64_t>(t.storage().nbytes());
+    window.notePending(static_cast<int64_t>(t.storage().nbytes()));
   }
   detail::window_open.store(true, std::memory_order_release);
   detail::launches_recorded.store(true, std::memory_order_release);
