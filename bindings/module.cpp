@@ -414,7 +414,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_adaptive_debug", &torchneuron::tracer::setAdaptiveDebug, py::arg("enabled"),
         py::call_guard<py::gil_scoped_release>());
   m.def("set_adaptive_fusion", &torchneuron::tracer::setAdaptiveFusion, py::arg("enabled"),
-        py::arg("wait_for_compiles"), py::call_guard<py::gil_scoped_release>());
+        py::arg("wait_for_compiles") = py::none(), py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   torchneuron::tracer::setSourceLocator(&pythonSourceLine);

@@ -190,12 +190,14 @@ def set_adaptive_debug(enabled: bool) -> None:
     _C.set_adaptive_debug(enabled)
 
 
-def set_adaptive_fusion(enabled: bool, wait_for_compiles: bool = False) -> None:
+def set_adaptive_fusion(enabled: bool, wait_for_compiles: bool = None) -> None:
     """Whether hot windows run fused kernels (``NEURON_ADAPTIVE_FUSION``, on by default) and
     whether a window waits for its fused kernels' compiles instead of running op by op until they
-    are ready (``NEURON_ADAPTIVE_SYNC``; for tests and reproducible timing). Changing them is a
-    sync point."""
+    are ready (``NEURON_ADAPTIVE_SYNC``; for tests and reproducible timing; None keeps the current
+    choice). Changing them is a sync point."""
     for name, value in (("enabled", enabled), ("wait_for_compiles", wait_for_compiles)):
+        if value is None and name == "wait_for_compiles":
+            continue
         if not isinstance(value, bool):
             raise TypeError(
                 f"[adaptive] set_adaptive_fusion expects a bool {name}, got {type(value).__name__}")

@@ -80,6 +80,7 @@ void OpWindow::resetTrace() {
   cursor = nullptr;
   deferred_ops = 0;
   sources.clear();
+  batch_nodes.clear(); // every recorded launch has run; the trie may be rebuilt next
 }
 
 } // namespace torchneuron::tracer

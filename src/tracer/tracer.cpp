@@ -407,12 +407,12 @@ void setAdaptiveDebug(bool enabled) {
   detail::debugging.store(enabled, std::memory_order_relaxed);
 }
 
-void setAdaptiveFusion(bool fuse, bool wait_for_compiles) {
+void setAdaptiveFusion(bool fuse, std::optional<bool> wait_for_compiles) {
   auto lock = lockWindow();
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings.fusion = fuse;
-  tracer.settings.sync_compiles = wait_for_compiles;
+  if (wait_for_compiles) tracer.settings.sync_compiles = *wait_for_compiles;
 }
 
 bool adaptiveDebug() {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,8 @@ void setAdaptiveDebug(bool enabled);
 bool adaptiveDebug();
 // NEURON_ADAPTIVE_FUSION and NEURON_ADAPTIVE_SYNC: whether hot windows run fused kernels, and
 // whether a batch waits for its fused kernels' compiles. Changing them is a sync point.
-void setAdaptiveFusion(bool fuse, bool wait_for_compiles);
+// `wait_for_compiles` unset keeps the current choice.
+void setAdaptiveFusion(bool fuse, std::optional<bool> wait_for_compiles);
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
