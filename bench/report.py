@@ -342,7 +342,7 @@ def markdown(result):
                           for t, v in f["triad_gbps"].items() if v), "",
               "| workload | threads | mode | GB/s | of triad |", "|---|---|---|---|---|"]
     for r in rows:
-        if r.get("ok") and "gbps" in r and r["mode"] in ("stock", "stock-tuned", "neuron-eager"):
+        if r.get("ok") and "gbps" in r and r["mode"] in ("stock", "stock-tuned", "neuron-eager", "neuron-adaptive"):
             lines.append(f"| {r['workload']} | {r['threads']} | {r['mode']} | {r['gbps']:.1f} | "
                          f"{r.get('triad_fraction', 0) * 100:.0f}% |")
     for workload, by_threads in f.get("limit", {}).items():

@@ -102,6 +102,23 @@ KernelHandle storedKernel(const fusion::FusedElementwiseSignature& signature, Ha
   }
 }
 
+// Records a finished compile of `key` and wakes its waiters. The caller holds `c.mutex`.
+void finishCompile(Compiles& c, Hash64 key, Entry result, std::string warning) {
+  Entry& entry = c.entries[key];
+  entry.state = result.state;
+  entry.kernel = std::move(result.kernel);
+  entry.signature = fusion::FusedElementwiseSignature();
+  if (entry.state == State::kReady)
+    ++c.stats.compiles;
+  else
+    ++c.stats.failures;
+  if (!warning.empty()) {
+    c.warnings.push_back(std::move(warning));
+    detail::warnings_pending.store(true, std::memory_order_relaxed);
+  }
+  c.changed.notify_all();
+}
+
 void joinAtExit() {
   Compiles& c = compiles();
   std::thread* worker;
@@ -137,19 +154,7 @@ void work() {
     lock.lock();
     --c.running;
     --c.stats.queued;
-    Entry& entry = c.entries[key];
-    entry.state = result.state;
-    entry.kernel = std::move(result.kernel);
-    entry.signature = fusion::FusedElementwiseSignature();
-    if (entry.state == State::kReady)
-      ++c.stats.compiles;
-    else
-      ++c.stats.failures;
-    if (!warning.empty()) {
-      c.warnings.push_back(std::move(warning));
-      detail::warnings_pending.store(true, std::memory_order_relaxed);
-    }
-    c.changed.notify_all();
+    finishCompile(c, key, std::move(result), std::move(warning));
   }
 }
 
@@ -173,19 +178,9 @@ KernelHandle fusedKernel(const fusion::FusedElementwiseSignature& signature, Has
     std::string warning;
     compileInto(key, signature, result, warning);
     lock.lock();
-    Entry& done = c.entries[key];
-    done.state = result.state;
-    done.kernel = result.kernel;
-    if (done.state == State::kReady)
-      ++c.stats.compiles;
-    else
-      ++c.stats.failures;
-    if (!warning.empty()) {
-      c.warnings.push_back(std::move(warning));
-      detail::warnings_pending.store(true, std::memory_order_relaxed);
-    }
-    c.changed.notify_all();
-    return result.kernel;
+    KernelHandle kernel = result.kernel;
+    finishCompile(c, key, std::move(result), std::move(warning));
+    return kernel;
   }
   // Compiling: callers that wait, wait for it; the others run the group as recorded.
   c.entries[key];

@@ -17,23 +17,12 @@ import torchneuron
 
 from torch.testing import assert_close
 
+# The basics' fixture (adaptive mode, fusion, compiles awaited, fresh counters) applies here too.
+from test_adaptive_fusion import fused_adaptive_mode, fusion_metrics  # noqa: F401
+
 MIB = 1 << 20
 
 
-def fusion_metrics():
-    return torchneuron.metrics()["adaptive"]
-
-
-@pytest.fixture(autouse=True)
-def fused_adaptive_mode():
-    """Adaptive mode with fusion, compiles awaited (NEURON_ADAPTIVE_SYNC), fresh counters."""
-    previous = torchneuron.adaptive_enabled()
-    torchneuron.set_adaptive(True)
-    torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
-    torchneuron.reset_metrics()
-    yield
-    torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
-    torchneuron.set_adaptive(previous)
 
 
 def run_unfused_and_fused(program, inputs, dev, steps=4):
