@@ -104,7 +104,8 @@ def main():
           f"{adaptive_ms / dev_ms:.2f}x eager's; loss within {adaptive_worst:.1e} of the CPU's)")
     print(f"  adaptive tracer: {adaptive['windows']} windows, {adaptive['replays']} replayed whole, "
           f"{adaptive['ops_deferred']} of {adaptive['ops_traced']} ops recorded and run at sync "
-          f"points")
+          f"points; {adaptive['fused_kernel_runs']} fused kernel runs, "
+          f"{adaptive['launches_saved']} recorded launches saved")
     if adaptive_before:
         print("  (NEURON_ADAPTIVE_EAGER is set: the device pass above ran in adaptive mode too)")
     agree = agree and adaptive_worst < 1e-3
