@@ -21,15 +21,12 @@ bool OpWindow::touches(const c10::StorageImpl* storage) const {
   return false;
 }
 
-void OpWindow::runLaunches(bool fuse, bool wait) {
+void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
   const BatchSchedule schedule =
       fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait) : BatchSchedule();
-  fused_kernel_runs += schedule.fusedKernels();
-  launches_saved += schedule.launchesSaved();
-  dead_launches += schedule.deadLaunches();
-  last_batch_keys = schedule.groupKeys();
+  fusion = schedule.summary();
   size_t next = 0;
   struct Running { // host views made by library steps need no sync: their inputs ran before them
     bool was = detail::running_window;

@@ -49,6 +49,8 @@ struct DeferredLaunch {
   c10::SmallVector<const void*, 4> storages;
 };
 
+struct BatchFusion;
+
 class OpWindow {
 public:
   // State of the window being traced since the last sync point.
@@ -76,21 +78,16 @@ public:
   }
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
-  // The trie nodes of the calls whose launches are recorded and not run yet, and the fused
-  // kernel keys of the last batch that ran (tracer.cpp gives those nodes their fusion status).
+  // The trie nodes of the calls whose launches are recorded and not run yet (tracer.cpp gives
+  // them their fusion status when the batch runs).
   std::vector<const TrieNode*> batch_nodes;
-  std::vector<Hash64> last_batch_keys;
-
-  // Fusion's counters, over the process (metrics()["adaptive"]).
-  int64_t fused_kernel_runs = 0;
-  int64_t launches_saved = 0;
-  int64_t dead_launches = 0;
 
   // Runs the recorded launches in order, then lets go of what they held. With `fuse`, groups of
   // elementwise launches run as one fused kernel once it is compiled (`wait`: compile it now)
-  // and launches whose results are dead are skipped (window_fusion.h). A launch that throws
-  // drops the rest (they may read its result) and rethrows, naming the op.
-  void runLaunches(bool fuse, bool wait);
+  // and launches whose results are dead are skipped (window_fusion.h); `fusion` says what was
+  // done, before anything runs. A launch that throws drops the rest (they may read its result)
+  // and rethrows, naming the op.
+  void runLaunches(bool fuse, bool wait, BatchFusion& fusion);
   // Forgets the traced state (not the launches) for the next window.
   void resetTrace();
 };

@@ -84,10 +84,9 @@ struct Counters {
   int64_t recording_ns = 0;
   int64_t debug_batches = 0;
   int64_t debug_mismatches = 0;
-  // The window's fusion counters at the last reset.
-  int64_t launches_saved_base = 0;
-  int64_t fused_kernel_runs_base = 0;
-  int64_t dead_launches_base = 0;
+  int64_t fused_kernel_runs = 0;
+  int64_t launches_saved = 0;
+  int64_t dead_launches = 0;
 };
 
 struct TracerState {
@@ -130,9 +129,14 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   const bool wait = tracer.settings.sync_compiles;
   std::vector<const TrieNode*> nodes;
   nodes.swap(window.batch_nodes);
-  window.runLaunches(fuse, wait);
+  BatchFusion fusion;
+  window.runLaunches(fuse, wait, fusion);
+  Counters& counters = tracer.counters;
+  counters.fused_kernel_runs += fusion.fused_kernels;
+  counters.launches_saved += fusion.launches_saved;
+  counters.dead_launches += fusion.dead_launches;
   if (fuse && !nodes.empty()) {
-    auto status = std::make_shared<const WindowFusionStatus>(window.last_batch_keys);
+    auto status = std::make_shared<const WindowFusionStatus>(std::move(fusion.keys));
     for (const TrieNode* node : nodes)
       if (!node->fusion) node->fusion = status;
   }
@@ -618,9 +622,9 @@ AdaptiveStats adaptiveStats() {
   stats.ops_replayed = counters.ops_replayed;
   stats.launches_recorded = counters.launches_recorded;
   stats.calls_from_plan_cache = counters.calls_from_plan_cache;
-  stats.launches_saved = tracer.window.launches_saved - counters.launches_saved_base;
-  stats.fused_kernel_runs = tracer.window.fused_kernel_runs - counters.fused_kernel_runs_base;
-  stats.dead_launches = tracer.window.dead_launches - counters.dead_launches_base;
+  stats.launches_saved = counters.launches_saved;
+  stats.fused_kernel_runs = counters.fused_kernel_runs;
+  stats.dead_launches = counters.dead_launches;
   const FusedKernelStats fused = fusedKernelStats();
   stats.fused_compiles = fused.compiles;
   stats.fused_compile_failures = fused.failures;
@@ -638,11 +642,7 @@ AdaptiveStats adaptiveStats() {
 
 void resetAdaptiveStats() {
   auto lock = lockWindow();
-  TracerState& tracer = state();
-  tracer.counters = Counters();
-  tracer.counters.launches_saved_base = tracer.window.launches_saved;
-  tracer.counters.fused_kernel_runs_base = tracer.window.fused_kernel_runs;
-  tracer.counters.dead_launches_base = tracer.window.dead_launches;
+  state().counters = Counters();
 }
 
 std::vector<SignatureSummary> frequentSignatures(size_t count) {

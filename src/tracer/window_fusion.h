@@ -18,6 +18,14 @@ namespace torchneuron::tracer {
 
 struct DeferredLaunch;
 
+// What fusion did with one batch (metrics()["adaptive"], and the trie nodes' fusion status).
+struct BatchFusion {
+  int64_t fused_kernels = 0;  // fused kernels run
+  int64_t launches_saved = 0; // recorded launches not run (replaced by them, or dead)
+  int64_t dead_launches = 0;  // skipped: their results are dead
+  std::vector<Hash64> keys;   // the fused kernels the batch's groups need, compiled or not
+};
+
 class BatchSchedule {
 public:
   enum Action : uint8_t { kRun, kSkip, kFused };
@@ -37,11 +45,9 @@ public:
   Action action(size_t launch) const { return actions_.empty() ? kRun : actions_[launch]; }
   const FusedLaunch& fused(size_t launch) const { return fused_[fused_index_[launch]]; }
 
-  int64_t launchesSaved() const { return saved_; }       // recorded launches not run
-  int64_t fusedKernels() const { return fused_.size(); } // fused kernels this batch runs
-  int64_t deadLaunches() const { return dead_; }         // skipped: their results are dead
-  // The keys of the fused kernels the batch's groups need, compiled or not.
-  const std::vector<Hash64>& groupKeys() const { return keys_; }
+  BatchFusion summary() const {
+    return {static_cast<int64_t>(fused_.size()), saved_, dead_, keys_};
+  }
 
 private:
   std::vector<Action> actions_;
