@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <utility>
 
+#include "cache/cache_warnings.h"
 #include "support/fork_handlers.h"
 
 namespace torchneuron {
@@ -49,6 +51,11 @@ void registerWriterForFork(StoreWriter* writer) {
       }
       for (StoreWriter* w : live)
         w->stop();
+      // A batch written only now (the last compiles' entries) warns on the writer's thread,
+      // which queues its warnings for a Python thread; there is none any more, so they go to
+      // stderr here or nobody ever hears of a failed write.
+      for (const std::string& text : takeQueuedCacheWarnings())
+        std::fprintf(stderr, "torchneuron: %s\n", text.c_str());
     });
   });
   std::lock_guard<std::mutex> lock(writers_mutex);

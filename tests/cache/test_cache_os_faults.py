@@ -102,6 +102,17 @@ def test_failing_writes_run_correctly_and_warn_once(verify):
     shutil.rmtree(cache_dir)
 
 
+def test_a_write_failing_at_exit_is_still_reported():
+    """One kernel, then exit: its entry is written by the exit's flush, on the writer's thread,
+    after the last Python call; its failure must still reach stderr."""
+    cache_dir = tempfile.mkdtemp(prefix="neuron-cache-fsize-exit-")
+    done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"},
+                       program=ONE_KERNEL_PROGRAM, preexec_fn=limit_file_size)
+    warned = cache_warnings(done)
+    assert len(warned) == 1 and "File too large" in warned[0], done.stderr
+    shutil.rmtree(cache_dir)
+
+
 def test_read_only_directory_runs_correctly_and_warns_once(one_kernel_cache, verify):
     parent = tempfile.mkdtemp(prefix="neuron-cache-ro-")
     os.chmod(parent, 0o755)
