@@ -135,6 +135,8 @@ py::dict adaptiveDict() {
   result["launches_saved"] = stats.launches_saved;
   result["fused_kernel_runs"] = stats.fused_kernel_runs;
   result["dead_launches"] = stats.dead_launches;
+  result["partitions_computed"] = stats.partitions_computed;
+  result["partitions_reused"] = stats.partitions_reused;
   result["fused_compiles"] = stats.fused_compiles;
   result["fused_compile_failures"] = stats.fused_compile_failures;
   result["fused_compiles_queued"] = stats.fused_compiles_queued;

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -21,6 +22,10 @@ constexpr size_t kLargeThreshold = 1 << 20;    // 1 MiB
 constexpr size_t kLargeGranule = 64 << 10;     // size class step from kLargeThreshold up
 constexpr size_t kPageBytes = 4096;            // the smallest page: one write faults it in
 constexpr size_t kMaxRecordedBlocks = 1 << 16; // of blocksInFirstUseOrder()
+// Used blocks below this size wait in one list per size class instead of the size-ordered map:
+// a tiny op's allocation and release are then a vector pop and push, not a tree node's
+// allocation and rebalancing (most of a tiny recorded op's allocation cost).
+constexpr size_t kSmallListLimit = 64 << 10;
 constexpr size_t kStaggerThreshold = 64 << 10; // blocks from here up start at staggered offsets
 constexpr size_t kStaggerSlots = kPageBytes / kAlignment; // cache-line offsets in a page
 constexpr size_t kStaggerStep = 23; // coprime with kStaggerSlots: visits every offset
@@ -63,8 +68,9 @@ void freeSystemBlock(DeviceBlock* block) {
 
 void releaseDeviceBlock(void* context);
 
-// Locking: one mutex guards the free lists and the counters. Allocation is a map lookup, so
-// the critical section is short. pthread_atfork keeps the mutex usable in a forked child.
+// Locking: one mutex guards the free lists and the counters. Allocation is a list pop (small
+// blocks) or a map lookup, so the critical section is short. pthread_atfork keeps the mutex
+// usable in a forked child.
 class CachingAllocator final : public c10::Allocator {
 public:
   CachingAllocator() {
@@ -88,7 +94,10 @@ public:
     block->pending.reset();
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.allocated_bytes -= static_cast<int64_t>(block->bytes);
-    free_blocks_.emplace(block->bytes, block);
+    if (block->used && block->bytes < kSmallListLimit)
+      small_free_[block->bytes / kSmallGranule].push_back(block);
+    else
+      free_blocks_.emplace(block->bytes, block);
   }
 
   AllocatorStats stats() const {
@@ -146,6 +155,19 @@ private:
     // Best fit among cached blocks, wasting at most 1/8 of the request. A prefaulted block that
     // no tensor has used yet serves only its own capacity: it was made for a request of that
     // size, which would otherwise go to the OS (and the next run's profile would grow).
+    if (bytes < kSmallListLimit) {
+      const size_t last = std::min(bytes + bytes / 8, kSmallListLimit - 1) / kSmallGranule;
+      for (size_t size_class = bytes / kSmallGranule; size_class <= last; ++size_class) {
+        std::vector<DeviceBlock*>& list = small_free_[size_class];
+        if (list.empty()) continue;
+        DeviceBlock* block = list.back();
+        list.pop_back();
+        ++stats_.cache_hits;
+        stats_.allocated_bytes += static_cast<int64_t>(block->bytes);
+        stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+        return block; // used before: its first use is recorded
+      }
+    }
     auto it = free_blocks_.lower_bound(bytes);
     while (it != free_blocks_.end() && it->first <= bytes + bytes / 8 && !it->second->used &&
            it->first != bytes)
@@ -197,10 +219,21 @@ private:
       ++stats_.system_frees;
     }
     free_blocks_.clear();
+    for (std::vector<DeviceBlock*>& list : small_free_) {
+      for (DeviceBlock* block : list) {
+        stats_.reserved_bytes -= static_cast<int64_t>(block->bytes);
+        freeSystemBlock(block);
+        ++stats_.system_frees;
+      }
+      list.clear();
+    }
   }
 
   mutable std::mutex mutex_;
   mutable std::multimap<size_t, DeviceBlock*> free_blocks_;
+  // Used blocks below kSmallListLimit, by size class (bytes / kSmallGranule).
+  mutable std::vector<std::vector<DeviceBlock*>> small_free_ =
+      std::vector<std::vector<DeviceBlock*>>(kSmallListLimit / kSmallGranule);
   mutable AllocatorStats stats_;
   mutable std::vector<size_t> first_uses_;
   mutable std::unordered_map<size_t, int64_t> announced_; // capacity -> blocks still to prefault

@@ -16,6 +16,7 @@ namespace {
 // pointer, offset, sizes, strides) and the bytes it spans.
 struct Memref {
   const int64_t* descriptor = nullptr;
+  uint32_t launch = 0; // whose slots hold the descriptor
   int rank = 0;
   c10::ScalarType dtype = c10::kFloat;
   uintptr_t begin = 0, end = 0; // [begin, end); empty when a size is 0
@@ -33,8 +34,8 @@ struct Memref {
   }
 };
 
-Memref memrefAt(const int64_t* descriptor, int rank, c10::ScalarType dtype) {
-  Memref m{descriptor, rank, dtype};
+Memref memrefAt(const int64_t* descriptor, uint32_t launch, int rank, c10::ScalarType dtype) {
+  Memref m{descriptor, launch, rank, dtype};
   const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
   int64_t last = 0;
   for (int d = 0; d < rank; ++d) {
@@ -51,26 +52,26 @@ Memref memrefAt(const int64_t* descriptor, int rank, c10::ScalarType dtype) {
 struct ParsedLaunch {
   Memref output;
   c10::SmallVector<Memref, 4> inputs;
-  const int64_t* params = nullptr;
-  size_t param_count = 0;
+  SlotRange params;
 };
 
-ParsedLaunch parse(const PartitionLaunch& launch) {
+ParsedLaunch parse(const PartitionLaunch& launch, uint32_t index) {
   const ElementwiseSignature& s = *launch.elementwise;
   ParsedLaunch parsed;
   const int64_t* cursor = launch.slots;
-  parsed.output = memrefAt(cursor, operandRank(s.rank, s.inner[0]), s.output);
+  parsed.output = memrefAt(cursor, index, operandRank(s.rank, s.inner[0]), s.output);
   cursor += parsed.output.slots();
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     if (static_cast<int>(i) == s.aliased_input) {
       parsed.inputs.push_back(parsed.output);
       continue;
     }
-    parsed.inputs.push_back(memrefAt(cursor, operandRank(s.rank, s.inner[i + 1]), s.inputs[i]));
+    parsed.inputs.push_back(
+        memrefAt(cursor, index, operandRank(s.rank, s.inner[i + 1]), s.inputs[i]));
     cursor += parsed.inputs.back().slots();
   }
-  parsed.params = cursor;
-  parsed.param_count = s.op->params.size();
+  parsed.params = {index, static_cast<uint32_t>(cursor - launch.slots),
+                   static_cast<uint32_t>(s.op->params.size())};
   return parsed;
 }
 
@@ -164,7 +165,7 @@ public:
             fused.read_through_member = static_cast<int>(m);
         signature.externals.push_back(fused);
       }
-      gatherSlots(group);
+      gatherSlotRanges(launches, group);
     }
     members_.clear();
     parsed_.clear();
@@ -192,16 +193,18 @@ private:
     return -1;
   }
 
-  void gatherSlots(FusedGroup& group) const {
-    auto copy = [&](const Memref& memref) {
-      group.slots.append(memref.descriptor, memref.descriptor + memref.slots());
+  void gatherSlotRanges(c10::ArrayRef<PartitionLaunch> launches, FusedGroup& group) const {
+    auto add = [&](const Memref& memref) {
+      const int64_t* base = launches[memref.launch].slots;
+      group.slot_ranges.push_back({memref.launch, static_cast<uint32_t>(memref.descriptor - base),
+                                   static_cast<uint32_t>(memref.slots())});
     };
     for (size_t m = 0; m < members_.size(); ++m)
-      if (members_[m].stored) copy(parsed_[m].output);
+      if (members_[m].stored) add(parsed_[m].output);
     for (size_t e = 0; e < externals_.size(); ++e)
-      if (group.signature.externals[e].read_through_member < 0) copy(externals_[e]);
+      if (group.signature.externals[e].read_through_member < 0) add(externals_[e]);
     for (const ParsedLaunch& parsed : parsed_)
-      group.slots.append(parsed.params, parsed.params + parsed.param_count);
+      if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
   }
 
   int rank_ = 0;
@@ -238,7 +241,7 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
       close();
       continue;
     }
-    const ParsedLaunch parsed = parse(launch);
+    const ParsedLaunch parsed = parse(launch, static_cast<uint32_t>(i));
     if (group.tryAdd(i, launch, parsed)) continue;
     close();
     group.tryAdd(i, launch, parsed);

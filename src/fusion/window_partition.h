@@ -38,13 +38,32 @@ struct PartitionLaunch {
   c10::ArrayRef<const void*> storages;
 };
 
+// `count` argument slots of launch `launch`, from its slot `begin`.
+struct SlotRange {
+  uint32_t launch = 0;
+  uint32_t begin = 0;
+  uint32_t count = 0;
+};
+
 // Launches [first, first + count) computed by one fused kernel (count >= 2), or, when no member
 // stores its output, by nothing at all (every result is dead).
 struct FusedGroup {
   size_t first = 0;
   size_t count = 0;
   FusedElementwiseSignature signature; // empty members when nothing is stored
-  c10::SmallVector<int64_t, 64> slots; // the fused kernel's arguments, gathered from the members'
+  // Where the fused kernel's arguments come from, in order: ranges of the members' own slots.
+  // Positions, not values, so a partition can serve every batch of the same structure
+  // (tracer/window_fusion.h remembers them).
+  c10::SmallVector<SlotRange, 16> slot_ranges;
+
+  // The fused kernel's arguments for `launches` (the batch partitioned, or one like it).
+  template <typename SlotsOf>
+  void gatherSlots(const SlotsOf& slots_of, c10::SmallVectorImpl<int64_t>& out) const {
+    for (const SlotRange& range : slot_ranges) {
+      const int64_t* slots = slots_of(range.launch);
+      out.append(slots + range.begin, slots + range.begin + range.count);
+    }
+  }
 };
 
 // A lone elementwise launch whose output is dead: skipped.

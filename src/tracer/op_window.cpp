@@ -25,7 +25,7 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
   const BatchSchedule schedule =
-      fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait) : BatchSchedule();
+      fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait, partitions) : BatchSchedule();
   fusion = schedule.summary();
   size_t next = 0;
   struct Running { // host views made by library steps need no sync: their inputs ran before them

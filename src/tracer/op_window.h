@@ -28,6 +28,7 @@
 #include "support/hash.h"
 #include "tracer/debug_check.h"
 #include "tracer/op_record.h"
+#include "tracer/partition_memo.h"
 #include "tracer/recurrence.h"
 
 namespace torchneuron::tracer {
@@ -69,7 +70,8 @@ public:
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
   int64_t pending_bytes = 0;                // bytes of the results recorded (their storages)
   int64_t largest_pending = 0;              // the largest of them
-  DebugShadow debug; // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
+  DebugShadow debug;        // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
+  PartitionMemo partitions; // how batches of each structure were partitioned (fusion)
 
   // Counts a result of a recorded call (its storage's bytes) as pending until the window runs.
   void notePending(int64_t bytes) {

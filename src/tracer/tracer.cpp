@@ -87,6 +87,8 @@ struct Counters {
   int64_t fused_kernel_runs = 0;
   int64_t launches_saved = 0;
   int64_t dead_launches = 0;
+  int64_t partitions_reused = 0;
+  int64_t partitions_computed = 0;
 };
 
 struct TracerState {
@@ -127,15 +129,28 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   ++batches_run;
   const bool fuse = tracer.settings.fusion;
   const bool wait = tracer.settings.sync_compiles;
+  // The batch's trie nodes; the vector goes back to the window afterwards, so the next batch
+  // records into its capacity instead of growing one from empty.
   std::vector<const TrieNode*> nodes;
   nodes.swap(window.batch_nodes);
+  struct GiveBack {
+    std::vector<const TrieNode*>& nodes;
+    std::vector<const TrieNode*>& to;
+    ~GiveBack() {
+      nodes.clear();
+      if (to.empty()) to.swap(nodes);
+    }
+  } give_back{nodes, window.batch_nodes};
   BatchFusion fusion;
   window.runLaunches(fuse, wait, fusion);
   Counters& counters = tracer.counters;
   counters.fused_kernel_runs += fusion.fused_kernels;
   counters.launches_saved += fusion.launches_saved;
   counters.dead_launches += fusion.dead_launches;
-  if (fuse && !nodes.empty()) {
+  counters.partitions_reused += fusion.partitions_reused;
+  counters.partitions_computed += fusion.partitions_computed;
+  if (fuse &&
+      std::any_of(nodes.begin(), nodes.end(), [](const TrieNode* node) { return !node->fusion; })) {
     auto status = std::make_shared<const WindowFusionStatus>(std::move(fusion.keys));
     for (const TrieNode* node : nodes)
       if (!node->fusion) node->fusion = status;
@@ -625,6 +640,8 @@ AdaptiveStats adaptiveStats() {
   stats.launches_saved = counters.launches_saved;
   stats.fused_kernel_runs = counters.fused_kernel_runs;
   stats.dead_launches = counters.dead_launches;
+  stats.partitions_reused = counters.partitions_reused;
+  stats.partitions_computed = counters.partitions_computed;
   const FusedKernelStats fused = fusedKernelStats();
   stats.fused_compiles = fused.compiles;
   stats.fused_compile_failures = fused.failures;

@@ -17,13 +17,16 @@
 namespace torchneuron::tracer {
 
 struct DeferredLaunch;
+class PartitionMemo;
 
 // What fusion did with one batch (metrics()["adaptive"], and the trie nodes' fusion status).
 struct BatchFusion {
-  int64_t fused_kernels = 0;  // fused kernels run
-  int64_t launches_saved = 0; // recorded launches not run (replaced by them, or dead)
-  int64_t dead_launches = 0;  // skipped: their results are dead
-  std::vector<Hash64> keys;   // the fused kernels the batch's groups need, compiled or not
+  int64_t fused_kernels = 0;       // fused kernels run
+  int64_t launches_saved = 0;      // recorded launches not run (replaced by them, or dead)
+  int64_t dead_launches = 0;       // skipped: their results are dead
+  int64_t partitions_reused = 0;   // 1: the batch's partition was remembered (partition_memo.h)
+  int64_t partitions_computed = 0; // 1: the partitioner ran on it
+  std::vector<Hash64> keys;        // the fused kernels the batch's groups need, compiled or not
 };
 
 class BatchSchedule {
@@ -39,14 +42,15 @@ public:
   BatchSchedule() = default;
   // `held`: the storages the window holds, one reference per entry; a storage with no other
   // reference is dead outside the window. `wait`: compile fused kernels now (NEURON_ADAPTIVE_SYNC).
+  // `memo`: the window's remembered partitions (partition_memo.h).
   BatchSchedule(const std::vector<DeferredLaunch>& launches, const std::vector<c10::Storage>& held,
-                bool wait);
+                bool wait, PartitionMemo& memo);
 
   Action action(size_t launch) const { return actions_.empty() ? kRun : actions_[launch]; }
   const FusedLaunch& fused(size_t launch) const { return fused_[fused_index_[launch]]; }
 
   BatchFusion summary() const {
-    return {static_cast<int64_t>(fused_.size()), saved_, dead_, keys_};
+    return {static_cast<int64_t>(fused_.size()), saved_, dead_, reused_, computed_, keys_};
   }
 
 private:
@@ -56,6 +60,7 @@ private:
   std::vector<Hash64> keys_;
   int64_t saved_ = 0;
   int64_t dead_ = 0;
+  int64_t reused_ = 0, computed_ = 0;
 };
 
 // What fusion found for a hot window, remembered on the trie nodes of its ops (recurrence.h) so

@@ -1,0 +1,187 @@
+#include "tracer/partition_memo.h"
+
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "fusion/kernel_text.h"
+#include "tracer/op_window.h"
+
+namespace torchneuron::tracer {
+namespace {
+
+constexpr int64_t kOtherStep = -1;  // a library step or a launch the partitioner does not fuse
+constexpr int64_t kRawAddress = -2; // a memref outside the launch's device storages
+
+size_t bucketOf(const void* storage, size_t mask) {
+  const auto bits = reinterpret_cast<uintptr_t>(storage);
+  return static_cast<size_t>((bits >> 4) * 0x9E3779B97F4A7C15ull >> 20) & mask;
+}
+
+bool fusible(const DeferredLaunch& launch) {
+  return launch.elementwise != nullptr && !launch.host_step;
+}
+
+} // namespace
+
+void PartitionMemo::resetSlots(size_t storages) {
+  size_t capacity = 64;
+  while (capacity < 2 * storages)
+    capacity *= 2;
+  if (slots_.size() < capacity) {
+    slots_.assign(capacity, StorageSlot());
+    stamp_ = 0;
+  }
+  if (++stamp_ == 0) { // wrapped: stamps of old entries could match again
+    slots_.assign(slots_.size(), StorageSlot());
+    stamp_ = 1;
+  }
+  next_number_ = 0;
+}
+
+PartitionMemo::StorageSlot& PartitionMemo::slotOf(const void* storage) {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = bucketOf(storage, mask);; i = (i + 1) & mask) {
+    StorageSlot& slot = slots_[i];
+    if (slot.stamp != stamp_) {
+      slot = StorageSlot{storage, stamp_, -1, 0};
+      return slot;
+    }
+    if (slot.storage == storage) return slot;
+  }
+}
+
+int32_t PartitionMemo::numberOf(const void* storage) {
+  StorageSlot& slot = slotOf(storage);
+  if (slot.number < 0) slot.number = next_number_++;
+  return slot.number;
+}
+
+// The launch's memrefs (output first, then each input that is not the output itself) as
+// storage number and byte offset there, element offset, sizes and strides.
+void PartitionMemo::fingerprintMemrefs(const DeferredLaunch& launch) {
+  const fusion::ElementwiseSignature& s = *launch.elementwise;
+  const int64_t* cursor = launch.slots.data();
+  auto memref = [&](int rank, c10::ScalarType dtype) {
+    const auto address = static_cast<uintptr_t>(cursor[1]);
+    bool found = false;
+    for (const void* candidate : launch.storages) {
+      const auto* impl = static_cast<const c10::StorageImpl*>(candidate);
+      const auto base = reinterpret_cast<uintptr_t>(impl->data());
+      if (address >= base && address <= base + impl->nbytes()) {
+        words_.push_back(numberOf(candidate));
+        words_.push_back(static_cast<int64_t>(address - base));
+        found = true;
+        break;
+      }
+    }
+    if (!found) { // host memory (a CPU number): numbered by its address, its extent kept
+      words_.push_back(kRawAddress);
+      words_.push_back(numberOf(reinterpret_cast<const void*>(address)));
+      const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+      int64_t last = 0;
+      bool empty = false;
+      for (int d = 0; d < rank; ++d) {
+        empty |= cursor[3 + d] == 0;
+        last += (cursor[3 + d] - 1) * std::abs(cursor[3 + rank + d]);
+      }
+      if (!empty) {
+        const uintptr_t begin = address + cursor[2] * item;
+        raw_extents_.push_back({begin, begin + (last + 1) * item});
+      }
+    }
+    words_.insert(words_.end(), cursor + 2, cursor + 3 + 2 * rank);
+    cursor += 3 + 2 * rank;
+  };
+  memref(fusion::operandRank(s.rank, s.inner[0]), s.output);
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    if (static_cast<int>(i) != s.aliased_input)
+      memref(fusion::operandRank(s.rank, s.inner[i + 1]), s.inputs[i]);
+}
+
+// Host memrefs are numbered by address, which is exact while two of them either start at the
+// same byte or do not overlap at all (distinct CPU numbers); otherwise the batch is partitioned
+// as it is, not remembered.
+bool PartitionMemo::rawExtentsAreDisjoint() {
+  std::sort(raw_extents_.begin(), raw_extents_.end());
+  for (size_t i = 1; i < raw_extents_.size(); ++i) {
+    const auto& before = raw_extents_[i - 1];
+    const auto& after = raw_extents_[i];
+    if (after.first != before.first && after.first < before.second) return false;
+  }
+  return true;
+}
+
+RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>& launches,
+                                              const std::vector<c10::Storage>& held) {
+  size_t fusible_launches = 0, storages = held.size();
+  for (const DeferredLaunch& launch : launches) {
+    fusible_launches += fusible(launch);
+    storages += launch.storages.size();
+  }
+  if (fusible_launches == 0) return nullptr;
+
+  // The window's references per storage: one whose use count exceeds them is held outside the
+  // window (a Python tensor, autograd's saved tensors, a library step's captured operands).
+  resetSlots(storages);
+  for (const c10::Storage& storage : held)
+    ++slotOf(storage.unsafeGetStorageImpl()).held;
+  escapes_.assign(launches.size(), 1);
+  raw_extents_.clear();
+  words_.clear();
+  words_.push_back(static_cast<int64_t>(launches.size()));
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const DeferredLaunch& launch = launches[i];
+    if (fusible(launch)) {
+      const StorageSlot& output = slotOf(launch.output_storage);
+      const auto* impl = static_cast<const c10::StorageImpl*>(launch.output_storage);
+      // Not held by the window: not the window's to judge, so it escapes.
+      escapes_[i] = output.held == 0 || c10::raw::intrusive_ptr::use_count(
+                                            const_cast<c10::StorageImpl*>(impl)) > output.held;
+      words_.push_back(reinterpret_cast<int64_t>(launch.elementwise));
+      words_.push_back(escapes_[i]);
+      words_.push_back(numberOf(launch.output_storage));
+      fingerprintMemrefs(launch);
+    } else {
+      words_.push_back(kOtherStep);
+    }
+    words_.push_back(static_cast<int64_t>(launch.storages.size()));
+    for (const void* storage : launch.storages)
+      words_.push_back(numberOf(storage));
+  }
+  const bool rememberable = rawExtentsAreDisjoint();
+  const Hash128 fingerprint = hashBytes128(words_.data(), words_.size() * sizeof(int64_t));
+  auto found = rememberable ? entries_.find(fingerprint) : entries_.end();
+  if (found != entries_.end()) {
+    ++hits_;
+    return found->second.get();
+  }
+
+  ++misses_;
+  std::vector<fusion::PartitionLaunch> views(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const DeferredLaunch& launch = launches[i];
+    fusion::PartitionLaunch& view = views[i];
+    view.storages = launch.storages;
+    if (!fusible(launch)) continue;
+    view.elementwise = launch.elementwise;
+    view.slots = launch.slots.data();
+    view.output_storage = launch.output_storage;
+    view.output_escapes = escapes_[i] != 0;
+  }
+  auto remembered = std::make_unique<RememberedPartition>();
+  remembered->result = fusion::partitionWindow(views);
+  for (const fusion::FusedGroup& group : remembered->result.groups)
+    remembered->keys.push_back(group.signature.members.empty() ? 0 : group.signature.key());
+  remembered->kernels.resize(remembered->result.groups.size());
+  if (!rememberable) {
+    unremembered_ = std::move(remembered);
+    return unremembered_.get();
+  }
+  if (entries_.size() >= kMaxEntries) entries_.clear();
+  return entries_.emplace(fingerprint, std::move(remembered)).first->second.get();
+}
+
+} // namespace torchneuron::tracer
