@@ -99,26 +99,68 @@ void hashValue(Hasher& hasher, const c10::IValue& value, bool number, SourceTabl
 
 } // namespace
 
+namespace {
+size_t bucketOf(const c10::StorageImpl* storage, size_t mask) {
+  const auto bits = reinterpret_cast<uintptr_t>(storage);
+  return static_cast<size_t>((bits >> 4) * 0x9E3779B97F4A7C15ull >> 20) & mask;
+}
+} // namespace
+
+SourceTable::Entry& SourceTable::entryOf(c10::StorageImpl* storage, uint64_t source, bool& made) {
+  if (2 * (used_.size() + 1) > entries_.size()) grow();
+  const size_t mask = entries_.size() - 1;
+  for (size_t i = bucketOf(storage, mask);; i = (i + 1) & mask) {
+    Entry& entry = entries_[i];
+    if (entry.storage == storage) {
+      made = false;
+      return entry;
+    }
+    if (entry.storage == nullptr) {
+      c10::raw::weak_intrusive_ptr::incref(storage); // reserves the address (see above)
+      entry = Entry{storage, source};
+      used_.push_back(static_cast<uint32_t>(i));
+      made = true;
+      return entry;
+    }
+  }
+}
+
+void SourceTable::grow() {
+  std::vector<Entry> old;
+  old.swap(entries_);
+  entries_.assign(old.empty() ? 256 : 2 * old.size(), Entry());
+  used_.clear();
+  const size_t mask = entries_.size() - 1;
+  for (const Entry& entry : old) {
+    if (entry.storage == nullptr) continue;
+    size_t i = bucketOf(entry.storage, mask);
+    while (entries_[i].storage != nullptr)
+      i = (i + 1) & mask;
+    entries_[i] = entry; // its weak reference moves with it
+    used_.push_back(static_cast<uint32_t>(i));
+  }
+}
+
 uint64_t SourceTable::sourceOf(const c10::Storage& storage) {
-  auto found = sources_.find(storage.unsafeGetStorageImpl());
-  if (found != sources_.end()) return found->second.source;
-  const uint64_t source = kInputSource | inputs_++;
-  sources_.emplace(storage.unsafeGetStorageImpl(), Entry{storage.getWeakStorageImpl(), source});
-  return source;
+  bool made = false;
+  Entry& entry = entryOf(storage.unsafeGetStorageImpl(), kInputSource | inputs_, made);
+  if (made) ++inputs_;
+  return entry.source;
 }
 
 void SourceTable::noteOutput(const c10::Storage& storage, int64_t step, int64_t slot) {
   const uint64_t source = (static_cast<uint64_t>(step) << 8) | static_cast<uint64_t>(slot & 0xff);
-  auto found = sources_.find(storage.unsafeGetStorageImpl());
-  if (found != sources_.end()) {
-    found->second.source = source;
-    return;
-  }
-  sources_.emplace(storage.unsafeGetStorageImpl(), Entry{storage.getWeakStorageImpl(), source});
+  bool made = false;
+  entryOf(storage.unsafeGetStorageImpl(), source, made).source = source;
 }
 
 void SourceTable::clear() {
-  sources_.clear();
+  for (uint32_t i : used_) {
+    Entry& entry = entries_[i];
+    c10::raw::weak_intrusive_ptr::decref(entry.storage); // may free the storage object
+    entry = Entry();
+  }
+  used_.clear();
   inputs_ = 0;
 }
 

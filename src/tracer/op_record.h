@@ -12,7 +12,7 @@
 #include <c10/core/Storage.h>
 
 #include <cstdint>
-#include <unordered_map>
+#include <vector>
 
 #include "support/hash.h"
 
@@ -24,20 +24,33 @@ namespace torchneuron::tracer {
 // address would give a new tensor an earlier step's source).
 class SourceTable {
 public:
+  SourceTable() = default;
+  SourceTable(const SourceTable&) = delete;
+  SourceTable& operator=(const SourceTable&) = delete;
+  ~SourceTable() { clear(); }
+
   // The source word of `storage`: an earlier step's output, or a window input (numbered in
   // order of first use; the first use assigns it).
   uint64_t sourceOf(const c10::Storage& storage);
   // `storage` now holds output `slot` of step `step`.
   void noteOutput(const c10::Storage& storage, int64_t step, int64_t slot);
   void clear();
-  size_t size() const { return sources_.size(); }
+  size_t size() const { return used_.size(); }
 
 private:
+  // Open addressing over storage addresses (every op looks up its operands and adds its
+  // outputs: a node-based map cost an allocation per output). Each named storage holds one weak
+  // reference, released by clear().
   struct Entry {
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage; // reserves the address, not the memory
+    c10::StorageImpl* storage = nullptr;
     uint64_t source = 0;
   };
-  std::unordered_map<const c10::StorageImpl*, Entry> sources_;
+  // The entry of `storage`, made (weakly referencing it, with `source`) when it has none.
+  Entry& entryOf(c10::StorageImpl* storage, uint64_t source, bool& made);
+  void grow();
+
+  std::vector<Entry> entries_; // capacity a power of two, at most half full
+  std::vector<uint32_t> used_; // indices of the entries in use
   uint64_t inputs_ = 0;
 };
 
