@@ -61,9 +61,11 @@ int64_t cpuScalarBits(const at::Tensor& t) {
   }
 }
 
-class FingerprintBuilder {
+// Writes a call's fingerprint into `Out` (push_back of int64_t words): a Fingerprint when a
+// call is captured, a FingerprintMatch when a replay checks a call against its capture.
+template <typename Out> class FingerprintBuilder {
 public:
-  explicit FingerprintBuilder(Fingerprint& out) : out_(out) {
+  explicit FingerprintBuilder(Out& out) : out_(out) {
     out_.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
   }
 
@@ -129,12 +131,28 @@ private:
     if (t.device().is_cpu() && t.dim() == 0) out_.push_back(cpuScalarBits(t));
   }
 
-  Fingerprint& out_;
+  Out& out_;
   c10::SmallVector<const c10::StorageImpl*, 8> storages_;
 };
 
-bool fingerprintOf(c10::ArrayRef<c10::IValue> args, Fingerprint& out) {
-  FingerprintBuilder builder(out);
+// Compares words with a captured fingerprint as they are made (no copy of the call's own).
+class FingerprintMatch {
+public:
+  explicit FingerprintMatch(const Fingerprint& expected) : expected_(expected) {}
+  void push_back(int64_t word) {
+    matches_ = matches_ && next_ < expected_.size() && expected_[next_] == word;
+    ++next_;
+  }
+  bool matched() const { return matches_ && next_ == expected_.size(); }
+
+private:
+  const Fingerprint& expected_;
+  size_t next_ = 0;
+  bool matches_ = true;
+};
+
+template <typename Out> bool fingerprintOf(c10::ArrayRef<c10::IValue> args, Out& out) {
+  FingerprintBuilder<Out> builder(out);
   for (const c10::IValue& value : args)
     if (!builder.add(value)) return false;
   return true;
@@ -215,7 +233,7 @@ std::shared_ptr<const void> endCapture(const c10::OperatorHandle& op,
 }
 
 const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue> args,
-                          const std::vector<TensorList>& plan_outputs,
+                          c10::ArrayRef<TensorList> plan_outputs,
                           std::vector<at::Tensor>& list_elements) {
   static const at::Tensor undefined;
   switch (source.kind) {
@@ -236,10 +254,9 @@ bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::j
   const auto& call = *static_cast<const CapturedCall*>(captured);
   if (stack->size() < call.arguments) return false;
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, call.arguments);
-  Fingerprint fingerprint;
-  if (!fingerprintOf(args, fingerprint) || fingerprint != call.fingerprint) return false;
-  std::vector<TensorList> plan_outputs;
-  plan_outputs.reserve(call.plans.size());
+  FingerprintMatch match(call.fingerprint);
+  if (!fingerprintOf(args, match) || !match.matched()) return false;
+  c10::SmallVector<TensorList, 2> plan_outputs;
   std::vector<at::Tensor> list_elements; // cat's inputs; references into it stay valid:
   list_elements.reserve(call.list_elements);
   for (const CapturedPlan& captured_plan : call.plans) {

@@ -36,9 +36,20 @@ struct TrieNode {
   mutable std::shared_ptr<const void> captured_call;
 
   const TrieNode* child(Hash64 record) const {
+    // Most nodes of a hot window have one child: the last one found answers without hashing.
+    if (last_child != nullptr && last_record == record) return last_child;
     auto found = children.find(record);
-    return found == children.end() ? nullptr : found->second.get();
+    if (found == children.end()) return nullptr;
+    last_record = record;
+    last_child = found->second.get();
+    return last_child;
   }
+
+private:
+  // child()'s last answer (children are never removed while the node lives). Guarded by the
+  // window lock.
+  mutable Hash64 last_record = 0;
+  mutable const TrieNode* last_child = nullptr;
 };
 
 // What the tracer knows of one window signature.

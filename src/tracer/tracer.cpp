@@ -602,7 +602,7 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   auto lock = lockWindow();
   TracerState& tracer = state();
   if (tracer.window.launches.capacity() == 0) tracer.window.launches.reserve(64);
-  DeferredLaunch launch;
+  DeferredLaunch& launch = tracer.window.launches.emplace_back(); // built in place: it is large
   launch.kernel = std::move(kernel);
   launch.slots.assign(slots, slots + slot_count);
   launch.shape = shape;
@@ -611,7 +611,6 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   launch.storages = operands.storages;
   counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
   if (deferred_op != nullptr) launch.op = *deferred_op;
-  tracer.window.launches.push_back(std::move(launch));
   ++tracer.counters.launches_recorded;
   detail::window_open.store(true, std::memory_order_release);
   detail::launches_recorded.store(true, std::memory_order_release);
