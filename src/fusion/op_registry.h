@@ -165,6 +165,19 @@ struct ReductionOp {
   // Reductions: `inputs` is empty and the result is the row's outputs. Row-wise ops: `inputs`
   // are one element's inputs and the result is its output element.
   std::function<std::vector<Value>(ReduceContext&, const std::vector<Value>& inputs)> finish;
+
+  // Row-wise ops whose write pass would recompute a pass's per-element value (softmax's
+  // exp(x - max)): during pass `store_pass` that value (`row_value`) is stored into output 0 and
+  // `combine_stored` gets it in place of the inputs; the write pass then reads output 0 back and
+  // `finish_stored` rescales it. One exp per element instead of two, as ATen does. Used only
+  // when output 0 is stored in the compute type: a narrower store would round the value the
+  // write pass reads, so half and bfloat16 outputs keep the two-exp form.
+  int store_pass = -1;
+  std::function<Value(ReduceContext&, const std::vector<Value>& inputs)> row_value;
+  std::function<std::vector<Value>(ReduceContext&, const std::vector<Value>& accumulators,
+                                   const Value& stored)>
+      combine_stored;
+  std::function<std::vector<Value>(ReduceContext&, const Value& stored)> finish_stored;
 };
 
 const ReductionOp* findReductionOp(const std::string& name);

@@ -42,6 +42,8 @@ public:
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
                                                s.inner[s.outputs.size() + i], classifiedDim()));
+    stores_row_values_ = op_.row_output && op_.store_pass >= 0 && !s.outputs.empty() &&
+                         storageType(s.outputs[0]).mlir == compute_.mlir;
   }
 
   std::string build() {
@@ -260,8 +262,15 @@ private:
       accumulators = inner;
     }
     const std::vector<Value> x = loadInputs(prefix);
-    const Value index = op_.needs_index ? linearIndex(prefix) : Value{};
-    std::vector<Value> updated = op_.combine(context, pass, accumulators, x, index);
+    std::vector<Value> updated;
+    if (stores_row_values_ && pass == op_.store_pass) {
+      const Value value = op_.row_value(context, x);
+      store(value, "%o0", output_types_[0], s_.outputs[0], allIndices(prefix));
+      updated = op_.combine_stored(context, accumulators, value);
+    } else {
+      const Value index = op_.needs_index ? linearIndex(prefix) : Value{};
+      updated = op_.combine(context, pass, accumulators, x, index);
+    }
     for (int j = m_ - 1; j >= 0; --j) {
       std::vector<std::string> names;
       for (const Value& v : updated)
@@ -281,8 +290,15 @@ private:
     for (int j = 0; j < m_; ++j)
       e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " + "%R" + std::to_string(j) +
               " step %c1 {");
-    const std::vector<Value> x = loadInputs(prefix);
-    const std::vector<Value> outputs = op_.finish(context, x);
+    std::vector<Value> outputs;
+    if (stores_row_values_) {
+      const std::string stored = e_.freshName();
+      e_.line(stored + " = memref.load %o0[" + join(allIndices(prefix)) +
+              "] : " + output_types_[0]);
+      outputs = op_.finish_stored(context, Value{stored, compute_});
+    } else {
+      outputs = op_.finish(context, loadInputs(prefix));
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
             allIndices(prefix));
@@ -301,6 +317,7 @@ private:
   ScalarEmitter e_;
   int k_, m_;
   ElementType compute_, wide_;
+  bool stores_row_values_ = false; // op_.store_pass applies (see ReductionOp)
   std::vector<std::string> output_types_, input_types_;
 };
 

@@ -400,6 +400,18 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
     const Value sum = e.convert(c.results[1][0], c.compute);
     return Values{e.mul(shifted, e.div(e.floatConstant(1, c.compute), sum))};
   };
+  softmax.store_pass = 1;
+  softmax.row_value = [](ReduceContext& c, const Values& x) {
+    return expFlushingSubnormals(c.emit, c.emit.sub(x[0], c.results[0][0]));
+  };
+  softmax.combine_stored = [](ReduceContext& c, const Values& acc, const Value& stored) {
+    return Values{c.emit.accumulate(acc[0], c.emit.convert(stored, c.wide))};
+  };
+  softmax.finish_stored = [](ReduceContext& c, const Value& stored) {
+    ScalarEmitter& e = c.emit;
+    const Value sum = e.convert(c.results[1][0], c.compute);
+    return Values{e.mul(stored, e.div(e.floatConstant(1, c.compute), sum))};
+  };
   ops.push_back(softmax);
 
   ReductionOp log_softmax = expSum("log_softmax");
