@@ -118,8 +118,10 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
                                               const std::vector<c10::Storage>& held) {
   size_t fusible_launches = 0, storages = held.size();
   for (const DeferredLaunch& launch : launches) {
-    fusible_launches += fusible(launch);
     storages += launch.storages.size();
+    if (!fusible(launch)) continue;
+    ++fusible_launches;
+    storages += 1 + launch.elementwise->inputs.size(); // its memrefs: CPU ones have own slots
   }
   if (fusible_launches == 0) return nullptr;
 
