@@ -100,9 +100,16 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
       for (const PlannedOperand& operand : launch.operands) {
         const at::Tensor& t =
             operand.role == OperandRole::kOutput ? outputs[operand.index] : inputs[operand.index];
-        if (t.device().is_cpu()) continue;
+        if (t.device().is_cpu()) {
+          recorded.memref_places.push_back(0);
+          continue;
+        }
         const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
         recorded.storages.push_back(storage);
+        const int64_t bytes =
+            (t.storage_offset() + operand.offset) * static_cast<int64_t>(t.itemsize());
+        recorded.memref_places.push_back(bytes << 8 |
+                                         static_cast<int64_t>(recorded.storages.size()));
         if (&operand == &launch.operands.front()) recorded.output_storage = storage;
       }
       tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches,

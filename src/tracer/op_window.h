@@ -48,6 +48,7 @@ struct DeferredLaunch {
   const fusion::ElementwiseSignature* elementwise = nullptr;
   const void* output_storage = nullptr;
   c10::SmallVector<const void*, 4> storages;
+  c10::SmallVector<int64_t, 4> memref_places; // RecordedOperands::memref_places
 };
 
 struct BatchFusion;

@@ -60,21 +60,29 @@ int32_t PartitionMemo::numberOf(const void* storage) {
 }
 
 // The launch's memrefs (output first, then each input that is not the output itself) as
-// storage number and byte offset there, element offset, sizes and strides.
-void PartitionMemo::fingerprintMemrefs(const DeferredLaunch& launch) {
+// storage number and byte offset there, element offset, sizes and strides. `numbers`: those of
+// the launch's storages, in order.
+void PartitionMemo::fingerprintMemrefs(const DeferredLaunch& launch,
+                                       c10::ArrayRef<int32_t> numbers) {
   const fusion::ElementwiseSignature& s = *launch.elementwise;
   const int64_t* cursor = launch.slots.data();
+  size_t count = 1;
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    count += static_cast<int>(i) != s.aliased_input;
+  // Places are taken at record time (plan_executor.cpp); a launch without them (none is
+  // recorded so today) makes the batch one that is partitioned as is, not remembered.
+  const bool placed = launch.memref_places.size() == count;
+  if (!placed) all_placed_ = false;
+  size_t next = 0;
   auto memref = [&](int rank, c10::ScalarType dtype) {
     const auto address = static_cast<uintptr_t>(cursor[1]);
     bool found = false;
-    for (const void* candidate : launch.storages) {
-      const auto* impl = static_cast<const c10::StorageImpl*>(candidate);
-      const auto base = reinterpret_cast<uintptr_t>(impl->data());
-      if (address >= base && address <= base + impl->nbytes()) {
-        words_.push_back(numberOf(candidate));
-        words_.push_back(static_cast<int64_t>(address - base));
+    if (placed) {
+      const int64_t place = launch.memref_places[next++];
+      if ((place & 0xff) != 0) {
+        words_.push_back(numbers[(place & 0xff) - 1]);
+        words_.push_back(place >> 8);
         found = true;
-        break;
       }
     }
     if (!found) { // host memory (a CPU number): numbered by its address, its extent kept
@@ -132,10 +140,14 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
     ++slotOf(storage.unsafeGetStorageImpl()).held;
   escapes_.assign(launches.size(), 1);
   raw_extents_.clear();
+  all_placed_ = true;
   words_.clear();
   words_.push_back(static_cast<int64_t>(launches.size()));
   for (size_t i = 0; i < launches.size(); ++i) {
     const DeferredLaunch& launch = launches[i];
+    numbers_.clear();
+    for (const void* storage : launch.storages)
+      numbers_.push_back(numberOf(storage));
     if (fusible(launch)) {
       const StorageSlot& output = slotOf(launch.output_storage);
       const auto* impl = static_cast<const c10::StorageImpl*>(launch.output_storage);
@@ -144,16 +156,15 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
                                             const_cast<c10::StorageImpl*>(impl)) > output.held;
       words_.push_back(reinterpret_cast<int64_t>(launch.elementwise));
       words_.push_back(escapes_[i]);
-      words_.push_back(numberOf(launch.output_storage));
-      fingerprintMemrefs(launch);
+      words_.push_back(output.number);
+      fingerprintMemrefs(launch, numbers_);
     } else {
       words_.push_back(kOtherStep);
     }
     words_.push_back(static_cast<int64_t>(launch.storages.size()));
-    for (const void* storage : launch.storages)
-      words_.push_back(numberOf(storage));
+    words_.insert(words_.end(), numbers_.begin(), numbers_.end());
   }
-  const bool rememberable = rawExtentsAreDisjoint();
+  const bool rememberable = rawExtentsAreDisjoint() && all_placed_;
   const Hash128 fingerprint = hashBytes128(words_.data(), words_.size() * sizeof(int64_t));
   auto found = rememberable ? entries_.find(fingerprint) : entries_.end();
   if (found != entries_.end()) {

@@ -11,7 +11,9 @@
 // per launch its interned elementwise signature (or that it is another step), for a fusible one
 // whether its output escapes and, per memref, the storage it lies in (numbered by first use in
 // the batch) with its byte offset there, its element offset, sizes and strides; and every
-// storage each step touches. Memory of distinct live storages never overlaps, so two batches
+// storage each step touches. Where each memref lies was noted when it was recorded
+// (RecordedOperands::memref_places), so no storage object is read again here but for the
+// outputs' reference counts. Memory of distinct live storages never overlaps, so two batches
 // with one fingerprint have the same overlaps and identities between their memrefs, the same
 // escapes and the same later touches: the partitioner would decide the same. A memref outside
 // the launch's device storages (a CPU number) is numbered by its address among the batch's
@@ -22,6 +24,8 @@
 // Locking: owned by the op window and used under the tracer's window lock.
 
 #include <c10/core/Storage.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
@@ -66,15 +70,17 @@ private:
   StorageSlot& slotOf(const void* storage);
   int32_t numberOf(const void* storage);
   void resetSlots(size_t storages);
-  void fingerprintMemrefs(const DeferredLaunch& launch);
+  void fingerprintMemrefs(const DeferredLaunch& launch, c10::ArrayRef<int32_t> numbers);
   bool rawExtentsAreDisjoint();
 
   // Open addressing over storage pointers, cleared by bumping the stamp.
   std::vector<StorageSlot> slots_;
   uint32_t stamp_ = 0;
   int32_t next_number_ = 0;
-  std::vector<int64_t> words_;   // the fingerprint's words, hashed at the end
-  std::vector<uint8_t> escapes_; // per launch: its output escapes the window
+  std::vector<int64_t> words_;           // the fingerprint's words, hashed at the end
+  c10::SmallVector<int32_t, 8> numbers_; // the numbers of one launch's storages
+  bool all_placed_ = true;               // every memref of the batch had its place
+  std::vector<uint8_t> escapes_;         // per launch: its output escapes the window
   std::vector<std::pair<uintptr_t, uintptr_t>> raw_extents_; // host memrefs' [begin, end)
   std::unique_ptr<RememberedPartition> unremembered_;        // the last batch that could not be
   struct Hash128Hasher {

@@ -609,6 +609,7 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   launch.elementwise = operands.elementwise;
   launch.output_storage = operands.output_storage;
   launch.storages = operands.storages;
+  launch.memref_places = operands.memref_places;
   counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
   if (deferred_op != nullptr) launch.op = *deferred_op;
   ++tracer.counters.launches_recorded;

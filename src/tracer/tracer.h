@@ -133,6 +133,10 @@ struct RecordedOperands {
   const fusion::ElementwiseSignature* elementwise = nullptr; // interned; null: not elementwise
   const c10::StorageImpl* output_storage = nullptr;          // of its first memref (the output)
   c10::SmallVector<const void*, 4> storages;                 // every device storage it touches
+  // Per memref argument, in order: where it lies, packed as (byte offset << 8) | (index into
+  // `storages` + 1), or 0 for host memory (a CPU number). Taken while the storages are in the
+  // cache, so the partition memo (partition_memo.h) need not read them again.
+  c10::SmallVector<int64_t, 4> memref_places;
 };
 void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
                   const LaunchShape& shape, std::atomic<int64_t>* counter,
