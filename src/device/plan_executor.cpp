@@ -108,8 +108,9 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
         recorded.storages.push_back(storage);
         const int64_t bytes =
             (t.storage_offset() + operand.offset) * static_cast<int64_t>(t.itemsize());
-        recorded.memref_places.push_back(bytes << 8 |
-                                         static_cast<int64_t>(recorded.storages.size()));
+        // Past 255 storages a place cannot say which: 0 (by address, as host memory is).
+        const int64_t index = static_cast<int64_t>(recorded.storages.size());
+        recorded.memref_places.push_back(index <= 0xff ? bytes << 8 | index : 0);
         if (&operand == &launch.operands.front()) recorded.output_storage = storage;
       }
       tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches,

@@ -602,14 +602,21 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   auto lock = lockWindow();
   TracerState& tracer = state();
   if (tracer.window.launches.capacity() == 0) tracer.window.launches.reserve(64);
-  DeferredLaunch& launch = tracer.window.launches.emplace_back(); // built in place: it is large
+  // Built in place (it is large); a copy that runs out of memory takes it out again, so the
+  // window never holds a launch with half its arguments.
+  DeferredLaunch& launch = tracer.window.launches.emplace_back();
+  try {
+    launch.slots.assign(slots, slots + slot_count);
+    launch.storages = operands.storages;
+    launch.memref_places = operands.memref_places;
+  } catch (...) {
+    tracer.window.launches.pop_back();
+    throw;
+  }
   launch.kernel = std::move(kernel);
-  launch.slots.assign(slots, slots + slot_count);
   launch.shape = shape;
   launch.elementwise = operands.elementwise;
   launch.output_storage = operands.output_storage;
-  launch.storages = operands.storages;
-  launch.memref_places = operands.memref_places;
   counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
   if (deferred_op != nullptr) launch.op = *deferred_op;
   ++tracer.counters.launches_recorded;
