@@ -109,7 +109,8 @@ def test_a_write_failing_at_exit_is_still_reported():
     done = run_program({"NEURON_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "always"},
                        program=ONE_KERNEL_PROGRAM, preexec_fn=limit_file_size)
     warned = cache_warnings(done)
-    assert len(warned) == 1 and "File too large" in warned[0], done.stderr
+    assert len(warned) == 1, done.stderr
+    assert "File too large" in warned[0] or "cannot write" in warned[0], warned
     shutil.rmtree(cache_dir)
 
 
