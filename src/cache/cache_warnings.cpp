@@ -5,6 +5,7 @@
 #include <deque>
 #include <iostream>
 #include <mutex>
+#include <pthread.h>
 #include <set>
 
 #include "support/fork_handlers.h"
@@ -34,6 +35,13 @@ std::unique_lock<std::mutex> lockState() {
     });
     warned = new std::set<std::string>();
     queue = new std::deque<std::string>();
+    // A forked child starts with an empty queue: what the parent queued is the parent's to
+    // show (at exit the queue goes to stderr, store_writer.cpp). The child is single-threaded
+    // when this runs, so it needs no lock.
+    pthread_atfork(nullptr, nullptr, [] {
+      queue->clear();
+      queued.store(0);
+    });
   }
   return lock;
 }

@@ -97,6 +97,7 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
         recorded.elementwise = launch.interned != nullptr
                                    ? launch.interned
                                    : fusion::internSignature(launch.elementwise, launch.key);
+      bool places_fit = true;
       for (const PlannedOperand& operand : launch.operands) {
         const at::Tensor& t =
             operand.role == OperandRole::kOutput ? outputs[operand.index] : inputs[operand.index];
@@ -108,11 +109,14 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
         recorded.storages.push_back(storage);
         const int64_t bytes =
             (t.storage_offset() + operand.offset) * static_cast<int64_t>(t.itemsize());
-        // Past 255 storages a place cannot say which: 0 (by address, as host memory is).
+        // Past 255 storages a place cannot say which: the launch gets no places at all, and
+        // the partition memo partitions its batch as is (partition_memo.h).
         const int64_t index = static_cast<int64_t>(recorded.storages.size());
-        recorded.memref_places.push_back(index <= 0xff ? bytes << 8 | index : 0);
+        if (index > 0xff) places_fit = false;
+        recorded.memref_places.push_back(bytes << 8 | (index & 0xff));
         if (&operand == &launch.operands.front()) recorded.output_storage = storage;
       }
+      if (!places_fit) recorded.memref_places.clear();
       tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches,
                            recorded);
       continue;

@@ -116,6 +116,7 @@ SourceTable::Entry& SourceTable::entryOf(c10::StorageImpl* storage, uint64_t sou
       return entry;
     }
     if (entry.storage == nullptr) {
+      used_.reserve(used_.size() + 1);               // may throw: before the reference is taken
       c10::raw::weak_intrusive_ptr::incref(storage); // reserves the address (see above)
       entry = Entry{storage, source};
       used_.push_back(static_cast<uint32_t>(i));
@@ -125,20 +126,23 @@ SourceTable::Entry& SourceTable::entryOf(c10::StorageImpl* storage, uint64_t sou
   }
 }
 
+// The new table is made before the old one is let go (allocation may throw; the references
+// must stay counted exactly once either way).
 void SourceTable::grow() {
-  std::vector<Entry> old;
-  old.swap(entries_);
-  entries_.assign(old.empty() ? 256 : 2 * old.size(), Entry());
-  used_.clear();
-  const size_t mask = entries_.size() - 1;
-  for (const Entry& entry : old) {
+  std::vector<Entry> bigger(entries_.empty() ? 256 : 2 * entries_.size());
+  std::vector<uint32_t> used;
+  used.reserve(bigger.size() / 2);
+  const size_t mask = bigger.size() - 1;
+  for (const Entry& entry : entries_) {
     if (entry.storage == nullptr) continue;
     size_t i = bucketOf(entry.storage, mask);
-    while (entries_[i].storage != nullptr)
+    while (bigger[i].storage != nullptr)
       i = (i + 1) & mask;
-    entries_[i] = entry; // its weak reference moves with it
-    used_.push_back(static_cast<uint32_t>(i));
+    bigger[i] = entry; // its weak reference moves with it
+    used.push_back(static_cast<uint32_t>(i));
   }
+  entries_.swap(bigger);
+  used_.swap(used);
 }
 
 uint64_t SourceTable::sourceOf(const c10::Storage& storage) {
