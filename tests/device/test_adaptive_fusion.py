@@ -38,18 +38,25 @@ def fused_adaptive_mode():
     torchneuron.set_adaptive(previous)
 
 
-def run_twice_unfused_and_fused(program, inputs, dev, steps=5):
-    """`program` on device copies of `inputs`, `steps` times, unfused then fused; returns both
-    lists of CPU results."""
+def run_unfused_and_fused(program, inputs, dev, steps=4):
+    """`program` on device copies of `inputs`, `steps` times, unfused then fused: both lists of
+    CPU results (each a list of tensors), and the fused run's fused kernel count."""
     results = {}
     for fuse in (False, True):
         torchneuron.set_adaptive_fusion(fuse, wait_for_compiles=True)
         torchneuron.reset_metrics()
         outs = []
         for _ in range(steps):
-            outs.append(program(*[t.to(dev) for t in inputs]).cpu())
+            got = program(*[t.to(dev) for t in inputs])
+            outs.append([t.cpu() for t in (got if isinstance(got, (list, tuple)) else [got])])
         results[fuse] = outs
-    return results[False], results[True]
+    return results[False], results[True], fusion_metrics()["fused_kernel_runs"]
+
+
+def run_twice_unfused_and_fused(program, inputs, dev, steps=5):
+    """run_unfused_and_fused for a program with one result: both lists of CPU results."""
+    unfused, fused, _ = run_unfused_and_fused(program, inputs, dev, steps)
+    return [step[0] for step in unfused], [step[0] for step in fused]
 
 
 def test_a_hot_gelu_chain_runs_as_one_fused_kernel_bitwise_equal_to_unfused(dev):

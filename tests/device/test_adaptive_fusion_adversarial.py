@@ -18,26 +18,10 @@ import torchneuron
 from torch.testing import assert_close
 
 # The basics' fixture (adaptive mode, fusion, compiles awaited, fresh counters) applies here too.
-from test_adaptive_fusion import fused_adaptive_mode, fusion_metrics  # noqa: F401
+from test_adaptive_fusion import (fused_adaptive_mode, fusion_metrics,  # noqa: F401
+                                  run_unfused_and_fused)
 
 MIB = 1 << 20
-
-
-
-
-def run_unfused_and_fused(program, inputs, dev, steps=4):
-    """`program` on device copies of `inputs`, `steps` times, unfused then fused: both lists of
-    CPU results (each a list of tensors), and the fused run's fused kernel count."""
-    results = {}
-    for fuse in (False, True):
-        torchneuron.set_adaptive_fusion(fuse, wait_for_compiles=True)
-        torchneuron.reset_metrics()
-        outs = []
-        for _ in range(steps):
-            got = program(*[t.to(dev) for t in inputs])
-            outs.append([t.cpu() for t in (got if isinstance(got, (list, tuple)) else [got])])
-        results[fuse] = outs
-    return results[False], results[True], fusion_metrics()["fused_kernel_runs"]
 
 
 def assert_bitwise(unfused, fused):
