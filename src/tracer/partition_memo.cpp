@@ -123,7 +123,8 @@ bool PartitionMemo::rawExtentsAreDisjoint() {
 }
 
 RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>& launches,
-                                              const std::vector<c10::Storage>& held) {
+                                              const std::vector<c10::Storage>& held, bool& reused) {
+  reused = false;
   size_t fusible_launches = 0, storages = held.size();
   for (const DeferredLaunch& launch : launches) {
     storages += launch.storages.size();
@@ -168,11 +169,10 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
   const Hash128 fingerprint = hashBytes128(words_.data(), words_.size() * sizeof(int64_t));
   auto found = rememberable ? entries_.find(fingerprint) : entries_.end();
   if (found != entries_.end()) {
-    ++hits_;
+    reused = true;
     return found->second.get();
   }
 
-  ++misses_;
   std::vector<fusion::PartitionLaunch> views(launches.size());
   for (size_t i = 0; i < launches.size(); ++i) {
     const DeferredLaunch& launch = launches[i];

@@ -51,12 +51,10 @@ struct RememberedPartition {
 class PartitionMemo {
 public:
   // The partition of `launches` (`held`: the storages the window holds, one entry per
-  // reference), remembered or computed now; null when no launch of the batch is fusible.
+  // reference), remembered (`reused` set) or computed now; null when no launch of the batch is
+  // fusible.
   RememberedPartition* partition(const std::vector<DeferredLaunch>& launches,
-                                 const std::vector<c10::Storage>& held);
-
-  int64_t hits() const { return hits_; }
-  int64_t misses() const { return misses_; }
+                                 const std::vector<c10::Storage>& held, bool& reused);
 
 private:
   // A storage of the batch: its number in first-use order (-1 before its first use) and the
@@ -89,7 +87,6 @@ private:
   // Bounded: a window with ever new structures forgets everything at kMaxEntries.
   static constexpr size_t kMaxEntries = 64;
   std::unordered_map<Hash128, std::unique_ptr<RememberedPartition>, Hash128Hasher> entries_;
-  int64_t hits_ = 0, misses_ = 0;
 };
 
 } // namespace torchneuron::tracer

@@ -8,11 +8,11 @@ namespace torchneuron::tracer {
 BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
                              const std::vector<c10::Storage>& held, bool wait,
                              PartitionMemo& memo) {
-  const int64_t hits_before = memo.hits();
-  RememberedPartition* remembered = memo.partition(launches, held);
+  bool reused = false;
+  RememberedPartition* remembered = memo.partition(launches, held, reused);
   if (remembered == nullptr) return;
-  reused_ = memo.hits() - hits_before;
-  computed_ = 1 - reused_;
+  reused_ = reused ? 1 : 0;
+  computed_ = reused ? 0 : 1;
   const fusion::PartitionResult& partition = remembered->result;
   if (partition.groups.empty() && partition.dead_launches.empty()) return;
 
