@@ -134,6 +134,7 @@ py::dict adaptiveDict() {
   result["calls_from_plan_cache"] = stats.calls_from_plan_cache;
   result["launches_saved"] = stats.launches_saved;
   result["fused_kernel_runs"] = stats.fused_kernel_runs;
+  result["fused_reduction_runs"] = stats.fused_reduction_runs;
   result["dead_launches"] = stats.dead_launches;
   result["partitions_computed"] = stats.partitions_computed;
   result["partitions_reused"] = stats.partitions_reused;

@@ -1,5 +1,6 @@
 // native_layer_norm and its backward as compiled kernels over rows of the input viewed as
-// [M, N] (N = the normalized size): statistics, then a row-wise normalization; backward, the
+// [M, N] (N = the normalized size): one row-wise kernel (statistics, then the normalized row,
+// reading the input from memory once; fusion/reduction_ops.cpp); backward, the
 // input gradient row by row and the weight and bias gradients reduced over rows. Per-row and
 // per-column tensors come into the kernels as broadcast (expanded) views. Half and bfloat16,
 // empty inputs and shapes ATen rejects run on the CPU fallback.
@@ -86,7 +87,7 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const auto bias = args[3].toOptional<at::Tensor>();
   const double eps = args[4].toDouble();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
-  if (!rows || !supported("layer_norm_stats", input, weight, bias)) return false;
+  if (!rows || !supported("layer_norm", input, weight, bias)) return false;
   if (rows->m == 0) { // no rows: empty results, nothing to launch
     torch::jit::drop(*stack, 5);
     torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
@@ -94,16 +95,12 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
     return true;
   }
   const at::Tensor x = input.contiguous().view({rows->m, rows->n});
-  auto stats = run("layer_norm_stats", {x}, 1, {eps}, launches);
-  if (!stats) return false;
-  const at::Tensor &mean = (*stats)[0], &rstd = (*stats)[1];
-  auto out = run("layer_norm_apply",
-                 {x, perRow(mean, *rows), perRow(rstd, *rows), columns(weight, 1, *rows, x),
-                  columns(bias, 0, *rows, x)},
-                 1, {}, launches);
+  auto out = run("layer_norm", {x, columns(weight, 1, *rows, x), columns(bias, 0, *rows, x)}, 1,
+                 {eps}, launches);
   if (!out) return false;
+  const at::Tensor &mean = (*out)[0], &rstd = (*out)[1];
   torch::jit::drop(*stack, 5);
-  torch::jit::push(*stack, (*out)[0].view(input.sizes()), mean.view(rows->stat_shape),
+  torch::jit::push(*stack, (*out)[2].view(input.sizes()), mean.view(rows->stat_shape),
                    rstd.view(rows->stat_shape));
   return true;
 }

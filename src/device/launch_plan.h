@@ -56,6 +56,7 @@ struct PlannedLaunch {
   // The interned copy of `elementwise` (fusion::internSignature), set on plans the tracer's plan
   // cache keeps: recorded launches name their signature by it. Null: look it up.
   const fusion::ElementwiseSignature* interned = nullptr;
+  const fusion::ReductionSignature* interned_reduction = nullptr; // the same, of `reduction`
   c10::SmallVector<PlannedOperand, 5> operands;
   // Scalar slots after the memrefs: run-time scalars (floatSlot bits or i64), then a
   // reduction's reduced element count.

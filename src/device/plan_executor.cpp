@@ -97,6 +97,10 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
         recorded.elementwise = launch.interned != nullptr
                                    ? launch.interned
                                    : fusion::internSignature(launch.elementwise, launch.key);
+      else
+        recorded.reduction = launch.interned_reduction != nullptr
+                                 ? launch.interned_reduction
+                                 : fusion::internSignature(launch.reduction, launch.key);
       bool places_fit = true;
       for (const PlannedOperand& operand : launch.operands) {
         const at::Tensor& t =

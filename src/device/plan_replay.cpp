@@ -302,6 +302,8 @@ void captureDeferredPlan(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> ker
   for (PlannedLaunch& launch : captured.plan.launches)
     if (launch.kind == KernelKind::kElementwise)
       launch.interned = fusion::internSignature(launch.elementwise, launch.key);
+    else
+      launch.interned_reduction = fusion::internSignature(launch.reduction, launch.key);
   captured.kernels.assign(kernels.begin(), kernels.end());
   captured.launches = launches;
   capture->call.plans.push_back(std::move(captured));

@@ -70,19 +70,24 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
     reduced_numel *= in_sizes[d];
   if (reduced_numel == 0 && call.needs_elements) return c10::nullopt; // ATen's error
 
-  DimVector out_shape;
-  if (call.op->row_output) {
-    out_shape.assign(self.sizes().begin(), self.sizes().end());
-  } else if (self.dim() > 0) {
-    for (int64_t d = 0; d < rank; ++d)
+  // A row-wise op's outputs have the input's shape, but its per-row results (row_stats).
+  DimVector row_shape, reduced_shape;
+  if (call.op->row_output) row_shape.assign(self.sizes().begin(), self.sizes().end());
+  if (self.dim() > 0) {
+    for (int64_t d = 0; d < rank; ++d) {
       if (!reduced[d])
-        out_shape.push_back(in_sizes[d]);
+        reduced_shape.push_back(in_sizes[d]);
       else if (call.keepdim)
-        out_shape.push_back(1);
+        reduced_shape.push_back(1);
+    }
   }
+  auto elementOutput = [&](size_t k) {
+    return call.op->row_output && static_cast<int>(k) >= call.op->row_stats;
+  };
   LaunchPlan plan;
   const size_t num_outputs = call.outputs.empty() ? call.output_dtypes.size() : call.outputs.size();
   for (size_t k = 0; k < num_outputs; ++k) {
+    const DimVector& out_shape = elementOutput(k) ? row_shape : reduced_shape;
     PlannedOutput& output = plan.outputs.emplace_back();
     output.device = self.device();
     output.sizes = out_shape;
@@ -98,6 +103,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
     output.strides = output.resize ? contiguousStrides(out_shape)
                                    : DimVector(given.strides().begin(), given.strides().end());
   }
+  const DimVector& out_shape = call.op->row_output ? row_shape : reduced_shape;
   if (c10::multiply_integers(out_shape) == 0 && !(call.op->row_output && self.numel() > 0))
     return plan;
 
@@ -112,7 +118,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
       int64_t stride = 0;
       if (!is_output) {
         stride = strideOf(call.inputs[i - num_outputs], d);
-      } else if (call.op->row_output) {
+      } else if (elementOutput(i)) {
         stride = self.dim() == 0 ? 0 : plan.outputs[i].strides[d];
       } else if (!reduced[d] && self.dim() > 0) {
         stride = plan.outputs[i].strides[call.keepdim ? d : out_d];
@@ -150,7 +156,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   }
   for (size_t i = 0; i < num_operands; ++i) {
     const bool is_input = i >= first_input;
-    const bool reduce_output = !is_input && !call.op->row_output;
+    const bool reduce_output = !is_input && !elementOutput(i);
     const int64_t innermost = reduce_output || (is_input && signature.column_order)
                                   ? kept.strides[i].back()
                                   : red.strides[i].back();
@@ -164,7 +170,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
     operand.role = is_output ? OperandRole::kOutput : OperandRole::kInput;
     operand.index = static_cast<int>(is_output ? i : i - num_outputs);
     // An output of a reduction has the kept dimensions only.
-    const bool reduce_output = is_output && !call.op->row_output;
+    const bool reduce_output = is_output && !elementOutput(i);
     operand.sizes = kept.sizes;
     operand.strides = kept.strides[i];
     if (!reduce_output) {

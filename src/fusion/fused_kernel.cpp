@@ -80,6 +80,11 @@ Hash64 FusedElementwiseSignature::key() const {
     h.i64(static_cast<int64_t>(external.dtype))
         .u64(static_cast<uint64_t>(external.inner))
         .i64(external.read_through_member);
+  if (consumer) {
+    h.str("consumer").u64(consumer->reduction.key()).u64(consumer->input_members.size());
+    for (int member : consumer->input_members)
+      h.i64(member);
+  }
   return h.digest();
 }
 
@@ -90,12 +95,28 @@ std::string FusedElementwiseSignature::describe() const {
     text += (m ? "," : "") + members[m].signature.op->name;
     stored += members[m].stored;
   }
+  if (consumer)
+    return text + " -> " + consumer->reduction.describe() + "], " +
+           std::to_string(externals.size()) + " inputs, " + std::to_string(stored) +
+           " stored intermediates";
   return text + "] rank " + std::to_string(rank) + ", " + std::to_string(externals.size()) +
          " inputs, " + std::to_string(stored) + " outputs";
 }
 
 int FusedElementwiseSignature::argumentSlots() const {
   int slots = 0;
+  if (consumer) {
+    const ReductionSignature& r = consumer->reduction;
+    const int full = r.kept_rank + r.reduced_rank;
+    for (size_t o = 0; o < r.outputs.size(); ++o)
+      slots += 3 + 2 * r.outputRank(o);
+    for (int member : consumer->input_members)
+      slots += member < 0 ? 3 + 2 * full : 0;
+    for (const FusedMember& member : members)
+      slots +=
+          (member.stored ? 3 + 2 * full : 0) + static_cast<int>(member.signature.op->params.size());
+    return slots + static_cast<int>(externals.size()) * (3 + 2 * full) + r.op->num_params + 1;
+  }
   for (const FusedMember& member : members) {
     if (member.stored) slots += 3 + 2 * rank;
     slots += static_cast<int>(member.signature.op->params.size());
@@ -106,6 +127,7 @@ int FusedElementwiseSignature::argumentSlots() const {
 }
 
 std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& s) {
+  if (s.consumer) return buildFusedReductionKernel(s);
   check(s);
   // Memref arguments: %a<k>, stored outputs first (so %a0 is an output, as rangePrologue
   // expects), then the externals with a memref of their own.

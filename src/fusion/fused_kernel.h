@@ -12,6 +12,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,10 +47,25 @@ struct FusedExternal {
   int read_through_member = -1;
 };
 
+// A reduction or row-wise op the members feed (prologue fusion): the fused kernel is that op's
+// kernel, computing each input a member produces from the member chain at the element it
+// loads, instead of reading it from memory. The members' externals are then memrefs of the
+// reduction's rank (kept + reduced dimensions), contiguous or broadcast (every stride 0) along
+// them, and their stored outputs memrefs of that rank too, written in the first pass over the
+// row (or its write pass, for an op without passes).
+struct FusedReductionConsumer {
+  ReductionSignature reduction; // not in column order
+  // Per reduction input: the member whose value it is, or -1 (read from its own memref).
+  c10::SmallVector<int, 6> input_members;
+};
+
 struct FusedElementwiseSignature {
   int rank = 1;
   std::vector<FusedMember> members;
   std::vector<FusedExternal> externals;
+  // Set for a prologue fusion; then `rank` is unused (the reduction's ranks apply) and no
+  // external is read through a member.
+  std::shared_ptr<const FusedReductionConsumer> consumer;
 
   // Kernel-cache key: stable across processes; covers every field.
   Hash64 key() const;
@@ -59,9 +75,17 @@ struct FusedElementwiseSignature {
   int argumentSlots() const;
 };
 
-// The kernel's MLIR module (one `func.func @kernel`, one linalg.generic). Throws
+// The kernel's MLIR module (one `func.func @kernel`, one linalg.generic; a prologue fusion's is
+// its reduction's loop nests, fusion/reduction_kernel_builder.cpp, with the ABI of
+// buildFusedReductionKernel below). Throws
 // std::logic_error starting with "[fusion]" when the signature is malformed (a source that
 // names a later member, a read-through external whose member is not stored, no stored output).
 std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& signature);
+
+// A prologue fusion's kernel. ABI: the reduction's outputs, the members' stored outputs (in
+// member order), the reduction's inputs read from memory, the members' externals, the
+// reduction's params, every member's params (in member order), the reduced element count, then
+// begin and end.
+std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature);
 
 } // namespace torchneuron::fusion

@@ -88,6 +88,11 @@ std::string ReductionSignature::describe() const {
          (column_order ? " column order" : "");
 }
 
+int ReductionSignature::outputRank(size_t o) const {
+  const bool element = op->row_output && static_cast<int>(o) >= op->row_stats;
+  return element ? kept_rank + reduced_rank : kept_rank;
+}
+
 bool columnOrderSupported(const ReductionOp& op) {
   return op.passes == 1 && !op.row_output && !op.needs_index;
 }
@@ -106,6 +111,15 @@ const ElementwiseSignature* internSignature(const ElementwiseSignature& signatur
   std::lock_guard<std::mutex> lock(intern_mutex);
   std::unique_ptr<ElementwiseSignature>& slot = (*interned)[key];
   if (!slot) slot = std::make_unique<ElementwiseSignature>(signature);
+  return slot.get();
+}
+
+const ReductionSignature* internSignature(const ReductionSignature& signature, Hash64 key) {
+  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<ReductionSignature>>();
+  holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
+  std::lock_guard<std::mutex> lock(intern_mutex);
+  std::unique_ptr<ReductionSignature>& slot = (*interned)[key];
+  if (!slot) slot = std::make_unique<ReductionSignature>(signature);
   return slot.get();
 }
 

@@ -64,11 +64,15 @@ struct ReductionSignature {
 
   Hash64 key() const;
   std::string describe() const;
+  // The rank of output `o`'s memref: kept + reduced for a row-wise op's element outputs, kept
+  // for a reduction's (and a row-wise op's per-row results, ReductionOp::row_stats).
+  int outputRank(size_t o) const;
 };
 
 // The one stable copy of `signature` (by key) for the life of the process: recorded launches
 // name their signature by this pointer. Thread-safe.
 const ElementwiseSignature* internSignature(const ElementwiseSignature& signature, Hash64 key);
+const ReductionSignature* internSignature(const ReductionSignature& signature, Hash64 key);
 
 // Whether `op` can run in column order (ReductionSignature::column_order).
 bool columnOrderSupported(const ReductionOp& op);

@@ -99,6 +99,7 @@ struct ReduceContext {
   Value count;               // reduced elements, as `wide`
   std::vector<int64_t> constants;
   std::vector<std::vector<Value>> results; // accumulators after each finished pass
+  std::vector<Value> row;                  // a row-wise op's finish_row values, for its finish
 };
 
 // How a reduction's result dtype follows from its call (ATen's rule for the op). `dtype` is the
@@ -165,6 +166,12 @@ struct ReductionOp {
   // Reductions: `inputs` is empty and the result is the row's outputs. Row-wise ops: `inputs`
   // are one element's inputs and the result is its output element.
   std::function<std::vector<Value>(ReduceContext&, const std::vector<Value>& inputs)> finish;
+
+  // Row-wise ops with per-row results too (layer norm's mean and rstd): the first `row_stats`
+  // outputs have the reduced shape; `finish_row` computes them once per row, after the passes
+  // and before the element writes, and `finish` finds them in ReduceContext::row.
+  int row_stats = 0;
+  std::function<std::vector<Value>(ReduceContext&)> finish_row;
 
   // Row-wise ops whose write pass would recompute a pass's per-element value (softmax's
   // exp(x - max)): during pass `store_pass` that value (`row_value`) is stored into output 0 and

@@ -5,8 +5,13 @@
 #include <c10/util/Exception.h>
 
 #include <functional>
+#include <stdexcept>
+#include <utility>
 
+#include "fusion/compiler.h"
+#include "fusion/fused_kernel.h"
 #include "fusion/kernel_builder.h"
+#include "fusion/kernel_text.h"
 #include "fusion/memref_type.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
@@ -30,20 +35,25 @@ std::string typeList(const std::vector<Value>& values) {
 
 class ReductionEmitter {
 public:
-  explicit ReductionEmitter(const ReductionSignature& s)
-      : s_(s), op_(*s.op), e_("    ", "v"), k_(s.kept_rank), m_(s.reduced_rank) {
+  // `prologue`: the elementwise members that compute some of the inputs (a prologue fusion,
+  // fusion/fused_kernel.h), or null.
+  explicit ReductionEmitter(const ReductionSignature& s,
+                            const FusedElementwiseSignature* prologue = nullptr)
+      : s_(s), op_(*s.op), prologue_(prologue), e_("    ", "v"), k_(s.kept_rank),
+        m_(s.reduced_rank) {
     compute_ = computeType(s.compute);
     wide_ = compute_.isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
                                : ElementType{NumberKind::kSigned, 64, "i64"};
     for (size_t i = 0; i < s.outputs.size(); ++i) {
-      const int rank = op_.row_output ? k_ + m_ : k_;
+      const int rank = s.outputRank(i);
       output_types_.push_back(stridedMemrefType(rank, storageType(s.outputs[i]).mlir, s.inner[i]));
     }
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
                                                s.inner[s.outputs.size() + i], classifiedDim()));
-    stores_row_values_ = op_.row_output && op_.store_pass >= 0 && !s.outputs.empty() &&
-                         storageType(s.outputs[0]).mlir == compute_.mlir;
+    if (prologue_ != nullptr) preparePrologue();
+    stores_row_values_ = op_.row_output && op_.store_pass >= 0 && op_.row_stats == 0 &&
+                         !s.outputs.empty() && storageType(s.outputs[0]).mlir == compute_.mlir;
   }
 
   std::string build() {
@@ -51,24 +61,34 @@ public:
     std::vector<std::string> arguments;
     for (size_t i = 0; i < output_types_.size(); ++i)
       arguments.push_back("%o" + std::to_string(i) + ": " + output_types_[i]);
+    for (size_t m = 0; m < member_types_.size(); ++m)
+      if (!member_types_[m].empty())
+        arguments.push_back("%m" + std::to_string(m) + ": " + member_types_[m]);
     for (size_t i = 0; i < input_types_.size(); ++i)
-      arguments.push_back("%x" + std::to_string(i) + ": " + input_types_[i]);
+      if (fromMemory(i)) arguments.push_back("%x" + std::to_string(i) + ": " + input_types_[i]);
+    for (size_t e = 0; e < external_types_.size(); ++e)
+      arguments.push_back("%e" + std::to_string(e) + ": " + external_types_[e]);
     const size_t params = paramCount();
     for (size_t i = 0; i < params; ++i)
       arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
+    for (const Value& param : member_param_arguments_)
+      arguments.push_back(param.name + ": " + param.type.mlir);
     arguments.push_back("%count: i64");
     arguments.push_back("%begin: index");
     arguments.push_back("%end: index");
 
     e_.line("%c0 = arith.constant 0 : index");
     e_.line("%c1 = arith.constant 1 : index");
+    const auto [shape_memref, shape_type] = shapeMemref();
     for (int d = 1; d < k_ + m_; ++d) {
       const std::string name = d < k_ ? "%K" + std::to_string(d) : "%R" + std::to_string(d - k_);
       e_.line("%dim" + std::to_string(d) + " = arith.constant " + std::to_string(d) + " : index");
-      e_.line(name + " = memref.dim %x0, %dim" + std::to_string(d) + " : " + input_types_[0]);
+      e_.line(name + " = memref.dim " + shape_memref + ", %dim" + std::to_string(d) + " : " +
+              shape_type);
     }
+    convertMemberParams();
     ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()},
-                          {}};
+                          {}, {}};
     for (size_t i = 0; i < params; ++i)
       context.params.push_back(Value{"%p" + std::to_string(i), wide_});
     context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
@@ -122,7 +142,13 @@ private:
     std::string text = "module {\n";
     for (const std::string& declaration : e_.declarations())
       text += "  " + declaration + "\n";
-    text += "  func.func @kernel(" + join(arguments) + ") {\n" + e_.body() + "    return\n  }\n}\n";
+    // A prologue fusion's memrefs never alias a written one (window_partition.cpp refuses the
+    // group otherwise): declared so, LLVM vectorizes its loops without overlap checks.
+    const std::string attributes = prologue_ != nullptr ? " attributes {passthrough = [\"" +
+                                                              std::string(kNoAliasMemrefs) + "\"]}"
+                                                        : "";
+    text += "  func.func @kernel(" + join(arguments) + ")" + attributes + " {\n" + e_.body() +
+            "    return\n  }\n}\n";
     return text;
   }
 
@@ -212,9 +238,18 @@ private:
   // Loads every input at the current element, converted to the compute type. An input
   // broadcast along its classified dimension (stride 0) is read at index 0 there: the same
   // address, but visibly loop-invariant, so LLVM hoists the load and vectorizes the loop.
-  std::vector<Value> loadInputs(const std::string& prefix) {
+  // With a prologue, an input a member computes is that member's value at the element, and
+  // with `store_members` the members whose outputs escape store them there.
+  std::vector<Value> loadInputs(const std::string& prefix, bool store_members = false) {
+    std::vector<Value> member_values;
+    if (prologue_ != nullptr) member_values = emitMembers(prefix, store_members);
     std::vector<Value> values;
     for (size_t i = 0; i < s_.inputs.size(); ++i) {
+      if (!fromMemory(i)) {
+        const Value& value = member_values[prologue_->consumer->input_members[i]];
+        values.push_back(e_.convert(value, compute_));
+        continue;
+      }
       std::vector<std::string> indices = allIndices(prefix);
       if (s_.inner[s_.outputs.size() + i] == InnerStride::kBroadcast)
         indices[classifiedDim()] = "%c0";
@@ -261,7 +296,7 @@ private:
       loop_results.push_back(result);
       accumulators = inner;
     }
-    const std::vector<Value> x = loadInputs(prefix);
+    const std::vector<Value> x = loadInputs(prefix, pass == 0);
     std::vector<Value> updated;
     if (stores_row_values_ && pass == op_.store_pass) {
       const Value value = op_.row_value(context, x);
@@ -286,6 +321,14 @@ private:
   }
 
   void emitRowWrite(ReduceContext& context) {
+    if (op_.row_stats > 0) {
+      context.row = op_.finish_row(context);
+      TORCH_INTERNAL_ASSERT(static_cast<int>(context.row.size()) == op_.row_stats, "[fusion] ",
+                            op_.name, " yields ", context.row.size(), " row results");
+      for (int i = 0; i < op_.row_stats; ++i)
+        store(context.row[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
+              keptIndices());
+    }
     const std::string prefix = "%w";
     for (int j = 0; j < m_; ++j)
       e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " + "%R" + std::to_string(j) +
@@ -297,11 +340,15 @@ private:
               "] : " + output_types_[0]);
       outputs = op_.finish_stored(context, Value{stored, compute_});
     } else {
-      outputs = op_.finish(context, loadInputs(prefix));
+      outputs = op_.finish(context, loadInputs(prefix, op_.passes == 0));
     }
-    for (size_t i = 0; i < outputs.size(); ++i)
-      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
+    TORCH_INTERNAL_ASSERT(outputs.size() + op_.row_stats == s_.outputs.size(), "[fusion] ",
+                          op_.name, " yields ", outputs.size(), " element outputs");
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const size_t o = i + op_.row_stats;
+      store(outputs[i], "%o" + std::to_string(o), output_types_[o], s_.outputs[o],
             allIndices(prefix));
+    }
     for (int j = 0; j < m_; ++j)
       e_.line("}");
   }
@@ -312,8 +359,104 @@ private:
     e_.line("memref.store " + stored.name + ", " + memref + "[" + join(indices) + "] : " + type);
   }
 
+  // Prologue fusion -------------------------------------------------------------------------
+
+  bool fromMemory(size_t input) const {
+    return prologue_ == nullptr || prologue_->consumer->input_members[input] < 0;
+  }
+
+  void preparePrologue() {
+    const std::vector<FusedMember>& members = prologue_->members;
+    member_types_.resize(members.size());
+    for (size_t m = 0; m < members.size(); ++m)
+      if (members[m].stored)
+        member_types_[m] = stridedMemrefType(k_ + m_, storageType(members[m].signature.output).mlir,
+                                             InnerStride::kContiguous);
+    for (const FusedExternal& external : prologue_->externals)
+      external_types_.push_back(stridedMemrefType(k_ + m_, storageType(external.dtype).mlir,
+                                                  external.inner, classifiedDim()));
+    for (size_t m = 0; m < members.size(); ++m) {
+      const ElementwiseSignature& sig = members[m].signature;
+      const ElementType type = computeType(sig.compute).isFloat()
+                                   ? ElementType{NumberKind::kFloat, 64, "f64"}
+                                   : ElementType{NumberKind::kSigned, 64, "i64"};
+      for (size_t p = 0; p < sig.op->params.size(); ++p)
+        member_param_arguments_.push_back(
+            Value{"%q" + std::to_string(m) + "_" + std::to_string(p), type});
+    }
+  }
+
+  // A memref of the full rank whose sizes are the iteration's: an input read from memory, else
+  // an external, else a stored member output (window_partition.cpp fuses only when one exists).
+  std::pair<std::string, std::string> shapeMemref() const {
+    for (size_t i = 0; i < input_types_.size(); ++i)
+      if (fromMemory(i)) return {"%x" + std::to_string(i), input_types_[i]};
+    if (!external_types_.empty()) return {"%e0", external_types_[0]};
+    for (size_t m = 0; m < member_types_.size(); ++m)
+      if (!member_types_[m].empty()) return {"%m" + std::to_string(m), member_types_[m]};
+    TORCH_INTERNAL_ASSERT(false, "[fusion] a prologue fusion has no memref of the input's rank");
+  }
+
+  // The members' params in their compute types, once, before the loops.
+  void convertMemberParams() {
+    if (prologue_ == nullptr) return;
+    size_t next = 0;
+    member_params_.resize(prologue_->members.size());
+    for (size_t m = 0; m < prologue_->members.size(); ++m) {
+      const ElementwiseSignature& sig = prologue_->members[m].signature;
+      for (size_t p = 0; p < sig.op->params.size(); ++p)
+        member_params_[m].push_back(
+            e_.convert(member_param_arguments_[next++], computeType(sig.compute)));
+    }
+  }
+
+  // Every member's value at the current element, as stored in memory (what the eager op would
+  // have written and the next op read back), in member order.
+  std::vector<Value> emitMembers(const std::string& prefix, bool store_members) {
+    const std::vector<std::string> indices = allIndices(prefix);
+    std::vector<Value> externals;
+    for (size_t e = 0; e < external_types_.size(); ++e) {
+      std::vector<std::string> at = indices;
+      if (prologue_->externals[e].inner == InnerStride::kBroadcast) at[classifiedDim()] = "%c0";
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load %e" + std::to_string(e) + "[" + join(at) +
+              "] : " + external_types_[e]);
+      externals.push_back(Value{name, storageType(prologue_->externals[e].dtype)});
+    }
+    std::vector<Value> stored(prologue_->members.size());
+    for (size_t m = 0; m < prologue_->members.size(); ++m) {
+      const FusedMember& member = prologue_->members[m];
+      const ElementwiseSignature& sig = member.signature;
+      const std::vector<const OperandSpec*> specs = presentOperands(sig);
+      LoweringContext context{e_,
+                              computeType(sig.compute),
+                              {},
+                              member_params_[m],
+                              std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
+                              std::vector<bool>(sig.present.begin(), sig.present.end())};
+      for (size_t i = 0; i < member.sources.size(); ++i) {
+        const FusedSource& source = member.sources[i];
+        const Value& loaded =
+            source.kind == FusedSource::kMember ? stored[source.index] : externals[source.index];
+        const c10::ScalarType common = specs[i]->promotes ? sig.compute : sig.inputs[i];
+        context.operands.push_back(
+            e_.convert(e_.convert(loaded, storageType(common)), computeType(common)));
+      }
+      stored[m] = e_.convert(sig.op->lower(context), storageType(sig.output));
+      if (store_members && member.stored)
+        e_.line("memref.store " + stored[m].name + ", %m" + std::to_string(m) + "[" +
+                join(indices) + "] : " + member_types_[m]);
+    }
+    return stored;
+  }
+
   const ReductionSignature& s_;
   const ReductionOp& op_;
+  const FusedElementwiseSignature* prologue_;
+  std::vector<std::string> member_types_;   // per member: its stored output's memref type, or ""
+  std::vector<std::string> external_types_; // the members' externals' memref types
+  std::vector<Value> member_param_arguments_;
+  std::vector<std::vector<Value>> member_params_;
   ScalarEmitter e_;
   int k_, m_;
   ElementType compute_, wide_;
@@ -325,6 +468,40 @@ private:
 
 std::string buildReductionKernel(const ReductionSignature& signature) {
   return ReductionEmitter(signature).build();
+}
+
+std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature) {
+  if (!signature.consumer || signature.consumer->reduction.column_order ||
+      signature.consumer->input_members.size() != signature.consumer->reduction.inputs.size())
+    throw std::logic_error("[fusion] malformed fused reduction kernel: " + signature.describe());
+  for (size_t i = 0; i < signature.consumer->input_members.size(); ++i) {
+    const int member = signature.consumer->input_members[i];
+    if (member >= static_cast<int>(signature.members.size()) ||
+        (member >= 0 &&
+         signature.members[member].signature.output != signature.consumer->reduction.inputs[i]))
+      throw std::logic_error("[fusion] malformed fused reduction kernel: input " +
+                             std::to_string(i) + " reads member " + std::to_string(member) +
+                             " of " + signature.describe());
+  }
+  for (size_t m = 0; m < signature.members.size(); ++m) {
+    const FusedMember& member = signature.members[m];
+    bool valid =
+        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
+    for (size_t i = 0; valid && i < member.sources.size(); ++i) {
+      const FusedSource& source = member.sources[i];
+      valid =
+          source.index >= 0 &&
+          (source.kind == FusedSource::kMember
+               ? static_cast<size_t>(source.index) < m &&
+                     signature.members[source.index].signature.output == member.signature.inputs[i]
+               : static_cast<size_t>(source.index) < signature.externals.size() &&
+                     signature.externals[source.index].dtype == member.signature.inputs[i]);
+    }
+    if (!valid)
+      throw std::logic_error("[fusion] malformed fused reduction kernel: member " +
+                             std::to_string(m) + " of " + signature.describe());
+  }
+  return ReductionEmitter(signature.consumer->reduction, &signature).build();
 }
 
 } // namespace torchneuron::fusion

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
+#include <c10/util/accumulate.h>
+
+#include "fusion/common_dims.h"
 #include "fusion/kernel_text.h"
 #include "fusion/op_registry.h"
 
@@ -20,6 +24,9 @@ struct Memref {
   int rank = 0;
   c10::ScalarType dtype = c10::kFloat;
   uintptr_t begin = 0, end = 0; // [begin, end); empty when a size is 0
+  // The iteration sizes of its elementwise launch (its output's), which the memref's dimensions
+  // follow but for an operand broadcast along the innermost one (no memref dimension there).
+  c10::ArrayRef<int64_t> space;
 
   int64_t slots() const { return 3 + 2 * rank; }
   const int64_t* sizes() const { return descriptor + 3; }
@@ -32,10 +39,34 @@ struct Memref {
            descriptor[2] == other.descriptor[2] &&
            std::memcmp(sizes(), other.sizes(), 2 * rank * sizeof(int64_t)) == 0;
   }
+  // Its strides over `dims`, a refinement of its launch's iteration (common_dims.h).
+  DimList stridesOver(c10::ArrayRef<int64_t> dims) const {
+    DimList strides(this->strides(), this->strides() + rank);
+    if (rank < static_cast<int>(space.size())) strides.push_back(0); // broadcast innermost
+    return fusion::stridesOver(space, strides, dims);
+  }
+  // identical() over `dims` (a refinement of both memrefs' launch iterations): the same
+  // element at every index of them.
+  bool identicalOver(const Memref& other, c10::ArrayRef<int64_t> dims) const {
+    if (dtype != other.dtype || begin != other.begin || begin == end || other.begin == other.end)
+      return false;
+    return stridesOver(dims) == other.stridesOver(dims);
+  }
 };
 
+// A kernel's class of an innermost stride (as the eager planners classify them).
+InnerStride strideClass(int64_t stride, bool may_broadcast) {
+  return stride == 1                    ? InnerStride::kContiguous
+         : stride == 0 && may_broadcast ? InnerStride::kBroadcast
+                                        : InnerStride::kStrided;
+}
+
 Memref memrefAt(const int64_t* descriptor, uint32_t launch, int rank, c10::ScalarType dtype) {
-  Memref m{descriptor, launch, rank, dtype};
+  Memref m;
+  m.descriptor = descriptor;
+  m.launch = launch;
+  m.rank = rank;
+  m.dtype = dtype;
   const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
   int64_t last = 0;
   for (int d = 0; d < rank; ++d) {
@@ -60,6 +91,7 @@ ParsedLaunch parse(const PartitionLaunch& launch, uint32_t index) {
   ParsedLaunch parsed;
   const int64_t* cursor = launch.slots;
   parsed.output = memrefAt(cursor, index, operandRank(s.rank, s.inner[0]), s.output);
+  parsed.output.space = c10::ArrayRef<int64_t>(parsed.output.sizes(), parsed.output.rank);
   cursor += parsed.output.slots();
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     if (static_cast<int>(i) == s.aliased_input) {
@@ -68,6 +100,7 @@ ParsedLaunch parse(const PartitionLaunch& launch, uint32_t index) {
     }
     parsed.inputs.push_back(
         memrefAt(cursor, index, operandRank(s.rank, s.inner[i + 1]), s.inputs[i]));
+    parsed.inputs.back().space = parsed.output.space;
     cursor += parsed.inputs.back().slots();
   }
   parsed.params = {index, static_cast<uint32_t>(cursor - launch.slots),
@@ -75,21 +108,63 @@ ParsedLaunch parse(const PartitionLaunch& launch, uint32_t index) {
   return parsed;
 }
 
+// A reduction launch, parsed: its outputs' and inputs' memrefs, and where its params start.
+struct ParsedReduction {
+  c10::SmallVector<Memref, 3> outputs;
+  c10::SmallVector<Memref, 6> inputs;
+  uint32_t params_begin = 0;
+};
+
+ParsedReduction parseReduction(const PartitionLaunch& launch, uint32_t index) {
+  const ReductionSignature& r = *launch.reduction;
+  const int full = r.kept_rank + r.reduced_rank;
+  ParsedReduction parsed;
+  const int64_t* cursor = launch.slots;
+  for (size_t o = 0; o < r.outputs.size(); ++o) {
+    parsed.outputs.push_back(memrefAt(cursor, index, r.outputRank(o), r.outputs[o]));
+    cursor += parsed.outputs.back().slots();
+  }
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    parsed.inputs.push_back(memrefAt(cursor, index, full, r.inputs[i]));
+    cursor += parsed.inputs.back().slots();
+  }
+  parsed.params_begin = static_cast<uint32_t>(cursor - launch.slots);
+  return parsed;
+}
+
 // The group being built.
 class GroupBuilder {
 public:
+  explicit GroupBuilder(c10::ArrayRef<PartitionLaunch> batch) : batch_(batch) {}
+
   bool empty() const { return members_.empty(); }
 
-  // Adds launch `index`; false, changing nothing, when it cannot join the group.
+  // Adds launch `index`; false, changing nothing, when it cannot join the group. A launch over
+  // other iteration dimensions with the same elements (a broadcast bias add, which coalesces to
+  // two dimensions, beside a contiguous chain's one) joins over their common refinement: the
+  // group is then mixed, and every memref is compared and passed over those dimensions.
   bool tryAdd(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed) {
-    const ElementwiseSignature& s = *launch.elementwise;
     if (members_.size() >= kMaxMembers) return false;
-    if (!members_.empty()) {
-      const Memref& first = parsed_.front().output;
-      if (s.rank != rank_ || parsed.output.rank != first.rank ||
-          std::memcmp(parsed.output.sizes(), first.sizes(), first.rank * sizeof(int64_t)) != 0)
+    const DimList space = space_;
+    const bool mixed = mixed_;
+    if (members_.empty()) {
+      space_.assign(parsed.output.space.begin(), parsed.output.space.end());
+    } else if (parsed.output.space != c10::ArrayRef<int64_t>(space_)) {
+      const c10::optional<DimList> common = commonDims({space_, parsed.output.space});
+      if (!common || c10::multiply_integers(space_) != c10::multiply_integers(parsed.output.space))
         return false;
+      space_ = *common;
+      mixed_ = true;
     }
+    if (tryAddIn(index, launch, parsed)) return true;
+    space_ = space;
+    mixed_ = mixed;
+    return false;
+  }
+
+  // tryAdd over the group's dimensions as they would be with the launch.
+  bool tryAddIn(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed) {
+    const ElementwiseSignature& s = *launch.elementwise;
     FusedMember member;
     member.signature = s;
     std::vector<Memref> new_externals;
@@ -104,9 +179,9 @@ public:
       }
       int found = -1;
       for (size_t e = 0; e < externals_.size() && found < 0; ++e)
-        if (externals_[e].identical(input)) found = static_cast<int>(e);
+        if (same(externals_[e], input)) found = static_cast<int>(e);
       for (size_t e = 0; e < new_externals.size() && found < 0; ++e)
-        if (new_externals[e].identical(input)) found = static_cast<int>(externals_.size() + e);
+        if (same(new_externals[e], input)) found = static_cast<int>(externals_.size() + e);
       if (found < 0) {
         found = static_cast<int>(externals_.size() + new_externals.size());
         new_externals.push_back(input);
@@ -118,9 +193,9 @@ public:
     // Its write: memory the group read or wrote with another geometry would be read or written
     // at another iteration than the loop reaches it.
     for (const Memref& external : externals_)
-      if (external.overlaps(parsed.output) && !external.identical(parsed.output)) return false;
+      if (external.overlaps(parsed.output) && !same(external, parsed.output)) return false;
     for (const Memref& external : new_externals)
-      if (external.overlaps(parsed.output) && !external.identical(parsed.output)) return false;
+      if (external.overlaps(parsed.output) && !same(external, parsed.output)) return false;
     if (latestWriter(parsed.output) == kConflict) return false;
 
     if (members_.empty()) rank_ = s.rank;
@@ -128,6 +203,112 @@ public:
     external_inner_.insert(external_inner_.end(), new_inner.begin(), new_inner.end());
     members_.push_back(std::move(member));
     parsed_.push_back(parsed);
+    launches_.push_back(index);
+    return true;
+  }
+
+  // Makes reduction launch `index` (right after the group) the group's consumer; false,
+  // changing nothing, when the group cannot be its prologue (window_partition.h).
+  bool tryAttachReduction(size_t index, const PartitionLaunch& launch) {
+    const ReductionSignature& r = *launch.reduction;
+    if (r.column_order || members_.empty() || r.inputs.empty()) return false;
+    ParsedReduction parsed = parseReduction(launch, static_cast<uint32_t>(index));
+    // The two spaces: the group's iteration and the reduction's kept + reduced dimensions.
+    const c10::ArrayRef<int64_t> group_sizes(space_);
+    const c10::ArrayRef<int64_t> reduction_sizes(parsed.inputs[0].sizes(), parsed.inputs[0].rank);
+    const c10::ArrayRef<int64_t> kept_sizes = reduction_sizes.slice(0, r.kept_rank);
+    const c10::ArrayRef<int64_t> reduced_sizes = reduction_sizes.slice(r.kept_rank);
+    if (c10::multiply_integers(kept_sizes) < 2 || c10::multiply_integers(reduced_sizes) < 2)
+      return false; // the kernel needs a kept and a reduced dimension
+    const c10::optional<DimList> dims = commonDims({group_sizes, reduction_sizes, reduced_sizes});
+    if (!dims || c10::multiply_integers(group_sizes) != c10::multiply_integers(reduction_sizes))
+      return false;
+    ConsumerGeometry geometry;
+    geometry.dims = *dims;
+    // The reduced elements' boundary is one of the common ones: the dimensions inside it are
+    // the reduced ones.
+    int reduced_dims = 0;
+    for (int64_t inner = 1; inner < c10::multiply_integers(reduced_sizes); ++reduced_dims)
+      inner *= geometry.dims[geometry.dims.size() - 1 - reduced_dims];
+    geometry.kept_rank = static_cast<int>(geometry.dims.size()) - reduced_dims;
+    const c10::ArrayRef<int64_t> common(geometry.dims);
+    const c10::ArrayRef<int64_t> common_kept = common.slice(0, geometry.kept_rank);
+
+    // Every memref over the common dimensions: the group's from its launch's iteration, the
+    // reduction's from its own (a per-row output over the kept dimensions only).
+    auto groupStrides = [&](const Memref& memref) { return memref.stridesOver(common); };
+    auto reductionStrides = [&](const Memref& memref) {
+      const c10::ArrayRef<int64_t> strides(memref.strides(), memref.rank);
+      if (memref.rank == r.kept_rank) return stridesOver(kept_sizes, strides, common_kept);
+      return stridesOver(reduction_sizes, strides, common);
+    };
+
+    // Which member computes each input: the same element at every common index.
+    auto consumer = std::make_shared<FusedReductionConsumer>();
+    for (size_t i = 0; i < parsed.inputs.size(); ++i) {
+      const Memref& input = parsed.inputs[i];
+      int writer = -1;
+      for (size_t m = parsed_.size(); m-- > 0 && writer < 0;)
+        if (parsed_[m].output.overlaps(input)) writer = static_cast<int>(m);
+      if (writer >= 0) {
+        const Memref& output = parsed_[writer].output;
+        if (output.dtype != input.dtype || output.begin != input.begin ||
+            groupStrides(output) != reductionStrides(input))
+          return false;
+      }
+      consumer->input_members.push_back(writer);
+    }
+    if (std::all_of(consumer->input_members.begin(), consumer->input_members.end(),
+                    [](int member) { return member < 0; }))
+      return false; // the group does not feed it
+    // Written memory: no member output under a member input or another reduction operand, no
+    // reduction output over anything the group reads or writes.
+    for (const ParsedLaunch& member : parsed_) {
+      for (const Memref& external : externals_)
+        if (member.output.overlaps(external)) return false;
+      for (size_t i = 0; i < parsed.inputs.size(); ++i)
+        if (consumer->input_members[i] < 0 && member.output.overlaps(parsed.inputs[i]))
+          return false;
+      for (const Memref& output : parsed.outputs)
+        if (output.overlaps(member.output)) return false;
+    }
+    for (const Memref& output : parsed.outputs)
+      for (const Memref& external : externals_)
+        if (output.overlaps(external)) return false;
+
+    // The kernel's memrefs over the common dimensions, in its ABI order (fused_kernel.h).
+    for (const Memref& output : parsed.outputs)
+      geometry.memrefs.push_back({output, reductionStrides(output)});
+    for (const ParsedLaunch& member : parsed_)
+      geometry.members.push_back(groupStrides(member.output));
+    for (size_t i = 0; i < parsed.inputs.size(); ++i)
+      if (consumer->input_members[i] < 0)
+        geometry.memrefs.push_back({parsed.inputs[i], reductionStrides(parsed.inputs[i])});
+    for (const Memref& external : externals_)
+      geometry.externals.push_back({external, groupStrides(external)});
+
+    // The reduction over the common dimensions: its ranks and stride classes change, not what
+    // it computes.
+    ReductionSignature& refined = consumer->reduction;
+    refined = r;
+    refined.kept_rank = geometry.kept_rank;
+    refined.reduced_rank = static_cast<int>(common.size()) - geometry.kept_rank;
+    refined.inner.clear();
+    for (size_t o = 0; o < parsed.outputs.size(); ++o)
+      refined.inner.push_back(strideClass(geometry.memrefs[o].strides.back(), false));
+    for (size_t i = 0, direct = parsed.outputs.size(); i < parsed.inputs.size(); ++i) {
+      const bool computed = consumer->input_members[i] >= 0;
+      // A computed input has no memref: its class is never read, contiguous by convention.
+      refined.inner.push_back(computed
+                                  ? InnerStride::kContiguous
+                                  : strideClass(geometry.memrefs[direct++].strides.back(), true));
+    }
+    for (size_t e = 0; e < externals_.size(); ++e)
+      external_inner_[e] = strideClass(geometry.externals[e].strides.back(), true);
+    consumer_ = std::move(consumer);
+    consumer_geometry_ = std::move(geometry);
+    consumer_params_ = {static_cast<uint32_t>(index), parsed.params_begin,
+                        static_cast<uint32_t>(r.op->num_params)};
     launches_.push_back(index);
     return true;
   }
@@ -144,14 +325,25 @@ public:
     for (size_t m = 0; m < members_.size(); ++m) {
       bool superseded = false;
       for (size_t later = m + 1; later < members_.size() && !superseded; ++later)
-        superseded = parsed_[later].output.identical(parsed_[m].output);
+        superseded = same(parsed_[later].output, parsed_[m].output);
       const PartitionLaunch& launch = launches[launches_[m]];
       auto touch = last_touch.find(launch.output_storage);
       const bool read_later = touch != last_touch.end() && touch->second > last;
       members_[m].stored = !superseded && (launch.output_escapes || read_later);
       any_stored |= members_[m].stored;
     }
-    if (any_stored) {
+    group.shape_launch = consumer_ ? launches_.back() : launches_.front();
+    if (consumer_) {
+      FusedElementwiseSignature& signature = group.signature;
+      signature.members = members_;
+      for (size_t e = 0; e < externals_.size(); ++e)
+        signature.externals.push_back({externals_[e].dtype, external_inner_[e], -1});
+      signature.consumer = std::move(consumer_);
+      gatherConsumerSlotRanges(group);
+    } else if (any_stored && mixed_) {
+      buildMixedSignature(group.signature);
+      gatherMixedSlotRanges(group);
+    } else if (any_stored) {
       FusedElementwiseSignature& signature = group.signature;
       signature.rank = rank_;
       signature.members = members_;
@@ -161,7 +353,7 @@ public:
         fused.dtype = external.dtype;
         fused.inner = external_inner_[e];
         for (size_t m = 0; m < members_.size(); ++m)
-          if (members_[m].stored && parsed_[m].output.identical(external))
+          if (members_[m].stored && same(parsed_[m].output, external))
             fused.read_through_member = static_cast<int>(m);
         signature.externals.push_back(fused);
       }
@@ -172,6 +364,10 @@ public:
     launches_.clear();
     externals_.clear();
     external_inner_.clear();
+    consumer_.reset();
+    consumer_geometry_ = ConsumerGeometry();
+    space_.clear();
+    mixed_ = false;
     return group;
   }
 
@@ -182,13 +378,71 @@ private:
   // that serves every group, instead of one per window length.
   static constexpr size_t kMaxMembers = 64;
 
+  // The same elements at every iteration of the group (identical memrefs, or in a mixed group
+  // identical over its dimensions).
+  bool same(const Memref& a, const Memref& b) const {
+    return mixed_ ? a.identicalOver(b, space_) : a.identical(b);
+  }
+
+  // A mixed group's signature: every member's kernel signature and every external over the
+  // group's dimensions (their rank, and the stride classes of their innermost strides there).
+  void buildMixedSignature(FusedElementwiseSignature& signature) const {
+    const int rank = static_cast<int>(space_.size());
+    signature.rank = rank;
+    signature.members = members_;
+    for (size_t m = 0; m < members_.size(); ++m) {
+      ElementwiseSignature& sig = signature.members[m].signature;
+      const ParsedLaunch& parsed = parsed_[m];
+      sig.rank = rank;
+      sig.inner[0] = strideClass(parsed.output.stridesOver(space_).back(), false);
+      for (size_t i = 0; i < parsed.inputs.size(); ++i)
+        sig.inner[i + 1] = static_cast<int>(i) == sig.aliased_input
+                               ? sig.inner[0]
+                               : strideClass(parsed.inputs[i].stridesOver(space_).back(), true);
+    }
+    for (const Memref& external : externals_) {
+      FusedExternal fused;
+      fused.dtype = external.dtype;
+      fused.inner = strideClass(external.stridesOver(space_).back(), true);
+      for (size_t m = 0; m < members_.size(); ++m)
+        if (signature.members[m].stored && same(parsed_[m].output, external))
+          fused.read_through_member = static_cast<int>(m);
+      signature.externals.push_back(fused);
+    }
+  }
+
+  // A mixed group's arguments: each memref's pointers and offset from its launch, its sizes and
+  // strides over the group's dimensions as the group's words (without the innermost dimension
+  // for an operand broadcast along it), as for a prologue fusion.
+  void gatherMixedSlotRanges(FusedGroup& group) const {
+    auto add = [&](const Memref& memref, bool broadcast) {
+      group.slot_ranges.push_back(
+          {memref.launch, static_cast<uint32_t>(memref.descriptor - slotsOf(memref.launch)), 3});
+      const DimList strides = memref.stridesOver(space_);
+      const size_t dims = space_.size() - (broadcast ? 1 : 0);
+      const auto begin = static_cast<uint32_t>(group.words.size());
+      group.words.append(space_.begin(), space_.begin() + dims);
+      group.words.append(strides.begin(), strides.begin() + dims);
+      group.slot_ranges.push_back({0, begin, static_cast<uint32_t>(2 * dims), true});
+    };
+    const FusedElementwiseSignature& signature = group.signature;
+    for (size_t m = 0; m < members_.size(); ++m)
+      if (signature.members[m].stored) add(parsed_[m].output, false);
+    for (size_t e = 0; e < externals_.size(); ++e)
+      if (signature.externals[e].read_through_member < 0)
+        add(externals_[e], signature.externals[e].inner == InnerStride::kBroadcast);
+    for (const ParsedLaunch& parsed : parsed_)
+      if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
+    group.range = space_.front();
+  }
+
   // The last member whose output `memref` reads (it is identical), -1 when no member wrote that
   // memory, or kConflict when one wrote it with another geometry.
   int latestWriter(const Memref& memref) const {
     for (size_t m = members_.size(); m-- > 0;) {
       const Memref& written = parsed_[m].output;
       if (!written.overlaps(memref)) continue;
-      return written.identical(memref) ? static_cast<int>(m) : kConflict;
+      return same(written, memref) ? static_cast<int>(m) : kConflict;
     }
     return -1;
   }
@@ -207,7 +461,64 @@ private:
       if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
   }
 
+  // A prologue fusion's arguments (fused_kernel.h's ABI): each memref's pointers and offset
+  // from its launch, its sizes and strides over the common dimensions as words of the group
+  // (valid for every batch it serves: the partition memo's fingerprint covers the sizes and
+  // strides they derive from).
+  void gatherConsumerSlotRanges(FusedGroup& group) const {
+    const ConsumerGeometry& g = consumer_geometry_;
+    auto add = [&](const Memref& memref, c10::ArrayRef<int64_t> sizes,
+                   c10::ArrayRef<int64_t> strides) {
+      group.slot_ranges.push_back(
+          {memref.launch, static_cast<uint32_t>(memref.descriptor - slotsOf(memref.launch)), 3});
+      const auto begin = static_cast<uint32_t>(group.words.size());
+      group.words.append(sizes.begin(), sizes.end());
+      group.words.append(strides.begin(), strides.end());
+      group.slot_ranges.push_back(
+          {0, begin, static_cast<uint32_t>(sizes.size() + strides.size()), true});
+    };
+    const c10::ArrayRef<int64_t> common(g.dims);
+    const ReductionSignature& r = group.signature.consumer->reduction;
+    size_t next = 0;
+    for (size_t o = 0; o < r.outputs.size(); ++o, ++next)
+      add(g.memrefs[next].memref, common.slice(0, r.outputRank(o)), g.memrefs[next].strides);
+    for (size_t m = 0; m < members_.size(); ++m)
+      if (members_[m].stored) add(parsed_[m].output, common, g.members[m]);
+    for (; next < g.memrefs.size(); ++next)
+      add(g.memrefs[next].memref, common, g.memrefs[next].strides);
+    for (const auto& external : g.externals)
+      add(external.memref, common, external.strides);
+    if (consumer_params_.count > 0) group.slot_ranges.push_back(consumer_params_);
+    for (const ParsedLaunch& parsed : parsed_)
+      if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
+    group.slot_ranges.push_back(
+        {consumer_params_.launch, consumer_params_.begin + consumer_params_.count, 1}); // count
+    group.range = g.dims.front();
+  }
+
+  const int64_t* slotsOf(uint32_t launch) const { return batch_[launch].slots; }
+
+  // Where a prologue fusion's memrefs lie over the common dimensions.
+  struct PlacedMemref {
+    Memref memref;
+    DimList strides;
+  };
+  struct ConsumerGeometry {
+    DimList dims;
+    int kept_rank = 0;
+    std::vector<PlacedMemref> memrefs;   // the reduction's outputs, then its direct inputs
+    std::vector<DimList> members;        // per member: its output's strides
+    std::vector<PlacedMemref> externals; // per external
+  };
+
+  c10::ArrayRef<PartitionLaunch> batch_;
+  std::shared_ptr<FusedReductionConsumer> consumer_;
+  ConsumerGeometry consumer_geometry_;
+  SlotRange consumer_params_; // the reduction's params in its slots (its count follows)
+
   int rank_ = 0;
+  DimList space_;      // the group's iteration dimensions (common to its members' in a mixed group)
+  bool mixed_ = false; // members iterate different dimensions: memrefs go over space_
   std::vector<FusedMember> members_;
   std::vector<ParsedLaunch> parsed_;
   std::vector<size_t> launches_;
@@ -224,7 +535,7 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
     for (const void* storage : launches[i].storages)
       last_touch[storage] = i;
 
-  GroupBuilder group;
+  GroupBuilder group(launches);
   auto close = [&] {
     if (group.empty()) return;
     FusedGroup finished = group.finish(launches, last_touch);
@@ -238,6 +549,7 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
   for (size_t i = 0; i < launches.size(); ++i) {
     const PartitionLaunch& launch = launches[i];
     if (launch.elementwise == nullptr) {
+      if (launch.reduction != nullptr && !group.empty()) group.tryAttachReduction(i, launch);
       close();
       continue;
     }

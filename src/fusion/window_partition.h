@@ -12,6 +12,16 @@
 // view, a shifted slice) starts a new group. A member's output is stored only when it escapes:
 // its storage is referenced outside the window (a Python tensor, autograd), or a launch after
 // the group touches that storage, and no later member overwrites the same memory.
+//
+// A reduction or row-wise launch right after a group that computes one of its inputs takes the
+// group as its prologue (fused_kernel.h, FusedReductionConsumer): the group's values are then
+// computed where the reduction loads them, and its intermediates are never written. This needs
+// both sides to enumerate one linear index (fusion/common_dims.h: the group's dimensions and the
+// reduction's have a common refinement, over which every memref gets its strides, and the
+// kernel is the reduction's over those dimensions), each input a member computes to be that
+// member's output element for element, no member output to overlap a member's input or the
+// reduction's other operands, and no reduction output the group's memory. Anything else runs
+// as two kernels, as before.
 
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
@@ -36,30 +46,44 @@ struct PartitionLaunch {
   bool output_escapes = true;
   // Every storage the step reads or writes (any step).
   c10::ArrayRef<const void*> storages;
+  // A reduction or row-wise kernel launch, which the elementwise group just before it may feed
+  // (prologue fusion), with `slots` (its outputs, inputs, params and reduced count).
+  const ReductionSignature* reduction = nullptr;
 };
 
-// `count` argument slots of launch `launch`, from its slot `begin`.
+// `count` argument slots of launch `launch`, from its slot `begin`; or, with `group_words`,
+// `count` of the group's own words from `begin` (FusedGroup::words).
 struct SlotRange {
   uint32_t launch = 0;
   uint32_t begin = 0;
   uint32_t count = 0;
+  bool group_words = false;
 };
 
 // Launches [first, first + count) computed by one fused kernel (count >= 2), or, when no member
-// stores its output, by nothing at all (every result is dead).
+// stores its output, by nothing at all (every result is dead). With a consumer (the signature's
+// prologue fusion), the last of them is the reduction the others feed.
 struct FusedGroup {
   size_t first = 0;
   size_t count = 0;
+  size_t shape_launch = 0; // the launch whose LaunchShape (parallel range) the kernel takes
+  int64_t range = 0;       // its outer range instead, when not 0 (a prologue fusion's)
   FusedElementwiseSignature signature; // empty members when nothing is stored
   // Where the fused kernel's arguments come from, in order: ranges of the members' own slots.
   // Positions, not values, so a partition can serve every batch of the same structure
   // (tracer/window_fusion.h remembers them).
   c10::SmallVector<SlotRange, 16> slot_ranges;
+  // Words some slot ranges take (a prologue fusion's sizes and strides over its dimensions).
+  c10::SmallVector<int64_t, 16> words;
 
   // The fused kernel's arguments for `launches` (the batch partitioned, or one like it).
   template <typename SlotsOf>
   void gatherSlots(const SlotsOf& slots_of, c10::SmallVectorImpl<int64_t>& out) const {
     for (const SlotRange& range : slot_ranges) {
+      if (range.group_words) {
+        out.append(words.begin() + range.begin, words.begin() + range.begin + range.count);
+        continue;
+      }
       const int64_t* slots = slots_of(range.launch);
       out.append(slots + range.begin, slots + range.begin + range.count);
     }

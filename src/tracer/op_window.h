@@ -46,6 +46,7 @@ struct DeferredLaunch {
   // For the partitioner (fusion/window_partition.h): the signature of an elementwise launch
   // (interned), the storage of its output, and every device storage the step touches.
   const fusion::ElementwiseSignature* elementwise = nullptr;
+  const fusion::ReductionSignature* reduction = nullptr; // a reduction launch's (interned)
   const void* output_storage = nullptr;
   c10::SmallVector<const void*, 4> storages;
   c10::SmallVector<int64_t, 4> memref_places; // RecordedOperands::memref_places

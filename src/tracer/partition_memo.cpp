@@ -24,6 +24,32 @@ bool fusible(const DeferredLaunch& launch) {
   return launch.elementwise != nullptr && !launch.host_step;
 }
 
+// A reduction launch, which a group before it may feed (prologue fusion).
+bool consumable(const DeferredLaunch& launch) {
+  return launch.reduction != nullptr && !launch.host_step;
+}
+
+using MemrefShapes = c10::SmallVector<std::pair<int, c10::ScalarType>, 8>;
+
+// The rank and dtype of each memref argument of a fusible or consumable launch, in slot order.
+MemrefShapes memrefShapes(const DeferredLaunch& launch) {
+  MemrefShapes shapes;
+  if (const fusion::ElementwiseSignature* s = launch.elementwise) {
+    shapes.push_back({fusion::operandRank(s->rank, s->inner[0]), s->output});
+    for (size_t i = 0; i < s->inputs.size(); ++i)
+      if (static_cast<int>(i) != s->aliased_input)
+        shapes.push_back({fusion::operandRank(s->rank, s->inner[i + 1]), s->inputs[i]});
+    return shapes;
+  }
+  const fusion::ReductionSignature& r = *launch.reduction;
+  const int full = r.kept_rank + r.reduced_rank;
+  for (size_t o = 0; o < r.outputs.size(); ++o)
+    shapes.push_back({r.outputRank(o), r.outputs[o]});
+  for (c10::ScalarType input : r.inputs)
+    shapes.push_back({full, input});
+  return shapes;
+}
+
 } // namespace
 
 void PartitionMemo::resetSlots(size_t storages) {
@@ -59,16 +85,13 @@ int32_t PartitionMemo::numberOf(const void* storage) {
   return slot.number;
 }
 
-// The launch's memrefs (output first, then each input that is not the output itself) as
-// storage number and byte offset there, element offset, sizes and strides. `numbers`: those of
-// the launch's storages, in order.
+// The launch's memrefs (memrefShapes) as storage number and byte offset there, element offset,
+// sizes and strides. `numbers`: those of the launch's storages, in order.
 void PartitionMemo::fingerprintMemrefs(const DeferredLaunch& launch,
                                        c10::ArrayRef<int32_t> numbers) {
-  const fusion::ElementwiseSignature& s = *launch.elementwise;
+  const MemrefShapes shapes = memrefShapes(launch);
   const int64_t* cursor = launch.slots.data();
-  size_t count = 1;
-  for (size_t i = 0; i < s.inputs.size(); ++i)
-    count += static_cast<int>(i) != s.aliased_input;
+  const size_t count = shapes.size();
   // Places are taken at record time (plan_executor.cpp); a launch without them (none is
   // recorded so today) makes the batch one that is partitioned as is, not remembered.
   const bool placed = launch.memref_places.size() == count;
@@ -103,10 +126,8 @@ void PartitionMemo::fingerprintMemrefs(const DeferredLaunch& launch,
     words_.insert(words_.end(), cursor + 2, cursor + 3 + 2 * rank);
     cursor += 3 + 2 * rank;
   };
-  memref(fusion::operandRank(s.rank, s.inner[0]), s.output);
-  for (size_t i = 0; i < s.inputs.size(); ++i)
-    if (static_cast<int>(i) != s.aliased_input)
-      memref(fusion::operandRank(s.rank, s.inner[i + 1]), s.inputs[i]);
+  for (const auto& [rank, dtype] : shapes)
+    memref(rank, dtype);
 }
 
 // Host memrefs are numbered by address, which is exact while two of them either start at the
@@ -128,6 +149,8 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
   size_t fusible_launches = 0, storages = held.size();
   for (const DeferredLaunch& launch : launches) {
     storages += launch.storages.size();
+    if (consumable(launch))
+      storages += launch.reduction->inputs.size() + launch.reduction->outputs.size();
     if (!fusible(launch)) continue;
     ++fusible_launches;
     storages += 1 + launch.elementwise->inputs.size(); // its memrefs: CPU ones have own slots
@@ -159,6 +182,9 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
       words_.push_back(escapes_[i]);
       words_.push_back(output.number);
       fingerprintMemrefs(launch, numbers_);
+    } else if (consumable(launch)) {
+      words_.push_back(reinterpret_cast<int64_t>(launch.reduction));
+      fingerprintMemrefs(launch, numbers_);
     } else {
       words_.push_back(kOtherStep);
     }
@@ -178,6 +204,10 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
     const DeferredLaunch& launch = launches[i];
     fusion::PartitionLaunch& view = views[i];
     view.storages = launch.storages;
+    if (consumable(launch)) {
+      view.reduction = launch.reduction;
+      view.slots = launch.slots.data();
+    }
     if (!fusible(launch)) continue;
     view.elementwise = launch.elementwise;
     view.slots = launch.slots.data();

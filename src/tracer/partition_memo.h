@@ -8,11 +8,11 @@
 // slots are gathered from the batch itself (FusedGroup::gatherSlots).
 //
 // The fingerprint covers everything the partitioner reads, with addresses made relative:
-// per launch its interned elementwise signature (or that it is another step), for a fusible one
-// whether its output escapes and, per memref, the storage it lies in (numbered by first use in
-// the batch) with its byte offset there, its element offset, sizes and strides; and every
-// storage each step touches. Where each memref lies was noted when it was recorded
-// (RecordedOperands::memref_places), so no storage object is read again here but for the
+// per launch its interned elementwise or reduction signature (or that it is another step), for
+// a fusible one whether its output escapes and, for both, per memref, the storage it lies in
+// (numbered by first use in the batch) with its byte offset there, its element offset, sizes and
+// strides; and every storage each step touches. Where each memref lies was noted when it was
+// recorded (RecordedOperands::memref_places), so no storage object is read again here but for the
 // outputs' reference counts. Memory of distinct live storages never overlaps, so two batches
 // with one fingerprint have the same overlaps and identities between their memrefs, the same
 // escapes and the same later touches: the partitioner would decide the same. A memref outside

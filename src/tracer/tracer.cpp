@@ -85,6 +85,7 @@ struct Counters {
   int64_t debug_batches = 0;
   int64_t debug_mismatches = 0;
   int64_t fused_kernel_runs = 0;
+  int64_t fused_reduction_runs = 0;
   int64_t launches_saved = 0;
   int64_t dead_launches = 0;
   int64_t partitions_reused = 0;
@@ -145,6 +146,7 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   window.runLaunches(fuse, wait, fusion);
   Counters& counters = tracer.counters;
   counters.fused_kernel_runs += fusion.fused_kernels;
+  counters.fused_reduction_runs += fusion.fused_reductions;
   counters.launches_saved += fusion.launches_saved;
   counters.dead_launches += fusion.dead_launches;
   counters.partitions_reused += fusion.partitions_reused;
@@ -616,6 +618,7 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
   launch.kernel = std::move(kernel);
   launch.shape = shape;
   launch.elementwise = operands.elementwise;
+  launch.reduction = operands.reduction;
   launch.output_storage = operands.output_storage;
   counter->fetch_add(1, std::memory_order_relaxed); // counted when recorded: it will run
   if (deferred_op != nullptr) launch.op = *deferred_op;
@@ -646,6 +649,7 @@ AdaptiveStats adaptiveStats() {
   stats.calls_from_plan_cache = counters.calls_from_plan_cache;
   stats.launches_saved = counters.launches_saved;
   stats.fused_kernel_runs = counters.fused_kernel_runs;
+  stats.fused_reduction_runs = counters.fused_reduction_runs;
   stats.dead_launches = counters.dead_launches;
   stats.partitions_reused = counters.partitions_reused;
   stats.partitions_computed = counters.partitions_computed;

@@ -131,6 +131,7 @@ void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor
 // What the fusion partitioner (fusion/window_partition.h) needs of a recorded kernel launch.
 struct RecordedOperands {
   const fusion::ElementwiseSignature* elementwise = nullptr; // interned; null: not elementwise
+  const fusion::ReductionSignature* reduction = nullptr;     // interned; null: not a reduction
   const c10::StorageImpl* output_storage = nullptr;          // of its first memref (the output)
   c10::SmallVector<const void*, 4> storages;                 // every device storage it touches
   // Per memref argument, in order: where it lies, packed as (byte offset << 8) | (index into
@@ -172,12 +173,13 @@ struct AdaptiveStats {
   int64_t ops_replayed = 0;          // ops of replayed windows
   int64_t calls_from_plan_cache = 0; // deferred calls replayed without planning
   int64_t launches_recorded = 0;
-  int64_t launches_saved = 0;      // recorded launches fusion replaced or found dead
-  int64_t fused_kernel_runs = 0;   // fused kernels run (each replaced 2+ recorded launches)
-  int64_t dead_launches = 0;       // recorded launches skipped: nothing could read their result
-  int64_t partitions_computed = 0; // batches the partitioner ran on
-  int64_t partitions_reused = 0;   // batches that reused the partition of one of the same structure
-  int64_t fused_compiles = 0;      // fused kernels compiled or loaded from the cache
+  int64_t launches_saved = 0;       // recorded launches fusion replaced or found dead
+  int64_t fused_kernel_runs = 0;    // fused kernels run (each replaced 2+ recorded launches)
+  int64_t fused_reduction_runs = 0; // those of them that were a reduction with its prologue
+  int64_t dead_launches = 0;        // recorded launches skipped: nothing could read their result
+  int64_t partitions_computed = 0;  // batches the partitioner ran on
+  int64_t partitions_reused = 0; // batches that reused the partition of one of the same structure
+  int64_t fused_compiles = 0;    // fused kernels compiled or loaded from the cache
   int64_t fused_compile_failures = 0;
   int64_t fused_compiles_queued = 0; // waiting for or in the background compile
   double tracing_ns_per_op = 0;      // mean tracer bookkeeping per traced op (the kernel excluded)

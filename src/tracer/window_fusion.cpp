@@ -1,5 +1,7 @@
 #include "tracer/window_fusion.h"
 
+#include <algorithm>
+
 #include "tracer/fused_kernels.h"
 #include "tracer/op_window.h"
 
@@ -38,15 +40,22 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
     FusedLaunch fused;
     fused.kernel = kernel;
     group.gatherSlots([&](size_t i) { return launches[i].slots.data(); }, fused.slots);
-    fused.shape = launches[group.first].shape;
-    // The launcher's cost estimate: every member's work happens in the one loop.
-    fused.shape.work_per_index *= static_cast<int64_t>(group.count);
+    fused.shape = launches[group.shape_launch].shape;
+    if (group.range > 0) { // the same work over the kernel's own outer dimension
+      fused.shape.work_per_index =
+          std::max<int64_t>(1, fused.shape.range * fused.shape.work_per_index / group.range);
+      fused.shape.range = group.range;
+    }
+    // The launcher's cost estimate: every member's work happens in the one loop (a prologue
+    // fusion's members once per element of its reduction's work, which counts every element).
+    if (!group.signature.consumer) fused.shape.work_per_index *= static_cast<int64_t>(group.count);
     actions_[group.first] = kFused;
     fused_index_[group.first] = static_cast<uint32_t>(fused_.size());
     fused_.push_back(std::move(fused));
     for (size_t i = group.first + 1; i < group.first + group.count; ++i)
       actions_[i] = kSkip;
     saved_ += static_cast<int64_t>(group.count) - 1;
+    if (group.signature.consumer) ++reductions_;
   }
   saved_ += dead_;
 }

@@ -22,6 +22,7 @@ class PartitionMemo;
 // What fusion did with one batch (metrics()["adaptive"], and the trie nodes' fusion status).
 struct BatchFusion {
   int64_t fused_kernels = 0;       // fused kernels run
+  int64_t fused_reductions = 0;    // those of them that were a reduction with its prologue
   int64_t launches_saved = 0;      // recorded launches not run (replaced by them, or dead)
   int64_t dead_launches = 0;       // skipped: their results are dead
   int64_t partitions_reused = 0;   // 1: the batch's partition was remembered (partition_memo.h)
@@ -50,7 +51,8 @@ public:
   const FusedLaunch& fused(size_t launch) const { return fused_[fused_index_[launch]]; }
 
   BatchFusion summary() const {
-    return {static_cast<int64_t>(fused_.size()), saved_, dead_, reused_, computed_, keys_};
+    return {
+        static_cast<int64_t>(fused_.size()), reductions_, saved_, dead_, reused_, computed_, keys_};
   }
 
 private:
@@ -58,6 +60,7 @@ private:
   std::vector<uint32_t> fused_index_;
   std::vector<FusedLaunch> fused_;
   std::vector<Hash64> keys_;
+  int64_t reductions_ = 0;
   int64_t saved_ = 0;
   int64_t dead_ = 0;
   int64_t reused_ = 0, computed_ = 0;

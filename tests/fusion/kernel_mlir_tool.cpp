@@ -8,12 +8,17 @@
 //     a fused float32 kernel (fused_kernel.h); each member is op(src,...) with src x<k> (window
 //     input k, contiguous), s<k> (a number, broadcast) or m<j> (member j's result); a trailing
 //     ! stores the member's output. Example: mul(x0,s1) tanh(m0)!
+//   neuron_kernel_mlir <mode> fused-reduction <op> <kept> <reduced> <input>... -- <member>...
+//     a float32 reduction with its prologue (FusedReductionConsumer): each input is m<j> (member
+//     j computes it), c (read from memory, contiguous) or b (broadcast); members as for fused.
+//     Example: layer_norm 1 1 m0 c c -- add(x0,x1)
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
 #include <c10/core/ScalarType.h>
 
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -143,6 +148,26 @@ int main(int argc, char** argv) {
       std::cout << emit(mode, buildReductionKernel(s));
     } else if (form == "fused") {
       std::cout << emit(mode, buildFusedElementwiseKernel(fusedSignature(args, i - 1)));
+    } else if (form == "fused-reduction") {
+      auto consumer = std::make_shared<FusedReductionConsumer>();
+      ReductionSignature& r = consumer->reduction;
+      r.op = findReductionOp(op);
+      if (!r.op) throw std::invalid_argument("no reduction " + op);
+      r.kept_rank = std::stoi(args.at(i++));
+      r.reduced_rank = std::stoi(args.at(i++));
+      r.outputs.assign(r.op->num_outputs, c10::kFloat);
+      r.inner.assign(r.outputs.size(), InnerStride::kContiguous);
+      for (; args.at(i) != "--"; ++i) {
+        const std::string& input = args[i];
+        r.inputs.push_back(c10::kFloat);
+        consumer->input_members.push_back(input.at(0) == 'm' ? std::stoi(input.substr(1)) : -1);
+        r.inner.push_back(input == "b" ? InnerStride::kBroadcast : InnerStride::kContiguous);
+      }
+      std::vector<std::string> members = {"1"};
+      members.insert(members.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      FusedElementwiseSignature fused = fusedSignature(members, 0);
+      fused.consumer = consumer;
+      std::cout << emit(mode, buildFusedElementwiseKernel(fused));
     } else {
       throw std::invalid_argument("unknown form " + form);
     }

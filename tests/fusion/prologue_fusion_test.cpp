@@ -1,0 +1,173 @@
+// Prologue fusion on hand-written launches: the common dimensions of two iteration spaces
+// (fusion/common_dims.h), and the partitioner (fusion/window_partition.h) making a reduction the
+// consumer of the elementwise group before it, with the fused kernel's arguments gathered in its
+// ABI order (fusion/fused_kernel.h), or refusing when the reduction reads other elements.
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fusion/common_dims.h"
+#include "fusion/fused_kernel.h"
+#include "fusion/op_registry.h"
+#include "fusion/window_partition.h"
+
+namespace torchneuron::fusion {
+namespace {
+
+TEST(CommonDims, SplitEveryDimensionWhereAnySpaceHasABoundary) {
+  const std::vector<int64_t> rows{12, 2}, blocks{6, 4};
+  const c10::optional<DimList> dims = commonDims({rows, blocks});
+  ASSERT_TRUE(dims.has_value());
+  EXPECT_EQ(*dims, DimList({6, 2, 2}));
+  // A [6, 4] memref with strides (4, 1) over them; one broadcast along its rows, (0, 1).
+  EXPECT_EQ(stridesOver(blocks, std::vector<int64_t>{4, 1}, *dims), DimList({4, 2, 1}));
+  EXPECT_EQ(stridesOver(blocks, std::vector<int64_t>{0, 1}, *dims), DimList({0, 2, 1}));
+  // Size-1 dimensions have no boundary of their own.
+  const std::vector<int64_t> padded{1, 24, 1};
+  EXPECT_EQ(*commonDims({padded, blocks}), DimList({6, 4}));
+  EXPECT_EQ(stridesOver(padded, std::vector<int64_t>{99, 1, 7}, DimList({6, 4})), DimList({4, 1}));
+}
+
+TEST(CommonDims, SpacesWhoseBoundariesDoNotNestHaveNone) {
+  const std::vector<int64_t> a{6, 4}, b{4, 6}, empty{0, 3};
+  EXPECT_FALSE(commonDims({a, b}).has_value());
+  EXPECT_FALSE(commonDims({empty}).has_value());
+}
+
+// Slots of a memref over `data`.
+void memref(std::vector<int64_t>& slots, const float* data, std::vector<int64_t> sizes,
+            std::vector<int64_t> strides) {
+  const auto address = reinterpret_cast<int64_t>(data);
+  slots.insert(slots.end(), {address, address, 0});
+  slots.insert(slots.end(), sizes.begin(), sizes.end());
+  slots.insert(slots.end(), strides.begin(), strides.end());
+}
+
+ElementwiseSignature contiguousAdd() {
+  ElementwiseSignature s;
+  s.op = findElementwiseOp("add");
+  s.rank = 1;
+  s.inputs.assign(2, c10::kFloat);
+  s.inner.assign(3, InnerStride::kContiguous);
+  s.constants.assign(s.op->constants.size(), -1);
+  s.present.assign(s.op->optional_operands.size(), true);
+  return s;
+}
+
+ReductionSignature rowSum() {
+  ReductionSignature s;
+  s.op = findReductionOp("sum");
+  s.inputs = {c10::kFloat};
+  s.outputs = {c10::kFloat};
+  s.inner.assign(2, InnerStride::kContiguous);
+  return s;
+}
+
+// h = x + r over 6 x 8 elements (one dimension), then sums of 8-element rows of h from
+// `row_start` (0: all of h; 1: h shifted by a row).
+struct AddThenRowSum {
+  std::vector<float> x = std::vector<float>(56), r = std::vector<float>(56),
+                     h = std::vector<float>(56), sums = std::vector<float>(6);
+  ElementwiseSignature add = contiguousAdd();
+  ReductionSignature sum = rowSum();
+  std::vector<int64_t> add_slots, sum_slots;
+  const void* add_touched[3] = {h.data(), x.data(), r.data()};
+  const void* sum_touched[2] = {sums.data(), h.data()};
+  std::vector<PartitionLaunch> launches = std::vector<PartitionLaunch>(2);
+
+  explicit AddThenRowSum(int64_t row_start) {
+    memref(add_slots, h.data(), {48}, {1});
+    memref(add_slots, x.data(), {48}, {1});
+    memref(add_slots, r.data(), {48}, {1});
+    add_slots.push_back(1); // alpha
+    memref(sum_slots, sums.data(), {6}, {1});
+    memref(sum_slots, h.data() + 8 * row_start, {6, 8}, {8, 1});
+    sum_slots.push_back(8); // the reduced count
+    launches[0] = {&add, add_slots.data(), h.data(), false, add_touched};
+    launches[1] = {nullptr, sum_slots.data(), nullptr, true, sum_touched, &sum};
+  }
+};
+
+TEST(WindowPartition, AGroupFeedingAReductionBecomesItsPrologue) {
+  AddThenRowSum program(0);
+  const PartitionResult result = partitionWindow(program.launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  const FusedGroup& group = result.groups[0];
+  EXPECT_EQ(group.first, 0u);
+  EXPECT_EQ(group.count, 2u);
+  EXPECT_EQ(group.shape_launch, 1u);
+  EXPECT_EQ(group.range, 6);
+  ASSERT_TRUE(group.signature.consumer);
+  EXPECT_EQ(group.signature.consumer->input_members, (c10::SmallVector<int, 6>{0}));
+  EXPECT_EQ(group.signature.consumer->reduction.kept_rank, 1);
+  EXPECT_EQ(group.signature.consumer->reduction.reduced_rank, 1);
+  EXPECT_FALSE(group.signature.members[0].stored); // h is dead: never written
+  EXPECT_TRUE(result.dead_launches.empty());
+  // The sums' memref, x and r over [6, 8], add's alpha, the count.
+  c10::SmallVector<int64_t, 32> slots;
+  group.gatherSlots([&](size_t i) { return program.launches[i].slots; }, slots);
+  const auto x = reinterpret_cast<int64_t>(program.x.data());
+  const auto r = reinterpret_cast<int64_t>(program.r.data());
+  const auto sums = reinterpret_cast<int64_t>(program.sums.data());
+  const std::vector<int64_t> expected{sums, sums, 0, 6, 1, x, x, 0, 6, 8, 8, 1,
+                                      r,    r,    0, 6, 8, 8, 1, 1, 8};
+  EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
+  EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
+  EXPECT_NE(buildFusedElementwiseKernel(group.signature).find("memref.load %e1"),
+            std::string::npos);
+}
+
+TEST(WindowPartition, AReductionReadingOtherElementsOfTheGroupsOutputTakesNoPrologue) {
+  AddThenRowSum program(1); // rows 1..6 of h: not the elements the add computes in order
+  const PartitionResult result = partitionWindow(program.launches);
+  EXPECT_TRUE(result.groups.empty()); // the add runs alone, stored for the sum
+  EXPECT_TRUE(result.dead_launches.empty());
+}
+
+TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTheirCommonOnes) {
+  // h = x + bias over [6, 8] (the bias broadcast over rows), then y = relu(h) over [48].
+  std::vector<float> x(48), bias(8), h(48), y(48);
+  ElementwiseSignature add = contiguousAdd();
+  add.rank = 2;
+  ElementwiseSignature relu = add;
+  relu.op = findElementwiseOp("relu");
+  relu.rank = 1;
+  relu.inputs.assign(1, c10::kFloat);
+  relu.inner.assign(2, InnerStride::kContiguous);
+  relu.constants.assign(relu.op->constants.size(), -1);
+  relu.present.assign(relu.op->optional_operands.size(), true);
+  std::vector<int64_t> add_slots, relu_slots;
+  memref(add_slots, h.data(), {6, 8}, {8, 1});
+  memref(add_slots, x.data(), {6, 8}, {8, 1});
+  memref(add_slots, bias.data(), {6, 8}, {0, 1});
+  add_slots.push_back(1); // alpha
+  memref(relu_slots, y.data(), {48}, {1});
+  memref(relu_slots, h.data(), {48}, {1});
+  const void* add_touched[3] = {h.data(), x.data(), bias.data()};
+  const void* relu_touched[2] = {y.data(), h.data()};
+  std::vector<PartitionLaunch> launches(2);
+  launches[0] = {&add, add_slots.data(), h.data(), false, add_touched};
+  launches[1] = {&relu, relu_slots.data(), y.data(), true, relu_touched};
+  const PartitionResult result = partitionWindow(launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  const FusedGroup& group = result.groups[0];
+  EXPECT_EQ(group.count, 2u);
+  EXPECT_EQ(group.range, 6);
+  EXPECT_EQ(group.signature.rank, 2);
+  EXPECT_EQ(group.signature.members[1].signature.rank, 2);
+  EXPECT_EQ(group.signature.members[1].sources[0].kind, FusedSource::kMember);
+  EXPECT_FALSE(group.signature.members[0].stored);
+  // y, x and the bias over [6, 8], then the add's alpha.
+  c10::SmallVector<int64_t, 32> slots;
+  group.gatherSlots([&](size_t i) { return launches[i].slots; }, slots);
+  const auto yp = reinterpret_cast<int64_t>(y.data()), xp = reinterpret_cast<int64_t>(x.data()),
+             bp = reinterpret_cast<int64_t>(bias.data());
+  const std::vector<int64_t> expected{yp, yp, 0, 6, 8, 8, 1, xp, xp, 0, 6, 8, 8, 1,
+                                      bp, bp, 0, 6, 8, 0, 1, 1};
+  EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
+  EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
+}
+
+} // namespace
+} // namespace torchneuron::fusion
