@@ -213,18 +213,21 @@ def test_set_adaptive_fusion_rejects_non_booleans():
 # counters: run twice on one cache directory, the rerun compiles nothing.
 RERUN_PROGRAM = r"""
 import json, torch, torchneuron
+import torch.nn.functional as F
 dev = torchneuron.device()
 torch.manual_seed(0)
-x = torch.randn(4096)
+x, r, w, b = torch.randn(4096), torch.randn(64, 64), torch.randn(64), torch.randn(64)
 d, total = x.to(dev), torch.zeros(4096).to(dev)
+rd, wd, bd = r.to(dev), w.to(dev), b.to(dev)
 for _ in range(6):
+    y = F.layer_norm(d.view(64, 64) * 2 + rd, (64,), wd, bd)  # with its prologue
     total.add_(0.5 * d * (1 + torch.tanh(0.7978845608 * (d + 0.044715 * d * d * d))))
     total[0].item()
 m = torchneuron.metrics()
 a = m["adaptive"]
 print(json.dumps({"compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
                   "fused_kernel_runs": a["fused_kernel_runs"], "fused_compiles": a["fused_compiles"],
-                  "replays": a["replays"]}))
+                  "fused_reduction_runs": a["fused_reduction_runs"], "replays": a["replays"]}))
 """
 
 
@@ -249,11 +252,13 @@ def test_a_rerun_with_the_same_cache_compiles_nothing_and_runs_fused_from_its_fi
             assert done.returncode == 0, done.stderr[-2000:]
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         first, rerun = runs
-        assert first["fused_compiles"] == 1 and first["compiles"] > 1
+        # Two fused kernels: the layer norm with its prologue, the GELU chain.
+        assert first["fused_compiles"] == 2 and first["compiles"] > 2
         assert rerun["compiles"] == 0, rerun
         assert rerun["persistent_hits"] >= first["compiles"]
-        # Every replay ran fused: the fused kernel came from the store when the window turned hot.
-        assert rerun["fused_kernel_runs"] == rerun["replays"] >= 3
+        # Every replay ran fused: the fused kernels came from the store when the window turned hot.
+        assert rerun["fused_kernel_runs"] == 2 * rerun["replays"]
+        assert rerun["fused_reduction_runs"] == rerun["replays"] >= 3
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
