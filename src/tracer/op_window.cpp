@@ -73,6 +73,8 @@ void OpWindow::resetTrace() {
   pinned = false;
   signature = Hash128();
   records.clear();
+  kinds.clear();
+  cut_at = 0;
   first_op.clear();
   cursor = nullptr;
   deferred_ops = 0;

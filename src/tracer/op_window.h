@@ -61,7 +61,11 @@ public:
   bool pinned = false; // its site is pinned: nothing is hashed or counted
   Hash128 signature;   // chained over the op records
   std::vector<Hash64> records;
-  std::string first_op;             // for explain()
+  // Per record, the op's identity alone (its schema's address): what repeats with a loop's
+  // period, where records (which name their operands' sources) need not.
+  std::vector<const void*> kinds;
+  size_t cut_at = 0;    // the op count the op limit ends the window at, once it was reached
+  std::string first_op; // for explain()
   const TrieNode* cursor = nullptr; // position among hot windows; nullptr once diverged
   int64_t deferred_ops = 0;         // ops whose launches were recorded rather than run
   SourceTable sources;

@@ -239,6 +239,7 @@ bool advance(TracerState& tracer, const c10::OperatorHandle& op, Hash64 record) 
   const uint64_t chained[3] = {window.signature.low, window.signature.high, record};
   window.signature = hashBytes128(chained, sizeof chained);
   window.records.push_back(record);
+  window.kinds.push_back(&op.schema());
   if (window.cursor == nullptr) return false;
   const TrieNode* next = window.cursor->child(record);
   if (next == nullptr) {
@@ -345,14 +346,39 @@ TracedCallStart beginTracedCall() {
 constexpr int64_t kFusedBatchResults = 16;
 constexpr int64_t kFusedBatchBytes = int64_t{64} << 20;
 
-// A window that reached NEURON_ADAPTIVE_WINDOW ops or NEURON_ADAPTIVE_WINDOW_BYTES of pending
-// results ends after the op that reached it.
+// Where a window that reached the op limit at `limit` ops ends: after the next op that completes
+// a whole number of the loop iterations its last ops repeat, so that the windows of a long loop
+// all start at the same place in its body and share one signature (a 10-op loop cut every 512
+// ops would start windows at five places, each compiled and fused on its own). The period is
+// the shortest with which the last kPeriodEvidence ops (or the whole window, if shorter)
+// repeat, at most half of them; none found, or a window longer than that, ends at the limit.
+constexpr size_t kPeriodEvidence = 256;
+
+size_t phaseKeepingCut(const OpWindow& window, size_t limit) {
+  const std::vector<const void*>& kinds = window.kinds;
+  const size_t n = kinds.size();
+  const size_t evidence = std::min(n, kPeriodEvidence);
+  for (size_t period = 1; period <= evidence / 2; ++period) {
+    bool repeats = true;
+    for (size_t i = n - evidence + period; i < n && repeats; ++i)
+      repeats = kinds[i] == kinds[i - period];
+    if (repeats) return std::max(limit, (n + period - 1) / period * period);
+  }
+  return limit;
+}
+
+// A window that reached NEURON_ADAPTIVE_WINDOW ops (or the next whole loop iteration after
+// them, phaseKeepingCut) or NEURON_ADAPTIVE_WINDOW_BYTES of pending results ends after the op
+// that reached it.
 // A window recorded to run fused ignores NEURON_ADAPTIVE_WINDOW_BYTES (its intermediates get no
 // stores) but ends where its hot window ended by it, and runs its launches at the bound above.
 void endWindowAtLimits(TracerState& tracer) {
-  const OpWindow& window = tracer.window;
-  if (static_cast<int64_t>(window.records.size()) >= tracer.settings.window_ops)
-    return syncLocked(tracer, SyncCause::kOpLimit, nullptr);
+  OpWindow& window = tracer.window;
+  const size_t ops = window.records.size();
+  if (static_cast<int64_t>(ops) >= tracer.settings.window_ops) {
+    if (window.cut_at == 0) window.cut_at = phaseKeepingCut(window, ops);
+    if (ops >= window.cut_at) return syncLocked(tracer, SyncCause::kOpLimit, nullptr);
+  }
   if (!recordingFused(tracer)) {
     if (window.pending_bytes >= tracer.settings.window_bytes)
       syncLocked(tracer, SyncCause::kByteLimit, nullptr);

@@ -440,6 +440,31 @@ def test_signatures_are_the_same_in_two_processes_and_windows_cut_at_stable_plac
     assert first["pinned"] == 1
 
 
+LOOP_PROGRAM = """
+import json, torch, torchneuron
+x = torch.zeros(64).to(torchneuron.device())
+for _ in range(300):  # a 10-op body: its shortest period is 10 ops
+    x = torch.neg(torch.exp(torch.sigmoid(torch.tanh(x * 1.5 + 1) * 0.5 - 0.25) * 0.1) + 0.5)
+x.cpu()
+m = torchneuron.metrics()["adaptive"]
+hot = [s for s in torchneuron._C.adaptive_signatures(50) if s[2]]
+print(json.dumps({"hot": len(hot), "op_limit": m["syncs"]["op_limit"]}))
+"""
+
+
+def test_the_op_limit_keeps_a_loops_windows_at_one_place_in_its_body():
+    # NEURON_ADAPTIVE_WINDOW=24 does not divide the 10-op body: cut at 24 ops, the windows would
+    # start at five places in it (five signatures, each hot and fused alone); cut after the
+    # iteration that reaches 24 (30 ops), every window is the same three iterations.
+    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", NEURON_ADAPTIVE_WINDOW="24")
+    run = subprocess.run([sys.executable, "-c", LOOP_PROGRAM], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["op_limit"] == 100
+    assert result["hot"] == 1
+
+
 def test_a_bad_setting_fails_the_import_naming_it():
     run = subprocess.run([sys.executable, "-c", "import torchneuron"], capture_output=True,
                          text=True, timeout=60,

@@ -282,6 +282,23 @@ def test_layer_norm_forward_and_backward_compiled(affine):
         torch.testing.assert_close(dev_leaf.grad.cpu(), cpu_leaf.grad, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("width", [7, 100, 768, 20000])
+def test_layer_norm_of_rows_far_from_zero_is_as_accurate_as_atens(width):
+    """float32 layer norm sums in float32 (as ATen's does) and corrects mean and variance by the
+    second pass's deviation sum: on rows with mean 1000 and deviation 1, where a plain float32
+    mean loses digits, its error against float64 stays within twice ATen's own."""
+    torch.manual_seed(width)
+    x = torch.randn(16, width) + 1000
+    w, b = torch.randn(width), torch.randn(width)
+    exact = torch.nn.functional.layer_norm(x.double(), (width,), w.double(), b.double(), 1e-5)
+    aten = torch.nn.functional.layer_norm(x, (width,), w, b, 1e-5)
+    dev = torchneuron.device()
+    got = torch.nn.functional.layer_norm(x.to(dev), (width,), w.to(dev), b.to(dev), 1e-5).cpu()
+    aten_error = (aten.double() - exact).abs().max().item()
+    device_error = (got.double() - exact).abs().max().item()
+    assert device_error <= 2 * aten_error + 1e-6, (device_error, aten_error)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16] + INTS + [torch.bool])
 def test_reductions_across_contiguous_columns(dtype):
     """Column order (sum over the rows of [N, C]): tiles of 64 columns, partial last tiles,

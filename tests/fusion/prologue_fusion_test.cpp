@@ -110,8 +110,8 @@ TEST(WindowPartition, AGroupFeedingAReductionBecomesItsPrologue) {
   const auto x = reinterpret_cast<int64_t>(program.x.data());
   const auto r = reinterpret_cast<int64_t>(program.r.data());
   const auto sums = reinterpret_cast<int64_t>(program.sums.data());
-  const std::vector<int64_t> expected{sums, sums, 0, 6, 1, x, x, 0, 6, 8, 8, 1,
-                                      r,    r,    0, 6, 8, 8, 1, 1, 8};
+  const std::vector<int64_t> expected{sums, sums, 0, 6, 1, x, x, 0, 6, 8, 8,
+                                      1,    r,    r, 0, 6, 8, 8, 1, 1, 8};
   EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
   EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
   EXPECT_NE(buildFusedElementwiseKernel(group.signature).find("memref.load %e1"),
@@ -163,8 +163,8 @@ TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTh
   group.gatherSlots([&](size_t i) { return launches[i].slots; }, slots);
   const auto yp = reinterpret_cast<int64_t>(y.data()), xp = reinterpret_cast<int64_t>(x.data()),
              bp = reinterpret_cast<int64_t>(bias.data());
-  const std::vector<int64_t> expected{yp, yp, 0, 6, 8, 8, 1, xp, xp, 0, 6, 8, 8, 1,
-                                      bp, bp, 0, 6, 8, 0, 1, 1};
+  const std::vector<int64_t> expected{yp, yp, 0, 6,  8,  8, 1, xp, xp, 0, 6,
+                                      8,  8,  1, bp, bp, 0, 6, 8,  0,  1, 1};
   EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
   EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
 }
