@@ -4,6 +4,7 @@
 
 #include "fusion/compiler.h"
 #include "fusion/element_type.h"
+#include "fusion/fused_member_lowering.h"
 #include "fusion/kernel_text.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
@@ -66,6 +67,29 @@ void check(const FusedElementwiseSignature& s) {
 }
 
 } // namespace
+
+Value lowerFusedMember(ScalarEmitter& emit, const FusedMember& member,
+                       const std::vector<Value>& params, const std::vector<Value>& stored,
+                       const std::vector<Value>& externals) {
+  const ElementwiseSignature& sig = member.signature;
+  const std::vector<const OperandSpec*> specs = presentOperands(sig);
+  LoweringContext context{emit,
+                          computeType(sig.compute),
+                          {},
+                          params,
+                          std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
+                          std::vector<bool>(sig.present.begin(), sig.present.end())};
+  for (size_t i = 0; i < member.sources.size(); ++i) {
+    const FusedSource& source = member.sources[i];
+    const Value& loaded =
+        source.kind == FusedSource::kMember ? stored[source.index] : externals[source.index];
+    const c10::ScalarType common = specs[i]->promotes ? sig.compute : sig.inputs[i];
+    // As the eager kernel: cast to the common dtype first, then widen to the compute type.
+    context.operands.push_back(
+        emit.convert(emit.convert(loaded, storageType(common)), computeType(common)));
+  }
+  return emit.convert(sig.op->lower(context), storageType(sig.output));
+}
 
 Hash64 FusedElementwiseSignature::key() const {
   Hasher h;
@@ -202,30 +226,10 @@ std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& s) {
       external_value[e] = {"%out" + std::to_string(output_arg[s.externals[e].read_through_member]),
                            storageType(s.externals[e].dtype)};
 
-  // Each member's value, as stored in memory: a later member reads exactly what the eager op
-  // would have read back (a bfloat16 result rounded, a bool as 0 or 1).
-  std::vector<Value> stored(s.members.size());
-  for (size_t m = 0; m < s.members.size(); ++m) {
-    const FusedMember& member = s.members[m];
-    const ElementwiseSignature& sig = member.signature;
-    const std::vector<const OperandSpec*> specs = presentOperands(sig);
-    LoweringContext context{body,
-                            computeType(sig.compute),
-                            {},
-                            params[m],
-                            std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
-                            std::vector<bool>(sig.present.begin(), sig.present.end())};
-    for (size_t i = 0; i < member.sources.size(); ++i) {
-      const FusedSource& source = member.sources[i];
-      const Value& loaded =
-          source.kind == FusedSource::kMember ? stored[source.index] : external_value[source.index];
-      const c10::ScalarType common = specs[i]->promotes ? sig.compute : sig.inputs[i];
-      // As the eager kernel: cast to the common dtype first, then widen to the compute type.
-      context.operands.push_back(
-          body.convert(body.convert(loaded, storageType(common)), computeType(common)));
-    }
-    stored[m] = body.convert(sig.op->lower(context), storageType(sig.output));
-  }
+  // Each member's value, as stored in memory.
+  std::vector<Value> stored;
+  for (size_t m = 0; m < s.members.size(); ++m)
+    stored.push_back(lowerFusedMember(body, s.members[m], params[m], stored, external_value));
   std::string yields, yield_types;
   for (size_t m = 0; m < s.members.size(); ++m) {
     if (output_arg[m] < 0) continue;

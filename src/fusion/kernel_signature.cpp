@@ -101,26 +101,25 @@ std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); 
 
 namespace {
 std::mutex intern_mutex;
+
+// One table per signature type. Never destroyed: launches may be recorded during static
+// destruction. Bounded by the number of kernels the process plans (one entry per kernel key).
+template <typename Signature> const Signature* intern(const Signature& signature, Hash64 key) {
+  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<Signature>>();
+  holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
+  std::lock_guard<std::mutex> lock(intern_mutex);
+  std::unique_ptr<Signature>& slot = (*interned)[key];
+  if (!slot) slot = std::make_unique<Signature>(signature);
+  return slot.get();
+}
 } // namespace
 
 const ElementwiseSignature* internSignature(const ElementwiseSignature& signature, Hash64 key) {
-  // Never destroyed: launches may be recorded during static destruction. Bounded by the number
-  // of kernels the process plans (one entry per kernel key).
-  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<ElementwiseSignature>>();
-  holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
-  std::lock_guard<std::mutex> lock(intern_mutex);
-  std::unique_ptr<ElementwiseSignature>& slot = (*interned)[key];
-  if (!slot) slot = std::make_unique<ElementwiseSignature>(signature);
-  return slot.get();
+  return intern(signature, key);
 }
 
 const ReductionSignature* internSignature(const ReductionSignature& signature, Hash64 key) {
-  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<ReductionSignature>>();
-  holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
-  std::lock_guard<std::mutex> lock(intern_mutex);
-  std::unique_ptr<ReductionSignature>& slot = (*interned)[key];
-  if (!slot) slot = std::make_unique<ReductionSignature>(signature);
-  return slot.get();
+  return intern(signature, key);
 }
 
 } // namespace torchneuron::fusion

@@ -10,8 +10,8 @@
 
 #include "fusion/compiler.h"
 #include "fusion/fused_kernel.h"
+#include "fusion/fused_member_lowering.h"
 #include "fusion/kernel_builder.h"
-#include "fusion/kernel_text.h"
 #include "fusion/memref_type.h"
 #include "fusion/op_registry.h"
 #include "fusion/scalar_emitter.h"
@@ -423,26 +423,10 @@ private:
               "] : " + external_types_[e]);
       externals.push_back(Value{name, storageType(prologue_->externals[e].dtype)});
     }
-    std::vector<Value> stored(prologue_->members.size());
+    std::vector<Value> stored;
     for (size_t m = 0; m < prologue_->members.size(); ++m) {
       const FusedMember& member = prologue_->members[m];
-      const ElementwiseSignature& sig = member.signature;
-      const std::vector<const OperandSpec*> specs = presentOperands(sig);
-      LoweringContext context{e_,
-                              computeType(sig.compute),
-                              {},
-                              member_params_[m],
-                              std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
-                              std::vector<bool>(sig.present.begin(), sig.present.end())};
-      for (size_t i = 0; i < member.sources.size(); ++i) {
-        const FusedSource& source = member.sources[i];
-        const Value& loaded =
-            source.kind == FusedSource::kMember ? stored[source.index] : externals[source.index];
-        const c10::ScalarType common = specs[i]->promotes ? sig.compute : sig.inputs[i];
-        context.operands.push_back(
-            e_.convert(e_.convert(loaded, storageType(common)), computeType(common)));
-      }
-      stored[m] = e_.convert(sig.op->lower(context), storageType(sig.output));
+      stored.push_back(lowerFusedMember(e_, member, member_params_[m], stored, externals));
       if (store_members && member.stored)
         e_.line("memref.store " + stored[m].name + ", %m" + std::to_string(m) + "[" +
                 join(indices) + "] : " + member_types_[m]);

@@ -10,21 +10,10 @@
 #include "fusion/fused_kernel.h"
 #include "fusion/op_registry.h"
 #include "fusion/window_partition.h"
+#include "signatures.h"
 
 namespace torchneuron::fusion {
 namespace {
-
-// A float32 rank-1 op over contiguous operands.
-ElementwiseSignature contiguous(const char* op, size_t inputs) {
-  ElementwiseSignature s;
-  s.op = findElementwiseOp(op);
-  s.rank = 1;
-  s.inputs.assign(inputs, c10::kFloat);
-  s.inner.assign(inputs + 1, InnerStride::kContiguous);
-  s.constants.assign(s.op->constants.size(), -1);
-  s.present.assign(s.op->optional_operands.size(), true);
-  return s;
-}
 
 // exp(x) then tanh of it, the tanh stored.
 FusedElementwiseSignature expThenTanh() {

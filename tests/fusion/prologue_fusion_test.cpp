@@ -11,6 +11,7 @@
 #include "fusion/fused_kernel.h"
 #include "fusion/op_registry.h"
 #include "fusion/window_partition.h"
+#include "signatures.h"
 
 namespace torchneuron::fusion {
 namespace {
@@ -44,17 +45,6 @@ void memref(std::vector<int64_t>& slots, const float* data, std::vector<int64_t>
   slots.insert(slots.end(), strides.begin(), strides.end());
 }
 
-ElementwiseSignature contiguousAdd() {
-  ElementwiseSignature s;
-  s.op = findElementwiseOp("add");
-  s.rank = 1;
-  s.inputs.assign(2, c10::kFloat);
-  s.inner.assign(3, InnerStride::kContiguous);
-  s.constants.assign(s.op->constants.size(), -1);
-  s.present.assign(s.op->optional_operands.size(), true);
-  return s;
-}
-
 ReductionSignature rowSum() {
   ReductionSignature s;
   s.op = findReductionOp("sum");
@@ -69,7 +59,7 @@ ReductionSignature rowSum() {
 struct AddThenRowSum {
   std::vector<float> x = std::vector<float>(56), r = std::vector<float>(56),
                      h = std::vector<float>(56), sums = std::vector<float>(6);
-  ElementwiseSignature add = contiguousAdd();
+  ElementwiseSignature add = contiguous("add", 2);
   ReductionSignature sum = rowSum();
   std::vector<int64_t> add_slots, sum_slots;
   const void* add_touched[3] = {h.data(), x.data(), r.data()};
@@ -128,15 +118,7 @@ TEST(WindowPartition, AReductionReadingOtherElementsOfTheGroupsOutputTakesNoProl
 TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTheirCommonOnes) {
   // h = x + bias over [6, 8] (the bias broadcast over rows), then y = relu(h) over [48].
   std::vector<float> x(48), bias(8), h(48), y(48);
-  ElementwiseSignature add = contiguousAdd();
-  add.rank = 2;
-  ElementwiseSignature relu = add;
-  relu.op = findElementwiseOp("relu");
-  relu.rank = 1;
-  relu.inputs.assign(1, c10::kFloat);
-  relu.inner.assign(2, InnerStride::kContiguous);
-  relu.constants.assign(relu.op->constants.size(), -1);
-  relu.present.assign(relu.op->optional_operands.size(), true);
+  const ElementwiseSignature add = contiguous("add", 2, 2), relu = contiguous("relu", 1);
   std::vector<int64_t> add_slots, relu_slots;
   memref(add_slots, h.data(), {6, 8}, {8, 1});
   memref(add_slots, x.data(), {6, 8}, {8, 1});
