@@ -32,12 +32,6 @@ MergedDims mergeGroup(const DimVector& sizes, const c10::SmallVector<DimVector, 
   return group;
 }
 
-InnerStride strideClass(int64_t stride, bool may_broadcast) {
-  return stride == 1                    ? InnerStride::kContiguous
-         : stride == 0 && may_broadcast ? InnerStride::kBroadcast
-                                        : InnerStride::kStrided;
-}
-
 } // namespace
 
 c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
@@ -81,13 +75,10 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
         reduced_shape.push_back(1);
     }
   }
-  auto elementOutput = [&](size_t k) {
-    return call.op->row_output && static_cast<int>(k) >= call.op->row_stats;
-  };
   LaunchPlan plan;
   const size_t num_outputs = call.outputs.empty() ? call.output_dtypes.size() : call.outputs.size();
   for (size_t k = 0; k < num_outputs; ++k) {
-    const DimVector& out_shape = elementOutput(k) ? row_shape : reduced_shape;
+    const DimVector& out_shape = call.op->elementOutput(k) ? row_shape : reduced_shape;
     PlannedOutput& output = plan.outputs.emplace_back();
     output.device = self.device();
     output.sizes = out_shape;
@@ -118,7 +109,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
       int64_t stride = 0;
       if (!is_output) {
         stride = strideOf(call.inputs[i - num_outputs], d);
-      } else if (elementOutput(i)) {
+      } else if (call.op->elementOutput(i)) {
         stride = self.dim() == 0 ? 0 : plan.outputs[i].strides[d];
       } else if (!reduced[d] && self.dim() > 0) {
         stride = plan.outputs[i].strides[call.keepdim ? d : out_d];
@@ -156,11 +147,11 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   }
   for (size_t i = 0; i < num_operands; ++i) {
     const bool is_input = i >= first_input;
-    const bool reduce_output = !is_input && !elementOutput(i);
+    const bool reduce_output = !is_input && !call.op->elementOutput(i);
     const int64_t innermost = reduce_output || (is_input && signature.column_order)
                                   ? kept.strides[i].back()
                                   : red.strides[i].back();
-    signature.inner.push_back(strideClass(innermost, is_input));
+    signature.inner.push_back(fusion::innerStrideClass(innermost, is_input));
   }
   launch.key = signature.key();
 
@@ -170,7 +161,7 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
     operand.role = is_output ? OperandRole::kOutput : OperandRole::kInput;
     operand.index = static_cast<int>(is_output ? i : i - num_outputs);
     // An output of a reduction has the kept dimensions only.
-    const bool reduce_output = is_output && !elementOutput(i);
+    const bool reduce_output = is_output && !call.op->elementOutput(i);
     operand.sizes = kept.sizes;
     operand.strides = kept.strides[i];
     if (!reduce_output) {

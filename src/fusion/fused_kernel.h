@@ -50,9 +50,10 @@ struct FusedExternal {
 // A reduction or row-wise op the members feed (prologue fusion): the fused kernel is that op's
 // kernel, computing each input a member produces from the member chain at the element it
 // loads, instead of reading it from memory. The members' externals are then memrefs of the
-// reduction's rank (kept + reduced dimensions), contiguous or broadcast (every stride 0) along
-// them, and their stored outputs memrefs of that rank too, written in the first pass over the
-// row (or its write pass, for an op without passes).
+// reduction's rank (its kept + reduced dimensions, fusion/common_dims.h), classed by their
+// innermost stride there like the reduction's inputs, and the stored members' outputs memrefs of
+// that rank too (classed by the member's `inner[0]`), written in the first pass over the row
+// (or its write pass, for an op without passes).
 struct FusedReductionConsumer {
   ReductionSignature reduction; // not in column order
   // Per reduction input: the member whose value it is, or -1 (read from its own memref).

@@ -89,8 +89,7 @@ std::string ReductionSignature::describe() const {
 }
 
 int ReductionSignature::outputRank(size_t o) const {
-  const bool element = op->row_output && static_cast<int>(o) >= op->row_stats;
-  return element ? kept_rank + reduced_rank : kept_rank;
+  return op->elementOutput(o) ? kept_rank + reduced_rank : kept_rank;
 }
 
 bool columnOrderSupported(const ReductionOp& op) {

@@ -20,6 +20,14 @@ struct ElementwiseOp;
 // vectorize, zero strides hoist the load).
 enum class InnerStride : uint8_t { kContiguous, kBroadcast, kStrided };
 
+// The class of an operand's innermost stride: 1 contiguous, 0 broadcast where the operand may be
+// (an input; a written output never is), anything else strided.
+inline InnerStride innerStrideClass(int64_t stride, bool may_broadcast) {
+  return stride == 1                    ? InnerStride::kContiguous
+         : stride == 0 && may_broadcast ? InnerStride::kBroadcast
+                                        : InnerStride::kStrided;
+}
+
 // Built on every dispatch, so its lists live inline (no allocation for common ops).
 struct ElementwiseSignature {
   const ElementwiseOp* op = nullptr;

@@ -173,6 +173,9 @@ struct ReductionOp {
   int row_stats = 0;
   std::function<std::vector<Value>(ReduceContext&)> finish_row;
 
+  // Whether output `o` has an element per input element (a row-wise op's, but its row_stats).
+  bool elementOutput(size_t o) const { return row_output && static_cast<int>(o) >= row_stats; }
+
   // Row-wise ops whose write pass would recompute a pass's per-element value (softmax's
   // exp(x - max)): during pass `store_pass` that value (`row_value`) is stored into output 0 and
   // `combine_stored` gets it in place of the inputs; the write pass then reads output 0 back and

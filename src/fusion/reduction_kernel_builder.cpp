@@ -371,7 +371,7 @@ private:
     for (size_t m = 0; m < members.size(); ++m)
       if (members[m].stored)
         member_types_[m] = stridedMemrefType(k_ + m_, storageType(members[m].signature.output).mlir,
-                                             InnerStride::kContiguous);
+                                             members[m].signature.inner[0]);
     for (const FusedExternal& external : prologue_->externals)
       external_types_.push_back(stridedMemrefType(k_ + m_, storageType(external.dtype).mlir,
                                                   external.inner, classifiedDim()));

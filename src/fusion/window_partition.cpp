@@ -54,13 +54,6 @@ struct Memref {
   }
 };
 
-// A kernel's class of an innermost stride (as the eager planners classify them).
-InnerStride strideClass(int64_t stride, bool may_broadcast) {
-  return stride == 1                    ? InnerStride::kContiguous
-         : stride == 0 && may_broadcast ? InnerStride::kBroadcast
-                                        : InnerStride::kStrided;
-}
-
 Memref memrefAt(const int64_t* descriptor, uint32_t launch, int rank, c10::ScalarType dtype) {
   Memref m;
   m.descriptor = descriptor;
@@ -295,16 +288,16 @@ public:
     refined.reduced_rank = static_cast<int>(common.size()) - geometry.kept_rank;
     refined.inner.clear();
     for (size_t o = 0; o < parsed.outputs.size(); ++o)
-      refined.inner.push_back(strideClass(geometry.memrefs[o].strides.back(), false));
+      refined.inner.push_back(innerStrideClass(geometry.memrefs[o].strides.back(), false));
     for (size_t i = 0, direct = parsed.outputs.size(); i < parsed.inputs.size(); ++i) {
       const bool computed = consumer->input_members[i] >= 0;
       // A computed input has no memref: its class is never read, contiguous by convention.
-      refined.inner.push_back(computed
-                                  ? InnerStride::kContiguous
-                                  : strideClass(geometry.memrefs[direct++].strides.back(), true));
+      refined.inner.push_back(
+          computed ? InnerStride::kContiguous
+                   : innerStrideClass(geometry.memrefs[direct++].strides.back(), true));
     }
     for (size_t e = 0; e < externals_.size(); ++e)
-      external_inner_[e] = strideClass(geometry.externals[e].strides.back(), true);
+      external_inner_[e] = innerStrideClass(geometry.externals[e].strides.back(), true);
     consumer_ = std::move(consumer);
     consumer_geometry_ = std::move(geometry);
     consumer_params_ = {static_cast<uint32_t>(index), parsed.params_begin,
@@ -336,6 +329,11 @@ public:
     if (consumer_) {
       FusedElementwiseSignature& signature = group.signature;
       signature.members = members_;
+      // A stored member's output over the common dimensions: its innermost stride there (an
+      // out= slice with a step is not contiguous) decides its memref type.
+      for (size_t m = 0; m < members_.size(); ++m)
+        signature.members[m].signature.inner[0] =
+            innerStrideClass(consumer_geometry_.members[m].back(), false);
       for (size_t e = 0; e < externals_.size(); ++e)
         signature.externals.push_back({externals_[e].dtype, external_inner_[e], -1});
       signature.consumer = std::move(consumer_);
@@ -394,16 +392,17 @@ private:
       ElementwiseSignature& sig = signature.members[m].signature;
       const ParsedLaunch& parsed = parsed_[m];
       sig.rank = rank;
-      sig.inner[0] = strideClass(parsed.output.stridesOver(space_).back(), false);
+      sig.inner[0] = innerStrideClass(parsed.output.stridesOver(space_).back(), false);
       for (size_t i = 0; i < parsed.inputs.size(); ++i)
-        sig.inner[i + 1] = static_cast<int>(i) == sig.aliased_input
-                               ? sig.inner[0]
-                               : strideClass(parsed.inputs[i].stridesOver(space_).back(), true);
+        sig.inner[i + 1] =
+            static_cast<int>(i) == sig.aliased_input
+                ? sig.inner[0]
+                : innerStrideClass(parsed.inputs[i].stridesOver(space_).back(), true);
     }
     for (const Memref& external : externals_) {
       FusedExternal fused;
       fused.dtype = external.dtype;
-      fused.inner = strideClass(external.stridesOver(space_).back(), true);
+      fused.inner = innerStrideClass(external.stridesOver(space_).back(), true);
       for (size_t m = 0; m < members_.size(); ++m)
         if (signature.members[m].stored && same(parsed_[m].output, external))
           fused.read_through_member = static_cast<int>(m);

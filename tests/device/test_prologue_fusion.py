@@ -71,6 +71,15 @@ def test_an_intermediate_the_program_keeps_is_written_by_the_fused_kernel(dev):
     check_fused(program, inputs, dev, prologues=1, saved_per_run=1)
 
 
+def test_a_kept_intermediate_written_with_a_step_is_stored_at_its_strides(dev):
+    def program(x, r, buf):
+        h = torch.add(x, r, out=buf[:, ::2])  # the kept sum lands in every second column
+        return buf, h.sum(-1)
+
+    check_fused(program, [torch.randn(6, 40), torch.randn(6, 40), torch.zeros(6, 80)], dev,
+                prologues=1, saved_per_run=1)
+
+
 def test_a_scaled_and_masked_softmax_fuses_its_mask_add(dev):
     def program(x, mask):
         return torch.softmax(x * 0.125 + mask, dim=-1)
