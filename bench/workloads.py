@@ -167,6 +167,7 @@ class AdamWStep(Workload):
     """torch.optim.AdamW (foreach off) over a 12-layer, 768-wide GPT's parameters."""
     name = "adamw-gpt12"
     tolerance = 1e-5
+    foreach = False
 
     def __init__(self):
         numel = sum(torch.Size(s).numel() for s in gpt_parameter_shapes())
@@ -177,7 +178,8 @@ class AdamWStep(Workload):
         params = [torch.randn(s).mul_(0.02).to(device).requires_grad_() for s in gpt_parameter_shapes()]
         for p in params:
             p.grad = torch.randn(p.shape).mul_(0.01).to(device)
-        return {"params": params, "opt": torch.optim.AdamW(params, lr=1e-3, foreach=False)}
+        return {"params": params,
+                "opt": torch.optim.AdamW(params, lr=1e-3, foreach=self.foreach)}
 
     def step(self, s):
         # Consumed at no extra cost: each step updates the parameters and moments in place and
@@ -187,6 +189,12 @@ class AdamWStep(Workload):
 
     def observe(self, s):
         return s["params"][-1]
+
+
+class AdamWForeachStep(AdamWStep):
+    """The same AdamW step with foreach=True: the _foreach_* ops over the parameter lists."""
+    name = "adamw-gpt12-foreach"
+    foreach = True
 
 
 def training_step(s, model):
@@ -257,6 +265,199 @@ class TransformerTrainStep(Workload):
 
     def step(self, s):
         return training_step(s, "block")
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+def seeded_step(s):
+    """Seeds the step's random ops (dropout) from its index, so the checked first step draws the
+    same numbers on the CPU and on the device (the device's random ops use the CPU generator)
+    whatever ran before it; a seed costs microseconds against these steps."""
+    torch.manual_seed(1000 + s["steps"])
+    s["steps"] += 1
+
+
+def classification_step(s, loss_fn=F.cross_entropy):
+    """Forward, loss against the labels, backward, optimizer step; the loss is added into a
+    running sum (one scalar add), and the updated parameters feed the next step."""
+    seeded_step(s)
+    loss = loss_fn(s["model"](s["x"]), s["labels"])
+    loss.backward()
+    s["opt"].step()
+    s["opt"].zero_grad()
+    s["loss_sum"].add_(loss.detach())
+    return loss.detach()
+
+
+def classification_state(model, x, labels, opt, device):
+    return {"model": model, "x": x.to(device), "labels": labels.to(device), "opt": opt,
+            "loss_sum": torch.zeros(()).to(device), "steps": 0}
+
+
+class ResNet18Train(Workload):
+    """torchvision's resnet18 (1000 classes) training: batch 16 of 112 x 112 images, batch norm
+    in training mode, cross-entropy, SGD with momentum and weight decay."""
+    name = "resnet18-train"
+    tolerance = 1e-3
+
+    def build(self, device):
+        import torchvision
+        seeded()
+        model = torchvision.models.resnet18(weights=None).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+        return classification_state(model, torch.randn(16, 3, 112, 112),
+                                    torch.randint(0, 1000, (16,)), opt, device)
+
+    def step(self, s):
+        return classification_step(s)
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+class MobileNetV2Train(Workload):
+    """torchvision's mobilenet_v2 (1000 classes) training: batch 16 of 112 x 112 images
+    (depthwise convolutions, batch norm, ReLU6, dropout), cross-entropy, SGD with momentum."""
+    name = "mobilenet-v2-train"
+    tolerance = 1e-3
+
+    def build(self, device):
+        import torchvision
+        seeded()
+        model = torchvision.models.mobilenet_v2(weights=None).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return classification_state(model, torch.randn(16, 3, 112, 112),
+                                    torch.randint(0, 1000, (16,)), opt, device)
+
+    def step(self, s):
+        return classification_step(s)
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+class MnistNet(nn.Module):
+    """The classic MNIST network of pytorch/examples: two convolutions, max-pool, dropout, two
+    linear layers, log-softmax."""
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3, 1), nn.Conv2d(32, 64, 3, 1)
+        self.dropout1, self.dropout2 = nn.Dropout(0.25), nn.Dropout(0.5)
+        self.fc1, self.fc2 = nn.Linear(9216, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        x = F.relu(self.fc1(torch.flatten(self.dropout1(x), 1)))
+        return F.log_softmax(self.fc2(self.dropout2(x)), dim=1)
+
+
+class CnnMnistTrain(Workload):
+    """MnistNet training on a batch of 64 28 x 28 images: nll_loss, Adadelta (lr 1.0)."""
+    name = "cnn-mnist-train"
+    tolerance = 1e-3
+
+    def build(self, device):
+        seeded()
+        model = MnistNet().to(device)
+        return classification_state(model, torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,)),
+                                    torch.optim.Adadelta(model.parameters(), lr=1.0), device)
+
+    def step(self, s):
+        return classification_step(s, F.nll_loss)
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+class LstmLanguageModel(nn.Module):
+    def __init__(self, vocab, width, layers):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.lstm = nn.LSTM(width, width, layers)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens, state):
+        out, state = self.lstm(self.embed(tokens), state)
+        return self.head(out), state
+
+
+class LstmLmTrain(Workload):
+    """A 2-layer LSTM language model (pytorch/examples' word_language_model, without dropout):
+    vocabulary 2,000, width 256, 35 steps of a batch of 16, cross-entropy, gradient clipping at
+    0.25, SGD. The final state, detached, is the next step's initial state (truncated
+    backpropagation through time): the steps feed forward, and the loss is summed as well."""
+    name = "lstm-lm-train"
+    tolerance = 1e-3
+    vocab = 2000
+
+    def build(self, device):
+        seeded()
+        model = LstmLanguageModel(self.vocab, 256, 2).to(device)
+        state = (torch.zeros(2, 16, 256).to(device), torch.zeros(2, 16, 256).to(device))
+        tokens = torch.randint(0, self.vocab, (36, 16))
+        return {"model": model, "tokens": tokens[:-1].to(device), "targets": tokens[1:].to(device),
+                "state": state, "opt": torch.optim.SGD(model.parameters(), lr=1.0),
+                "loss_sum": torch.zeros(()).to(device)}
+
+    def step(self, s):
+        logits, state = s["model"](s["tokens"], s["state"])
+        s["state"] = tuple(h.detach() for h in state)
+        loss = F.cross_entropy(logits.view(-1, self.vocab), s["targets"].reshape(-1))
+        loss.backward()
+        nn.utils.clip_grad_norm_(s["model"].parameters(), 0.25)
+        s["opt"].step()
+        s["opt"].zero_grad()
+        s["loss_sum"].add_(loss.detach())
+        return loss.detach()
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+class GptMini(nn.Module):
+    """Six of the Block above with a token embedding, learned positions, a final layer norm and a
+    language-model head."""
+    def __init__(self, vocab=2048, width=256, layers=6, context=128):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Parameter(torch.randn(context, width) * 0.02)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, tokens, mask):
+        x = self.tokens(tokens) + self.positions[:tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln(x))
+
+
+class GptMiniTrain(Workload):
+    """GptMini training (vocabulary 2,048, width 256, 6 layers, batch 4 of 128 tokens):
+    next-token cross-entropy, AdamW (foreach off, 1.13's default)."""
+    name = "gpt-mini-train"
+    tolerance = 1e-3
+    vocab = 2048
+
+    def build(self, device):
+        seeded()
+        model = GptMini(self.vocab).to(device)
+        tokens = torch.randint(0, self.vocab, (4, 129))
+        mask = torch.full((128, 128), float("-inf")).triu(1)
+        return {"model": model, "tokens": tokens[:, :-1].to(device),
+                "targets": tokens[:, 1:].to(device), "mask": mask.to(device),
+                "opt": torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False),
+                "loss_sum": torch.zeros(()).to(device)}
+
+    def step(self, s):
+        logits = s["model"](s["tokens"], s["mask"])
+        loss = F.cross_entropy(logits.reshape(-1, self.vocab), s["targets"].reshape(-1))
+        loss.backward()
+        s["opt"].step()
+        s["opt"].zero_grad()
+        s["loss_sum"].add_(loss.detach())
+        return loss.detach()
 
     def observe(self, s):
         return s["loss_sum"]
@@ -350,8 +551,9 @@ def all_workloads(quick=False):
                 VariableLengthLoop()]
     return [TinyAdd(), BinaryAdd(), TanhGelu(1 << 10, "1K"), TanhGelu(1 << 16, "64K"),
             TanhGelu(1 << 20, "1M"), TanhGelu(1 << 24, "16M"), LayerNormResidual(), Softmax(),
-            AdamWStep(), MlpTrainStep(), TransformerTrainStep(), ResNet18Inference(),
-            GeluMlpInference(), VariableLengthLoop()]
+            AdamWStep(), AdamWForeachStep(), MlpTrainStep(), TransformerTrainStep(),
+            ResNet18Inference(), GeluMlpInference(), VariableLengthLoop(), ResNet18Train(),
+            MobileNetV2Train(), CnnMnistTrain(), LstmLmTrain(), GptMiniTrain()]
 
 
 def by_name(name):

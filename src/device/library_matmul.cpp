@@ -35,6 +35,20 @@ bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t ran
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;
 }
 
+// Whether ATen's kernel accepts the shapes: the inner sizes agree, batches agree, and `self`
+// (addmm, baddbmm) expands to the result. A hot window records the step and runs it later, so a
+// shape ATen would refuse must be refused now, at the op's call, by the generic path (ATen's own
+// error), not when the window runs.
+bool productShapesAgree(const at::Tensor& a, const at::Tensor& b) {
+  const int64_t rank = a.dim();
+  if (a.size(rank - 1) != b.size(rank - 2)) return false;
+  return rank == 2 || a.size(0) == b.size(0);
+}
+
+bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
+  return at::is_expandable_to(self.sizes(), result);
+}
+
 // Allocates the result on the device and has `fill(out, operands...)` write it through host
 // views (ATen's out= kernel), counting one library launch on `launches`. In a hot window of the
 // adaptive tracer the fill is recorded as a step of the window instead, to run when it runs, on
@@ -60,7 +74,7 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
 }
 
 at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
-  if (!plainOperands({&self, &mat2}, 2)) return at::Tensor();
+  if (!plainOperands({&self, &mat2}, 2) || !productShapesAgree(self, mat2)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
@@ -70,7 +84,9 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
 
 at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                            const c10::Scalar& beta, const c10::Scalar& alpha) {
-  if (!plainOperands({&self, &mat1, &mat2}, 2)) return at::Tensor();
+  if (!plainOperands({&self, &mat1, &mat2}, 2) || !productShapesAgree(mat1, mat2) ||
+      !expandsTo(self, {mat1.size(0), mat2.size(1)}))
+    return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::addmm");
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
@@ -81,7 +97,7 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
 }
 
 at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
-  if (!plainOperands({&self, &mat2}, 3)) return at::Tensor();
+  if (!plainOperands({&self, &mat2}, 3) || !productShapesAgree(self, mat2)) return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::bmm");
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
@@ -92,7 +108,9 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
 at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
                              const at::Tensor& batch2, const c10::Scalar& beta,
                              const c10::Scalar& alpha) {
-  if (!plainOperands({&self, &batch1, &batch2}, 3)) return at::Tensor();
+  if (!plainOperands({&self, &batch1, &batch2}, 3) || !productShapesAgree(batch1, batch2) ||
+      !expandsTo(self, {batch1.size(0), batch1.size(1), batch2.size(2)}))
+    return at::Tensor();
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
@@ -103,7 +121,7 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
 }
 
 // The boxed entry: the fast path above, or the generic library path (mixed devices, wrong
-// ranks or dtypes: ATen's errors, raised as on the CPU).
+// ranks, dtypes or shapes: ATen's errors, raised as on the CPU, at the call).
 template <typename Fast>
 void runMatmul(const c10::OperatorHandle& op, torch::jit::Stack* stack, Fast fast) {
   const size_t count = op.schema().arguments().size();

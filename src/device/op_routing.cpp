@@ -24,6 +24,7 @@
 #include "device/compiled_ops.h"
 #include "device/library_ops.h"
 #include "device/plan_replay.h"
+#include "device/recurrent_layers.h"
 #include "device/runtime_ops.h"
 
 namespace torchneuron {
@@ -295,6 +296,27 @@ torch::Library& keyLibrary(const char* ns, DispatchKey key, uint32_t line) {
   return *new torch::Library(torch::Library::IMPL, ns, key, __FILE__, line);
 }
 
+// 9. Recurrent layers over padded sequences (recurrent_layers.h): composite ops, given
+//    decompositions of the device's own at AutogradPrivateUse1, the key their composite kernel
+//    serves for device tensors; the decompositions are made of differentiable ops, so autograd
+//    records their parts as it records the composite's. They are not device kernels: under
+//    inference mode (no autograd keys) the composite runs, correct but with per-step input
+//    projections.
+void registerRecurrentLayers() {
+  torch::Library& autograd = keyLibrary("aten", DispatchKey::AutogradPrivateUse1, __LINE__);
+  for (const char* name : {"lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"}) {
+    auto op = c10::Dispatcher::singleton().findOp(atenOpName(name));
+    TORCH_INTERNAL_ASSERT(op &&
+                              op->hasKernelForDispatchKey(DispatchKey::CompositeImplicitAutograd) &&
+                              !op->hasKernelForDispatchKey(DispatchKey::PrivateUse1),
+                          "[routing] ", name, " is no longer a composite op");
+  }
+  autograd.impl("lstm.input", TORCH_FN(deviceLstm));
+  autograd.impl("gru.input", TORCH_FN(deviceGru));
+  autograd.impl("rnn_tanh.input", TORCH_FN(deviceRnnTanh));
+  autograd.impl("rnn_relu.input", TORCH_FN(deviceRnnRelu));
+}
+
 void registerDeviceKernels(torch::Library& aten) {
   // Cache faults (at most one warning per kind) reach Python as UserWarnings, like fallback
   // warnings; set before any kernel can compile.
@@ -347,6 +369,8 @@ void registerDeviceKernels(torch::Library& aten) {
   sparse.impl("sparse_resize_and_clear_",
               torch::CppFunction(&at::native::sparse_resize_and_clear_));
   sparse.impl("_coalesced_", torch::CppFunction(&at::native::_coalesced_sparse_));
+
+  registerRecurrentLayers();
 }
 
 } // namespace

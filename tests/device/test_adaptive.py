@@ -263,6 +263,36 @@ def test_errors_raise_at_the_op_call_while_recording(dev):
     assert_same(y, d.cpu() + 1)
 
 
+@pytest.mark.parametrize("op,good,bad", [
+    ("mm", [(6, 4), (4, 20)], [(6, 4), (7, 20)]),
+    ("addmm", [(20,), (6, 4), (4, 20)], [(20,), (6, 4), (7, 20)]),
+    ("addmm", [(20,), (6, 4), (4, 20)], [(3,), (6, 4), (4, 20)]),
+    ("bmm", [(2, 6, 4), (2, 4, 5)], [(2, 6, 4), (2, 7, 5)]),
+    ("bmm", [(2, 6, 4), (2, 4, 5)], [(2, 6, 4), (3, 4, 5)]),
+    ("baddbmm", [(2, 6, 5), (2, 6, 4), (2, 4, 5)], [(5, 1, 1), (2, 6, 4), (2, 4, 5)])])
+def test_matrix_product_shape_errors_raise_at_the_call_in_a_hot_window(dev, op, good, bad):
+    """mm, addmm, bmm and baddbmm record a step of a hot window that runs later: shapes ATen
+    refuses (sizes are not part of a window's signature) must raise at the call, with ATen's
+    message, not when the window runs."""
+    fn = getattr(torch, op)
+    cpu_bad = [torch.randn(s) for s in bad]
+    with pytest.raises(RuntimeError) as cpu_error:
+        fn(*cpu_bad)
+    d = torch.randn(8, device=dev)
+    good_args = [torch.randn(s).to(dev) for s in good]
+    bad_args = [a.to(dev) for a in cpu_bad]
+    for _ in range(4):
+        y = d + 1
+        fn(*good_args).add_(1).cpu()
+    deferred = adaptive_metrics()["ops_deferred"]
+    y = d + 1  # the hot window's first op: recorded
+    assert adaptive_metrics()["ops_deferred"] == deferred + 1
+    with pytest.raises(RuntimeError) as dev_error:
+        fn(*bad_args)
+    assert str(dev_error.value).splitlines()[0] == str(cpu_error.value).splitlines()[0]
+    assert_same(y, d.cpu() + 1)
+
+
 def test_autograd_inplace_errors_and_version_counters_behave_as_eagerly(dev):
     for _ in range(4):
         a = torch.randn(8, device=dev, requires_grad=True)
