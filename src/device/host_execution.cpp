@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
 
 namespace torchneuron {
@@ -145,6 +146,8 @@ private:
                 " returned a tensor but none of its arguments is on the neuron device");
     if (host.device().type() == kNeuronDeviceType) return host;
     if (host.layout() == at::kSparse) return sparseToDevice(host);
+    // A fresh result allocated in the call's HostKernelAllocationScope: its block, not a copy.
+    if (at::Tensor adopted = adoptHostResult(host, *device_); adopted.defined()) return adopted;
     TORCH_CHECK(host.layout() == at::kStrided, "[device] ", op_.schema().name(),
                 " produced a tensor with layout ", host.layout(),
                 ", which cannot live on the neuron device: PyTorch 1.13 has no sparse-compressed "
@@ -200,6 +203,7 @@ void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     torch::jit::drop(*stack, num_arguments);
     torch::jit::push(*stack, destination);
   } else {
+    HostKernelAllocationScope allocations_from_the_device;
     op.callBoxed(stack);
   }
   call.writeBackWrittenArguments();

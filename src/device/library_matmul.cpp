@@ -12,6 +12,7 @@
 
 #include "device/device.h"
 #include "device/host_execution.h"
+#include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
 #include "device/library_ops.h"
 #include "device/metrics.h"
@@ -61,6 +62,7 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
     tracer::recordHostStep(
         [fill, frozen_out = tracer::frozenTensor(out),
          frozen_operands = std::make_tuple(tracer::frozenTensor(operands)...)] {
+          HostKernelAllocationScope allocations_from_the_device;
           std::apply([&](const auto&... t) { fill(hostView(frozen_out), hostView(t)...); },
                      frozen_operands);
         },
@@ -68,7 +70,10 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
     recordLaunch(launches);
     return out;
   }
-  fill(hostView(out), hostView(operands)...);
+  {
+    HostKernelAllocationScope allocations_from_the_device; // ATen's scratch (contiguous copies)
+    fill(hostView(out), hostView(operands)...);
+  }
   recordLaunch(launches);
   return out;
 }
