@@ -6,7 +6,9 @@ distinct kernels), and the cold first pass (issue 11): a pass that compiles 23 k
 empty cache directory against the same pass with NEURON_CACHE=0, whose compiles are the floor
 (the store's cost is what the cold pass adds to them); and the remote tier (issue 16): a kernel
 loaded from a Redis server and from a shared directory (fetch, verification, link) against one
-loaded from the node's own disk tier, and 4 nodes x 2 processes on cold caches sharing one Redis.
+loaded from the node's own disk tier, and 4 nodes x 2 processes on cold caches sharing one Redis;
+and the cold start (issue 15): the first training step on an empty cache, ops running on the CPU
+while their kernels compile, against stock PyTorch's first step.
 Prints one JSON object; run_bench.py includes it in the report.
 
     /usr/bin/python3 bench/cache_bench.py [--build build] [--cold-pass-only | --remote-only]
@@ -44,9 +46,11 @@ for _ in range(int(sys.argv[2])):
     times.append((time.perf_counter() - start) * 1000)
     if len(times) == 1:
         start_to_first_end = (time.perf_counter() - script_start) * 1000
+if not on_cpu:
+    torchneuron.wait_for_compiles()  # kernels still compiling in the background count too
 torchneuron.synchronize()  # remote publishes too
 m = torchneuron.metrics()
-print(json.dumps({"times_ms": times, "compiles": m["compiles"], "persistent_hits": m["persistent_hits"],
+print(json.dumps({"times_ms": times, "compiles": m["compiles"], "interim": m["launches"]["interim"], "persistent_hits": m["persistent_hits"],
                   "load_ms_median": m["persistent_load_ms_median"], "compile_ms_median": m["compile_ms_median"],
                   "start_to_first_end_ms": start_to_first_end, "warm_start": m["warm_start"],
                   "remote": m["remote"]}))
@@ -115,6 +119,36 @@ def cold_pass(base, rounds):
             "cold_write_batches": med(cold, "write_batches"), "cold_writes": med(cold, "writes"),
             "second_compiles_max": max(r["compiles"] for r in second),
             "second_pass_ms": med(second, "pass_ms")}
+
+
+def cold_start(base, rounds):
+    """Issue 15, no cold-start penalty: the first training step of a process on an empty cache
+    directory (warm start off), with interim launches (the default: an op runs ATen's CPU kernel
+    while its kernel compiles in the background) and with every op waiting for its compile,
+    against stock PyTorch's own first step; `rounds` times, alternating so that all three see the
+    same machine. Medians, and the median of the per-round ratios."""
+    interim, waiting, stock = [], [], []
+    for _ in range(rounds):
+        for runs, setting in ((interim, "1"), (waiting, "0")):
+            directory = tempfile.mkdtemp(prefix="neuron-cold-start-")
+            try:
+                runs.append(run(dict(base, NEURON_CACHE_DIR=directory, NEURON_WARM_START="0",
+                                     NEURON_INTERIM_LAUNCHES=setting), iterations=3))
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+        stock.append(run(base, iterations=3, device="cpu"))
+    first = lambda r: r["times_ms"][0]
+    ratios = lambda runs: [first(r) / first(s) for r, s in zip(runs, stock)]
+    return {"rounds": rounds,
+            "interim_first_ms": statistics.median(first(r) for r in interim),
+            "waiting_first_ms": statistics.median(first(r) for r in waiting),
+            "stock_first_ms": statistics.median(first(r) for r in stock),
+            "interim_over_stock": statistics.median(ratios(interim)),
+            "interim_over_stock_min": min(ratios(interim)),
+            "interim_over_stock_max": max(ratios(interim)),
+            "waiting_over_stock": statistics.median(ratios(waiting)),
+            "interim_launches": statistics.median(r["interim"] for r in interim),
+            "kernels": statistics.median(r["compiles"] for r in interim)}
 
 
 def start_redis(directory):
@@ -250,19 +284,25 @@ def main(argv):
     parser.add_argument("--cold-pass-rounds", type=int, default=5)
     parser.add_argument("--cold-pass-only", action="store_true",
                         help="only the cold first pass against the cache off (about a minute)")
+    parser.add_argument("--cold-start-only", action="store_true",
+                        help="only the first training step on a cold cache against stock's")
     parser.add_argument("--remote-only", action="store_true",
                         help="only the remote tier: remote against local hits, a 4-node cluster")
     args = parser.parse_args(argv)
     if args.warm_runs < 1 or args.cold_pass_rounds < 1:
         parser.error(f"--warm-runs and --cold-pass-rounds must be at least 1, got "
                      f"{args.warm_runs} and {args.cold_pass_rounds}")
+    # Compiles are waited for except in cold_start(): the other parts count and time them.
     base = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"), NEURON_FALLBACK="silent",
-                OMP_NUM_THREADS="1")
+                OMP_NUM_THREADS="1", NEURON_INTERIM_LAUNCHES="0")
     if args.cold_pass_only:
         print(json.dumps({"cold_pass": cold_pass(base, args.cold_pass_rounds)}))
         return 0
     if args.remote_only:
         print(json.dumps({"remote": remote_tier(base, args.warm_runs)}))
+        return 0
+    if args.cold_start_only:
+        print(json.dumps({"cold_start": cold_start(base, args.warm_runs)}))
         return 0
     directory = tempfile.mkdtemp(prefix="neuron-cache-bench-")
     try:
@@ -299,6 +339,7 @@ def main(argv):
         result = {"cold_run": cold, "second_run": warm, "warm_start_off_run": warm_start_off,
                   "cache_off_run": no_cache,
                   "cold_pass": cold_pass(base, args.cold_pass_rounds),
+                  "cold_start": cold_start(base, args.warm_runs),
                   "remote": remote_tier(base, args.warm_runs),
                   "stock_run": stock, "stock_tuned_run": stock_tuned,
                   "eight_processes": {"distinct_kernels": no_cache["compiles"],

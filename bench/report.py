@@ -26,6 +26,19 @@ def cold_pass_lines(cold):
             f"({cold['second_pass_ms']:.0f} ms)"]
 
 
+def cold_start_lines(cold):
+    """The first training step on a cold cache against stock's (bench/cache_bench.py, issue 15)."""
+    if not cold:
+        return []
+    return [f"- cold start, first transformer-block training step on an empty cache: "
+            f"{cold['interim_first_ms']:.0f} ms with interim launches ({cold['interim_launches']:.0f} "
+            f"ops ran on the CPU while {cold['kernels']:.0f} kernels compiled in the background) = "
+            f"{cold['interim_over_stock']:.2f}x stock's first step of {cold['stock_first_ms']:.0f} ms "
+            f"({cold['interim_over_stock_min']:.2f}x-{cold['interim_over_stock_max']:.2f}x over "
+            f"{cold['rounds']} rounds); waiting for each compile instead: "
+            f"{cold['waiting_first_ms']:.0f} ms = {cold['waiting_over_stock']:.2f}x"]
+
+
 def remote_lines(remote):
     """The remote tier against the node's own disk tier (bench/cache_bench.py, issue 16)."""
     if not remote:
@@ -419,7 +432,8 @@ def markdown(result):
                 f"{warm.get('load_share_of_steady', 0) * 100:.1f}% of a steady iteration to the first",
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
-            lines += cold_pass_lines(cache.get("cold_pass")) + remote_lines(cache.get("remote")) + [""]
+            lines += (cold_pass_lines(cache.get("cold_pass")) + cold_start_lines(cache.get("cold_start"))
+                      + remote_lines(cache.get("remote")) + [""])
     lines += allreduce_lines(result.get("allreduce"))
     lines += adaptive_overhead_lines(result.get("adaptive_overhead"))
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

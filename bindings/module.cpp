@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cache/background_compiles.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/kernel_cache.h"
@@ -191,6 +192,9 @@ py::dict metricsDict() {
   result["compile_ms_total"] = compile.compile_ms_total;
   result["compile_ms_median"] = compile.compile_ms_median;
   result["compile_ms_max"] = compile.compile_ms_max;
+  const torchneuron::BackgroundCompileStats background = torchneuron::backgroundCompileStats();
+  result["background_compiles"] = background.queued;
+  result["background_compiles_pending"] = background.pending;
   result["kernel_cache_hits"] = compile.kernel_cache_hits;
   result["kernel_cache_misses"] = compile.kernel_cache_misses;
   result["kernels_loaded"] = compile.kernels_loaded;
@@ -419,6 +423,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_adaptive_fusion", &torchneuron::tracer::setAdaptiveFusion, py::arg("enabled"),
         py::arg("wait_for_compiles") = py::none(), py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,
         py::call_guard<py::gil_scoped_release>());
   torchneuron::tracer::setSourceLocator(&pythonSourceLine);
   m.def(

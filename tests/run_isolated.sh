@@ -2,6 +2,7 @@
 # Runs one test command with a private temporary directory of its own (TMPDIR) and an empty
 # persistent compile cache inside it (NEURON_CACHE_DIR), and removes both afterwards, however
 # the command ends: a test run leaves nothing in /tmp and never reuses kernels of an older build.
+# Compiles are waited for (NEURON_INTERIM_LAUNCHES=0) unless the caller set it.
 #   tests/run_isolated.sh <command> [args...]
 set -uo pipefail
 private_tmp=$(mktemp -d "${TMPDIR:-/tmp}/torchneuron-test-XXXXXX") || exit 1
@@ -13,4 +14,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 export TMPDIR="$private_tmp"
 export NEURON_CACHE_DIR="$private_tmp/cache"
+# Tests expect an op's first call to run its kernel: compiles are waited for, unless a test says
+# otherwise (tests/device/test_interim_launches.py).
+export NEURON_INTERIM_LAUNCHES="${NEURON_INTERIM_LAUNCHES:-0}"
 "$@"

@@ -44,6 +44,9 @@ atexit.register(_C.finish_warm_start)
 # Compiled kernels still queued for the persistent cache are written before Python goes (its
 # warnings can still be shown); the library's own exit handler catches anything later.
 atexit.register(_C.flush_store_writes)
+# Kernels still compiling in the background (interim launches ran their ops on the CPU
+# meanwhile) are finished first, so that they are stored and the next run does not start cold.
+atexit.register(_C.wait_for_background_compiles)
 
 DEVICE_TYPE = "privateuseone"
 
@@ -52,7 +55,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
-    "set_adaptive_fusion", "wait_for_fused_compiles",
+    "set_adaptive_fusion", "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
 
@@ -206,6 +209,15 @@ def set_adaptive_fusion(enabled: bool, wait_for_compiles: bool = None) -> None:
 
 def wait_for_fused_compiles() -> None:
     """Returns once no fused kernel is queued or compiling in the background."""
+    _C.wait_for_fused_compiles()
+
+
+def wait_for_compiles() -> None:
+    """Returns once no kernel is compiling in the background: neither an op's own kernel (whose
+    calls run on the CPU meanwhile, as ``interim`` launches; ``NEURON_INTERIM_LAUNCHES``) nor a
+    hot window's fused kernel. Then every op runs its compiled kernel (benchmarks call it after
+    their warm-up)."""
+    _C.wait_for_background_compiles()
     _C.wait_for_fused_compiles()
 
 

@@ -572,6 +572,28 @@ KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mli
   return handle;
 }
 
+KernelHandle loadedKernel(Hash64 key) {
+  flushCacheWarnings();
+  Table& t = table();
+  std::shared_lock<std::shared_mutex> read(t.mutex);
+  auto it = t.entries.find(key);
+  if (it == t.entries.end() || !it->second->ready) return nullptr;
+  t.hits.fetch_add(1, std::memory_order_relaxed);
+  it->second->last_use.store(t.clock.fetch_add(1, std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+  return it->second->kernel;
+}
+
+KernelHandle storedKernelIfLoadable(Hash64 key, const std::string& mlir) {
+  try {
+    if (!storedKernelLoadable(persistentKeyFor(key, mlir))) return nullptr;
+    KernelHandle kernel = kernelFor(key, [&] { return mlir; });
+    return kernel->function != nullptr ? kernel : nullptr;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 std::vector<std::string> storedKernelsInFirstUseOrder() {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.first_use_mutex);

@@ -67,6 +67,17 @@ struct KernelCacheStats {
 // cache warnings queued by threads that cannot warn (cache_warnings.h) first.
 KernelHandle kernelFor(Hash64 key, const std::function<std::string()>& build_mlir);
 
+// The kernel `key` when the memory tier holds it (compiled, loaded or failed), counted as a hit;
+// otherwise null, without compiling, loading or waiting for a compile in flight. Delivers the
+// queued cache warnings as kernelFor() does.
+KernelHandle loadedKernel(Hash64 key);
+
+// The kernel `key` compiled from `mlir` when the persistent store holds it verified
+// (storedKernelLoadable()): read, verified and linked here, a few milliseconds and no compile.
+// Null when it is not stored, when the store cannot be read (a compile then reports what is
+// wrong) or when the stored entry records a failure.
+KernelHandle storedKernelIfLoadable(Hash64 key, const std::string& mlir);
+
 // The persistent store's key for the kernel `key` compiled from `mlir` (tests and tools).
 std::string persistentKeyFor(Hash64 key, const std::string& mlir);
 

@@ -35,6 +35,8 @@ const char* launchKindName(LaunchKind kind) {
     return "library";
   case LaunchKind::kFallback:
     return "fallback";
+  case LaunchKind::kInterim:
+    return "interim";
   }
   return "unknown";
 }
@@ -52,7 +54,8 @@ void recordLaunch(LaunchKind kind, const std::string& op_name) {
 
 MetricsSnapshot metricsSnapshot() {
   MetricsSnapshot snapshot;
-  for (LaunchKind kind : {LaunchKind::kCompiled, LaunchKind::kLibrary, LaunchKind::kFallback}) {
+  for (LaunchKind kind :
+       {LaunchKind::kCompiled, LaunchKind::kLibrary, LaunchKind::kFallback, LaunchKind::kInterim}) {
     snapshot.launches.emplace(launchKindName(kind), 0);
     snapshot.ops_by_kind[launchKindName(kind)];
   }

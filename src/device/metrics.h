@@ -9,7 +9,9 @@
 namespace torchneuron {
 
 // How the device ran an op.
-enum class LaunchKind { kCompiled, kLibrary, kFallback };
+// kInterim: ATen's CPU kernel run while the op's own kernel compiles in the background
+// (interim_launch.h); not a fallback.
+enum class LaunchKind { kCompiled, kLibrary, kFallback, kInterim };
 
 const char* launchKindName(LaunchKind kind);
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "device/cpu_fallback.h"
+#include "device/interim_launch.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -21,7 +22,8 @@ namespace torchneuron {
 // registered unboxed and take no route: they change metadata, or reach memory through host
 // views, which materialize pending storages themselves.
 enum class Route : uint8_t {
-  kCompiled, // compiled kernels; a call they decline takes the fallback
+  kCompiled, // compiled kernels; a call they decline takes the fallback, or runs interim while
+             // its kernel compiles
   kLibrary,  // ATen's CPU library kernel on device memory; runs every call
   kFallback, // ATen's CPU kernel on host views, under NEURON_FALLBACK
 };
@@ -66,10 +68,18 @@ template <Route route, auto kernel>
 void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if constexpr (route == Route::kCompiled) {
     static_assert(std::is_same_v<decltype(kernel), CompiledKernel>);
-    if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)
-                                  : kernel(op, stack))
-      return;
-    runCpuFallback(op, stack);
+    bool interim;
+    {
+      InterimLaunchScope scope; // a kernel still compiling declines the call (interim_launch.h)
+      if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)
+                                    : kernel(op, stack))
+        return;
+      interim = scope.requested();
+    }
+    if (interim)
+      runInterimOnHost(op, stack);
+    else
+      runCpuFallback(op, stack);
   } else if constexpr (route == Route::kLibrary) {
     static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
     if (tracer::adaptiveEnabled())

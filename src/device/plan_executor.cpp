@@ -5,10 +5,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 
+#include "cache/background_compiles.h"
 #include "cache/kernel_cache.h"
 #include "device/caching_allocator.h"
 #include "device/compile_warnings.h"
 #include "device/device.h"
+#include "device/interim_launch.h"
 #include "device/plan_replay.h"
 #include "fusion/kernel_builder.h"
 #include "launcher/kernel_abi.h"
@@ -19,11 +21,33 @@
 namespace torchneuron {
 namespace {
 
+std::string kernelMlir(const PlannedLaunch& launch) {
+  return launch.kind == KernelKind::kElementwise
+             ? fusion::buildElementwiseKernel(launch.elementwise)
+             : fusion::buildReductionKernel(launch.reduction);
+}
+
+// The launch's kernel (possibly a failed one); null when it is not loaded and the call may run
+// interim (interim_launch.h): then it is loaded from the persistent store here when stored, else
+// compiled in the background. Otherwise the call compiles it and waits, as without interim
+// launches (and so does a key whose background compile threw, to raise that error here).
 KernelHandle kernelOf(const PlannedLaunch& launch) {
-  if (launch.kind == KernelKind::kElementwise)
-    return kernelFor(launch.key,
-                     [&] { return fusion::buildElementwiseKernel(launch.elementwise); });
-  return kernelFor(launch.key, [&] { return fusion::buildReductionKernel(launch.reduction); });
+  if (KernelHandle loaded = loadedKernel(launch.key)) return loaded;
+  if (interimLaunchAllowedHere() && !backgroundCompileThrew(launch.key)) {
+    if (compilingInBackground(launch.key)) return nullptr;
+    std::string mlir;
+    try {
+      mlir = kernelMlir(launch);
+    } catch (const std::exception&) {
+      mlir.clear(); // building the module failed: kernelFor() below reports it as it does
+    }
+    if (!mlir.empty()) {
+      if (KernelHandle stored = storedKernelIfLoadable(launch.key, mlir)) return stored;
+      compileInBackground(launch.key, std::move(mlir));
+      return nullptr;
+    }
+  }
+  return kernelFor(launch.key, [&] { return kernelMlir(launch); });
 }
 
 at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> given_outputs) {
@@ -140,6 +164,10 @@ c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::T
   c10::SmallVector<KernelHandle, 1> kernels;
   for (const PlannedLaunch& launch : plan.launches) {
     KernelHandle kernel = kernelOf(launch);
+    if (kernel == nullptr) { // compiling: the call runs on the CPU meanwhile
+      requestInterimLaunch();
+      return c10::nullopt;
+    }
     if (kernel->function == nullptr) {
       warnCompileFailureOnce(launch.key, launch.describe(), kernel->failure);
       return c10::nullopt;

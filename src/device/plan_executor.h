@@ -15,12 +15,6 @@ namespace torchneuron {
 // Inline storage throughout: a tiny op's cost is mostly its host-side bookkeeping.
 using TensorList = c10::SmallVector<at::Tensor, 4>;
 
-// Looks up (compiling on first use) every kernel of `plan`, then resizes the given outputs and
-// allocates the new ones the plan describes, launches the kernels in order (one count each on
-// `launches`) and returns the outputs. `inputs` and `given_outputs` are the tensors the plan's
-// positions refer to, with the metadata the plan was built from. Returns nullopt, with no
-// output touched, when a kernel cannot be compiled (warned once per kernel; the caller falls
-// back to the CPU).
 // The step of executePlan after the kernels are found: materializes the outputs and launches
 // `kernels` (one per plan launch), or records the launches in the adaptive tracer's window when
 // `deferred`. Returns the outputs.
@@ -29,6 +23,13 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
                               at::ArrayRef<at::Tensor> given_outputs, LaunchCounter* launches,
                               bool deferred);
 
+// Looks up (compiling on first use) every kernel of `plan`, then resizes the given outputs and
+// allocates the new ones the plan describes, launches the kernels in order (one count each on
+// `launches`) and returns the outputs. `inputs` and `given_outputs` are the tensors the plan's
+// positions refer to, with the metadata the plan was built from. Returns nullopt, with no
+// output touched, when a kernel cannot be compiled (warned once per kernel; the caller falls
+// back to the CPU), or when a kernel is compiling in the background and the call may run
+// interim (interim_launch.h: requestInterimLaunch() tells the scope's owner).
 c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::Tensor> inputs,
                                       at::ArrayRef<at::Tensor> given_outputs,
                                       LaunchCounter* launches);

@@ -18,6 +18,8 @@
 #include "device/compiled_ops.h"
 #include "device/device.h"
 #include "device/host_view.h"
+#include "device/interim_launch.h"
+#include "device/metrics.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -89,7 +91,11 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
     tracer::sync(tracer::SyncCause::kCopy);
-  if (copyWithCompiledKernel(self, dst)) return dst;
+  {
+    InterimLaunchScope scope; // a copy kernel still compiling: the host copy below meanwhile
+    if (copyWithCompiledKernel(self, dst)) return dst;
+    if (scope.requested()) recordLaunch(LaunchKind::kInterim, "aten::copy_");
+  }
   if (self.device().type() == kNeuronDeviceType && dst.device().type() == kNeuronDeviceType &&
       self.is_alias_of(dst)) {
     HostAliasSet aliases;

@@ -22,21 +22,22 @@
 namespace torchneuron {
 
 enum class ForkRank : int {
-  kTracerWindow = 5,      // tracer/tracer.cpp: the op window (held while a traced op compiles)
-  kWarmStartItem = 10,    // device/warm_start.cpp: the kernel or block the thread works on
-  kFusedCompiles = 15,    // tracer/fused_kernels.cpp: the fused kernels' states and queue
-  kSignatureIntern = 16,  // fusion/kernel_signature.cpp: the interned signatures
-  kKernelCacheTable = 20, // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
-  kStoreLocks = 30,       // cache/persistent_store.cpp: descriptors of held flock() locks
-  kStoreWriter = 35,      // cache/store_writer.cpp: the writers and their queues
-  kCompiler = 40,         // fusion/compiler.cpp: the MLIR context and target machine
-  kLinker = 50,           // launcher/object_loader.cpp: the ORC JIT
-  kLaunchArenas = 60,     // launcher/parallel_launch.cpp: the TBB arena table
-  kMetrics = 70,          // device/metrics.cpp: the launch counter table
-  kWarnOnce = 80,         // warn-once sets (fallbacks, compile failures)
-  kRemoteCache = 85,      // cache/remote_cache.cpp: the remote tiers, then each one's backend
-  kCacheWarnings = 90,    // cache/cache_warnings.cpp: warned kinds and the warning queue
-  kWarmStartStats = 95,   // device/warm_start.cpp: the warm start's statistics
+  kTracerWindow = 5,        // tracer/tracer.cpp: the op window (held while a traced op compiles)
+  kWarmStartItem = 10,      // device/warm_start.cpp: the kernel or block the thread works on
+  kFusedCompiles = 15,      // tracer/fused_kernels.cpp: the fused kernels' states and queue
+  kSignatureIntern = 16,    // fusion/kernel_signature.cpp: the interned signatures
+  kBackgroundCompiles = 18, // cache/background_compiles.cpp: the eager kernels queued to compile
+  kKernelCacheTable = 20,   // cache/kernel_cache.cpp: the memory tier, single-flight, prefetches
+  kStoreLocks = 30,         // cache/persistent_store.cpp: descriptors of held flock() locks
+  kStoreWriter = 35,        // cache/store_writer.cpp: the writers and their queues
+  kCompiler = 40,           // fusion/compiler.cpp: the MLIR context and target machine
+  kLinker = 50,             // launcher/object_loader.cpp: the ORC JIT
+  kLaunchArenas = 60,       // launcher/parallel_launch.cpp: the TBB arena table
+  kMetrics = 70,            // device/metrics.cpp: the launch counter table
+  kWarnOnce = 80,           // warn-once sets (fallbacks, compile failures)
+  kRemoteCache = 85,        // cache/remote_cache.cpp: the remote tiers, then each one's backend
+  kCacheWarnings = 90,      // cache/cache_warnings.cpp: warned kinds and the warning queue
+  kWarmStartStats = 95,     // device/warm_start.cpp: the warm start's statistics
 };
 
 struct ForkHandlers {

@@ -113,6 +113,10 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               "0: remembered failures are not retried", boolean, s);
   readSetting(lookup, "NEURON_WARM_START", kBoolean, s.warm_start, "1: the warm start is on",
               boolean, s);
+  readSetting(lookup, "NEURON_INTERIM_LAUNCHES", kBoolean, s.interim_launches,
+              "1: ops run on the CPU while their kernels compile", boolean, s);
+  readSetting(lookup, "NEURON_DETERMINISTIC", kBoolean, s.deterministic,
+              "0: ops do not wait for their compiles", boolean, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
   auto ms = [](const char* raw) { return parseMilliseconds(raw); };

@@ -30,6 +30,8 @@ struct Settings {
   int64_t warm_start_max_bytes = int64_t{1} << 30;     // NEURON_WARM_START_MAX_BYTES
   int64_t cache_remote_timeout_ms = 50;                // NEURON_CACHE_REMOTE_TIMEOUT_MS
   int64_t cache_remote_lease_ms = 10000;               // NEURON_CACHE_REMOTE_LEASE_MS
+  bool interim_launches = true; // NEURON_INTERIM_LAUNCHES: run ops on the CPU while they compile
+  bool deterministic = false;   // NEURON_DETERMINISTIC: wait for every compile (reproducible runs)
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;

@@ -87,16 +87,11 @@ void compileInto(Hash64 key, const fusion::FusedElementwiseSignature& signature,
   entry.state = State::kFailed;
 }
 
-// The kernel when an earlier run stored it (persistent cache): read, verified and linked here, a
-// few milliseconds and no compile, so a rerun runs its hot windows fused from their first hot
-// occurrence. Null when it is not stored (or the store cannot be read: the background compile
-// then reports what is wrong).
+// The kernel when an earlier run stored it (persistent cache): loaded here, a few milliseconds
+// and no compile, so a rerun runs its hot windows fused from their first hot occurrence.
 KernelHandle storedKernel(const fusion::FusedElementwiseSignature& signature, Hash64 key) {
   try {
-    const std::string mlir = fusion::buildFusedElementwiseKernel(signature);
-    if (!storedKernelLoadable(persistentKeyFor(key, mlir))) return nullptr;
-    KernelHandle kernel = kernelFor(key, [&] { return mlir; });
-    return kernel->function != nullptr ? kernel : nullptr;
+    return storedKernelIfLoadable(key, fusion::buildFusedElementwiseKernel(signature));
   } catch (const std::exception&) {
     return nullptr;
   }

@@ -11,6 +11,7 @@ enum class SyncCause : uint8_t {
   kCopy,        // a copy to or from the host, or between device tensors outside a window
   kHostAccess,  // any other host view of device memory (printing, serialization, ...)
   kFallback,    // an op that ran on the CPU fallback
+  kInterim,     // an op that ran on the CPU while its kernel compiles (device/interim_launch.h)
   kResize,      // a device storage resized or replaced
   kAdaptiveOff, // leaving adaptive mode
   kOpLimit,     // NEURON_ADAPTIVE_WINDOW ops recorded
@@ -31,6 +32,8 @@ constexpr const char* syncCauseName(SyncCause cause) {
     return "host_access";
   case SyncCause::kFallback:
     return "fallback";
+  case SyncCause::kInterim:
+    return "interim";
   case SyncCause::kResize:
     return "resize";
   case SyncCause::kAdaptiveOff:

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "support/deterministic_mode.h"
 #include "support/fork_handlers.h"
 #include "tracer/adaptive_settings.h"
 #include "tracer/fused_kernels.h"
@@ -129,7 +130,8 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   detail::launches_recorded.store(false, std::memory_order_release);
   ++batches_run;
   const bool fuse = tracer.settings.fusion;
-  const bool wait = tracer.settings.sync_compiles;
+  // Deterministic mode: which batches run fused must not depend on when compiles finish.
+  const bool wait = tracer.settings.sync_compiles || deterministicMode();
   // The batch's trie nodes; the vector goes back to the window afterwards, so the next batch
   // records into its capacity instead of growing one from empty.
   std::vector<const TrieNode*> nodes;

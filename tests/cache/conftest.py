@@ -1,7 +1,13 @@
 """Fixtures the cache tests share."""
+import os
 import subprocess
 
 import pytest
+
+# Cache tests count compiles and stored kernels after a program's first ops: those compiles are
+# waited for (as tests/run_isolated.sh sets) instead of running in the background while the ops
+# run on the CPU (interim launches).
+os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 
 
 @pytest.fixture

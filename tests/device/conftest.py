@@ -8,6 +8,9 @@ import tempfile
 # before torchneuron is imported, the removal runs after torchneuron's own exit handlers.
 os.environ["NEURON_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
 atexit.register(shutil.rmtree, os.environ["NEURON_CACHE_DIR"], True)
+# Tests expect an op's first call to run its kernel: compiles are waited for (as
+# tests/run_isolated.sh sets), unless a test says otherwise (test_interim_launches.py).
+os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 
 import pytest  # noqa: E402
 

@@ -49,7 +49,8 @@ def test_metrics_has_launch_kinds_and_per_op_counts(dev):
     torch.lgamma(x)
     torch.mm(x[None], x[:, None])
     m = torchneuron.metrics()
-    assert set(m["launches"]) == {"compiled", "library", "fallback"}
+    assert set(m["launches"]) == {"compiled", "library", "fallback", "interim"}
+    assert m["launches"]["interim"] == 0  # the suite waits for compiles (run_isolated.sh)
     assert m["ops"]["fallback"]["aten::lgamma.out"] == 1
     assert m["ops"]["library"]["aten::mm"] == 1
     assert m["ops"]["compiled"]["aten::fill_.Scalar"] == 1

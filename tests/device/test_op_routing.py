@@ -108,7 +108,7 @@ def test_rerouted_and_compiled_ops_keep_their_autograd(dev):
 def test_compiled_route(dev):
     a, b = torch.ones(8, device=dev), torch.ones(8, device=dev)
     result, launched = run(lambda: torch.add(a, b))
-    assert launched == {"compiled": {"aten::add.Tensor": 1}, "library": {}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {"aten::add.Tensor": 1}, "library": {}, "fallback": {}}
     assert_same(result, torch.full((8,), 2.))
     _, launched = run(lambda: torch.nn.functional.layer_norm(a.view(2, 4), (4,)))
     assert launched["compiled"]["aten::native_layer_norm"] == 1  # one row-wise kernel
@@ -119,55 +119,55 @@ def test_compiled_route_declines_to_the_fallback(dev):
     # complex dtypes are outside the kernels: the compiled kernel declines, the router falls back.
     z = torch.ones(2, dtype=torch.complex64, device=dev)
     result, launched = run(lambda: torch.add(z, z))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::add.Tensor": 1}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {"aten::add.Tensor": 1}}
     assert_same(result, torch.full((2,), 2, dtype=torch.complex64))
 
 
 def test_library_route(dev):
     m = torch.arange(4., device=dev).view(2, 2)
     result, launched = run(lambda: torch.mm(m, m))
-    assert launched == {"compiled": {}, "library": {"aten::mm": 1}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {"aten::mm": 1}, "fallback": {}}
     assert_same(result, torch.arange(4.).view(2, 2) @ torch.arange(4.).view(2, 2))
     index = torch.tensor([1, 0], device=dev)
     _, launched = run(lambda: torch.index_select(m, 0, index))
-    assert launched == {"compiled": {}, "library": {"aten::index_select": 1}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {"aten::index_select": 1}, "fallback": {}}
     # A composite op with a CPU kernel listed as a library op: its CPU kernel, not the composite.
     groups = torch.arange(12., device=dev).view(1, 4, 3)
     _, launched = run(lambda: torch.nn.functional.group_norm(groups, 2))
-    assert launched == {"compiled": {}, "library": {"aten::native_group_norm": 1}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {"aten::native_group_norm": 1}, "fallback": {}}
     # A structured loss run as its functional CPU kernel, not as .out.
     x = torch.full((3,), 2., device=dev)
     _, launched = run(lambda: torch.nn.functional.mse_loss(x, x))
-    assert launched == {"compiled": {}, "library": {"aten::mse_loss": 1}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {"aten::mse_loss": 1}, "fallback": {}}
 
 
 def test_fallback_routes(dev):
     x = torch.full((3,), 2., device=dev)
     # An op without a device kernel: the PrivateUse1 fallback (structured: its .out variant).
     _, launched = run(lambda: torch.lgamma(x))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::lgamma.out": 1}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {"aten::lgamma.out": 1}}
     # A composite op with a CPU kernel, rerouted: the CPU kernel, not the decomposition.
     m, v = torch.ones(3, 3, device=dev), torch.arange(3., device=dev)
     result, launched = run(lambda: torch.addr(m, v, v))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {"aten::addr": 1}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {"aten::addr": 1}}
     assert_same(result, torch.addr(torch.ones(3, 3), torch.arange(3.), torch.arange(3.)))
 
 
 def test_runtime_route_views_and_transfers_launch_nothing(dev):
     base = torch.arange(6., device=dev)
     alias, launched = run(lambda: base.view(2, 3))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {}}
     assert alias.data_ptr() == base.data_ptr()
     z = torch.zeros(3, dtype=torch.complex64, device=dev)
     real, launched = run(lambda: torch.view_as_real(z))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {}}
     assert real.shape == (3, 2) and real.device == dev and real.data_ptr() == z.data_ptr()
     moved, launched = run(lambda: torch.arange(3.).to(dev))
-    assert launched == {"compiled": {}, "library": {}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {}}
     assert_same(moved, torch.arange(3.))
     # A copy within the device is a compiled kernel, reached from the runtime's _copy_from.
     _, launched = run(lambda: base.clone())
-    assert launched == {"compiled": {"aten::copy_": 1}, "library": {}, "fallback": {}}
+    assert launched == {"interim": {}, "compiled": {"aten::copy_": 1}, "library": {}, "fallback": {}}
 
 
 # --- registration --------------------------------------------------------------------------
