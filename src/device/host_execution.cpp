@@ -119,9 +119,15 @@ public:
       if (value.isTensor()) {
         value = toDevice(value.toTensor());
       } else if (value.isTensorList()) {
+        // Each result is moved out of the list, so that it is its storage's only holder and a
+        // fresh one is adopted without a copy (_foreach_sqrt's 144 results of a GPT's parameters
+        // were 340 MB of copies a step).
+        c10::List<at::Tensor> host_list = std::move(value).toTensorList();
+        value = c10::IValue();
         c10::List<at::Tensor> device_list;
-        for (const at::Tensor& t : value.toTensorList().vec())
-          device_list.push_back(toDevice(t));
+        device_list.reserve(host_list.size());
+        for (size_t k = 0; k < host_list.size(); ++k)
+          device_list.push_back(toDevice(host_list.extract(k)));
         value = device_list;
       }
     }

@@ -28,6 +28,18 @@ def test_a_library_ops_result_is_its_kernels_block_not_a_copy(dev):
     assert_same(y, F.avg_pool2d(x, 2))
 
 
+def test_a_library_ops_list_of_results_are_its_kernels_blocks_not_copies(dev):
+    xs = [torch.rand(300 + k, 70) for k in range(5)]
+    ds = [x.to(dev) for x in xs]
+    torch._foreach_sqrt(ds)
+    before = torchneuron.memory_stats()["allocations"]
+    ys = torch._foreach_sqrt(ds)
+    # One allocation per result (a copy into device memory would be a second each).
+    assert torchneuron.memory_stats()["allocations"] - before == len(xs)
+    for y, x in zip(ys, xs):
+        assert_same(y, torch.sqrt(x))
+
+
 def test_repeated_library_ops_fault_in_no_fresh_pages(dev):
     x = torch.randn(16, 64, 64, 64, requires_grad=True)  # 16 MiB
     d = x.detach().to(dev).requires_grad_()
