@@ -215,7 +215,9 @@ constexpr const char* kTrainingOps[] = {
     "log_sigmoid_backward", "log_sigmoid_backward.grad_input",
     // distances, selection, products
     "_pdist_forward", "_pdist_backward", "_cdist_forward", "_cdist_backward", "topk", "topk.values",
-    "masked_select", "masked_select.out", "masked_scatter_", "dot"};
+    "masked_select", "masked_select.out", "masked_scatter_", "dot",
+    // triangular parts (causal attention masks)
+    "triu", "triu_", "triu.out", "tril", "tril_", "tril.out"};
 
 // The _foreach_* ops (the multi-tensor optimizers' steps): every one with a CPU kernel, read from
 // the dispatcher. ATen's CPU kernels loop over the lists' tensors, which travel as host views like

@@ -169,6 +169,8 @@ def cases():
         ("masked_select", torch.masked_select,
          [x4(3, 4), torch.rand(3, 4, generator=g) > 0.4],
          {"aten::masked_select", "aten::masked_scatter_"}),
+        ("triu_tril", lambda x: x.triu(1) * 2 + torch.tril(x, -1), [x4(2, 5, 6)],
+         {"aten::triu", "aten::tril"}),
     ]
 
 
@@ -193,13 +195,20 @@ def test_out_variants_take_the_library_route_and_resize_their_outputs(dev):
         warnings.simplefilter("error")  # resizing an empty out= tensor warns on neither side
         torch.topk(d, 2, out=(values, indices))
         torch.masked_select(d, d > 0, out=mask)
+    lower = torch.empty(0, device=dev)
+    torch.tril(d, out=lower)
+    upper = d.clone()
+    upper.triu_(2)
+    assert_same(lower, torch.tril(x))
+    assert_same(upper, torch.triu(x, 2))
     expected = torch.topk(x, 2)
     assert_same(values, expected.values)
     assert_same(indices, expected.indices)
     assert_same(mask, torch.masked_select(x, x > 0))
     launched = launched_since(before)
     assert launched["fallback"] == {}
-    assert launched["library"] == {"aten::topk.values": 1, "aten::masked_select.out": 1}
+    assert launched["library"] == {"aten::topk.values": 1, "aten::masked_select.out": 1,
+                                   "aten::tril.out": 1, "aten::triu_": 1}
 
 
 def test_foreach_ops_take_the_library_route(dev):
