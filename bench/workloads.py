@@ -295,11 +295,23 @@ def classification_state(model, x, labels, opt, device):
             "loss_sum": torch.zeros(()).to(device), "steps": 0}
 
 
-class ResNet18Train(Workload):
+class ClassificationTrain(Workload):
+    """A classifier's training step on one fixed batch (classification_step); a subclass builds
+    its state (classification_state) and may change the loss. A repetition reads the loss sum."""
+    tolerance = 1e-3
+    loss_fn = staticmethod(F.cross_entropy)
+
+    def step(self, s):
+        return classification_step(s, self.loss_fn)
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
+class ResNet18Train(ClassificationTrain):
     """torchvision's resnet18 (1000 classes) training: batch 16 of 112 x 112 images, batch norm
     in training mode, cross-entropy, SGD with momentum and weight decay."""
     name = "resnet18-train"
-    tolerance = 1e-3
 
     def build(self, device):
         import torchvision
@@ -309,18 +321,11 @@ class ResNet18Train(Workload):
         return classification_state(model, torch.randn(16, 3, 112, 112),
                                     torch.randint(0, 1000, (16,)), opt, device)
 
-    def step(self, s):
-        return classification_step(s)
 
-    def observe(self, s):
-        return s["loss_sum"]
-
-
-class MobileNetV2Train(Workload):
+class MobileNetV2Train(ClassificationTrain):
     """torchvision's mobilenet_v2 (1000 classes) training: batch 16 of 112 x 112 images
     (depthwise convolutions, batch norm, ReLU6, dropout), cross-entropy, SGD with momentum."""
     name = "mobilenet-v2-train"
-    tolerance = 1e-3
 
     def build(self, device):
         import torchvision
@@ -329,12 +334,6 @@ class MobileNetV2Train(Workload):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         return classification_state(model, torch.randn(16, 3, 112, 112),
                                     torch.randint(0, 1000, (16,)), opt, device)
-
-    def step(self, s):
-        return classification_step(s)
-
-    def observe(self, s):
-        return s["loss_sum"]
 
 
 class MnistNet(nn.Module):
@@ -352,22 +351,16 @@ class MnistNet(nn.Module):
         return F.log_softmax(self.fc2(self.dropout2(x)), dim=1)
 
 
-class CnnMnistTrain(Workload):
+class CnnMnistTrain(ClassificationTrain):
     """MnistNet training on a batch of 64 28 x 28 images: nll_loss, Adadelta (lr 1.0)."""
     name = "cnn-mnist-train"
-    tolerance = 1e-3
+    loss_fn = staticmethod(F.nll_loss)
 
     def build(self, device):
         seeded()
         model = MnistNet().to(device)
         return classification_state(model, torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,)),
                                     torch.optim.Adadelta(model.parameters(), lr=1.0), device)
-
-    def step(self, s):
-        return classification_step(s, F.nll_loss)
-
-    def observe(self, s):
-        return s["loss_sum"]
 
 
 class LstmLanguageModel(nn.Module):
