@@ -104,20 +104,26 @@ void work() {
 
 } // namespace
 
-void compileInBackground(Hash64 key, std::string mlir) {
+bool compileInBackground(Hash64 key, std::string mlir) {
   Queue& q = queue();
   std::lock_guard<std::mutex> lock(q.mutex);
-  if (q.stopping || !q.pending.try_emplace(key, std::move(mlir)).second) return;
+  if (q.stopping) return false;
+  if (q.worker == nullptr) {
+    try {
+      q.worker = new std::thread(work);
+    } catch (const std::exception&) { // no thread (resource limits): the caller compiles
+      return false;
+    }
+    const bool first = q.owner == 0;
+    q.owner = getpid();
+    if (first) std::atexit(joinAtExit);
+  }
+  if (!q.pending.try_emplace(key, std::move(mlir)).second) return true;
   q.order.push_back(key);
   ++q.stats.queued;
   ++q.stats.pending;
-  if (q.worker == nullptr) {
-    const bool first = q.owner == 0;
-    q.owner = getpid();
-    q.worker = new std::thread(work);
-    if (first) std::atexit(joinAtExit);
-  }
   q.changed.notify_all();
+  return true;
 }
 
 bool compilingInBackground(Hash64 key) {

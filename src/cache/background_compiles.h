@@ -24,8 +24,9 @@
 namespace torchneuron {
 
 // Queues the compile of the kernel `key` from `mlir` (what its build_mlir returns), unless it is
-// queued or compiling already.
-void compileInBackground(Hash64 key, std::string mlir);
+// queued or compiling already. False when it cannot be queued (the worker thread could not be
+// started, or the process is exiting): the caller compiles it itself.
+bool compileInBackground(Hash64 key, std::string mlir);
 
 // Whether the kernel `key` is queued or compiling.
 bool compilingInBackground(Hash64 key);

@@ -4,10 +4,14 @@
 // compiles on the background thread (cache/background_compiles.h); its later calls launch the
 // kernel. They count as `interim` launches in metrics(), never as fallbacks, and do not warn.
 //
-// The switch point depends on how long compiles take, so results may differ in the last bits of
-// transcendental functions between runs. Where that matters calls wait for their compiles
-// instead: NEURON_INTERIM_LAUNCHES=0, or deterministic mode (torch.use_deterministic_algorithms
-// (True), or NEURON_DETERMINISTIC=1), in which a run is bitwise reproducible.
+// An interim call's results are ATen's CPU results: they may differ from the kernel's in the last
+// bits of transcendental functions, and in the few cases where the device deliberately differs
+// from ATen's CPU (docs/compiled-eager.md, "Matching the CPU": var of equal huge values, fmod by
+// tiny divisors, signed zeros of maximum/minimum). The switch point depends on how long compiles
+// take, so where that matters calls wait for their compiles instead: NEURON_INTERIM_LAUNCHES=0,
+// or deterministic mode (torch.use_deterministic_algorithms(True), or NEURON_DETERMINISTIC=1),
+// in which a run is bitwise reproducible. Calls in float16 or bfloat16 always wait: PyTorch
+// 1.13's CPU lacks some of the kernels the device compiles for them (plan_executor.cpp).
 //
 // Scope: only a call made inside an InterimLaunchScope (routeCall's compiled route, device copies)
 // may decline for a kernel that is not ready; plan_executor.cpp asks interimLaunchAllowedHere().

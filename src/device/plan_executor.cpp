@@ -27,14 +27,28 @@ std::string kernelMlir(const PlannedLaunch& launch) {
              : fusion::buildReductionKernel(launch.reduction);
 }
 
-// The launch's kernel (possibly a failed one); null when it is not loaded and the call may run
-// interim (interim_launch.h): then it is loaded from the persistent store here when stored, else
-// compiled in the background. Otherwise the call compiles it and waits, as without interim
-// launches (and so does a key whose background compile threw, to raise that error here).
-KernelHandle kernelOf(const PlannedLaunch& launch) {
-  if (KernelHandle loaded = loadedKernel(launch.key)) return loaded;
-  if (interimLaunchAllowedHere() && !backgroundCompileThrew(launch.key)) {
+// PyTorch 1.13's CPU lacks some float16 and bfloat16 kernels the device compiles (exp, tanh,
+// sigmoid, ...): a call in those dtypes waits for its kernel instead of running interim.
+bool cpuRunsEveryDtype(const LaunchPlan& plan, at::ArrayRef<at::Tensor> inputs) {
+  auto narrow = [](at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; };
+  for (const at::Tensor& t : inputs)
+    if (t.defined() && narrow(t.scalar_type())) return false;
+  for (const PlannedOutput& output : plan.outputs)
+    if (narrow(output.dtype)) return false;
+  return true;
+}
+
+// The kernel of a launch the memory tier does not hold (possibly a failed one). With `interim`
+// (the call may run interim, interim_launch.h): null while it compiles in the background, or
+// loaded here when the persistent store holds it. Otherwise the call compiles it and waits, as
+// without interim launches; so does a key whose background compile threw (to raise that error
+// here) or that could not be queued.
+KernelHandle kernelOf(const PlannedLaunch& launch, bool interim) {
+  if (interim && !backgroundCompileThrew(launch.key)) {
     if (compilingInBackground(launch.key)) return nullptr;
+    // Its compile may have finished since the caller's lookup: the worker loads a kernel before
+    // it lets go of the key, so it is loaded now (not queued a second time).
+    if (KernelHandle loaded = loadedKernel(launch.key)) return loaded;
     std::string mlir;
     try {
       mlir = kernelMlir(launch);
@@ -43,8 +57,7 @@ KernelHandle kernelOf(const PlannedLaunch& launch) {
     }
     if (!mlir.empty()) {
       if (KernelHandle stored = storedKernelIfLoadable(launch.key, mlir)) return stored;
-      compileInBackground(launch.key, std::move(mlir));
-      return nullptr;
+      if (compileInBackground(launch.key, std::move(mlir))) return nullptr;
     }
   }
   return kernelFor(launch.key, [&] { return kernelMlir(launch); });
@@ -162,17 +175,27 @@ c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::T
   // An eager launch may read or overwrite what recorded launches use: they run first.
   if (!deferred) tracer::runRecordedLaunches();
   c10::SmallVector<KernelHandle, 1> kernels;
+  c10::optional<bool> interim; // whether the call may run interim; decided at the first miss
+  bool compiling = false;
   for (const PlannedLaunch& launch : plan.launches) {
-    KernelHandle kernel = kernelOf(launch);
-    if (kernel == nullptr) { // compiling: the call runs on the CPU meanwhile
-      requestInterimLaunch();
-      return c10::nullopt;
+    KernelHandle kernel = loadedKernel(launch.key);
+    if (kernel == nullptr) {
+      if (!interim) interim = interimLaunchAllowedHere() && cpuRunsEveryDtype(plan, inputs);
+      kernel = kernelOf(launch, *interim);
+    }
+    if (kernel == nullptr) { // compiling: every missing kernel of the plan is queued first
+      compiling = true;
+      continue;
     }
     if (kernel->function == nullptr) {
       warnCompileFailureOnce(launch.key, launch.describe(), kernel->failure);
       return c10::nullopt;
     }
     kernels.push_back(std::move(kernel));
+  }
+  if (compiling) { // the call runs on the CPU meanwhile
+    requestInterimLaunch();
+    return c10::nullopt;
   }
   TensorList outputs = runPlanWithKernels(plan, kernels, inputs, given_outputs, launches, deferred);
   if (deferred) captureDeferredPlan(plan, kernels, inputs, given_outputs, outputs, launches);

@@ -220,7 +220,10 @@ void syncLocked(TracerState& tracer, SyncCause cause, const c10::OperatorHandle*
       ++counters.replays;
       counters.ops_replayed += static_cast<int64_t>(window.records.size());
     }
-    if (!window.pinned)
+    // A window an interim launch ended (its op's kernel was compiling) is cut where compiles
+    // happened to stand: it is not counted, so a cold start neither makes it hot nor pins its
+    // site for the signatures it produced while kernels compiled.
+    if (!window.pinned && cause != SyncCause::kInterim)
       tracer.recurrence.countWindow(window.signature, window.records, cause,
                                     op != nullptr ? opName(*op) : std::string(), window.first_op);
   }

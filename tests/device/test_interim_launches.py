@@ -79,6 +79,20 @@ def test_cold_ops_run_at_once_on_the_cpu_then_on_their_compiled_kernels(tmp_path
     assert warm["compiles"] == 0, warm
 
 
+def test_float16_and_bfloat16_calls_wait_for_their_kernels(tmp_path):
+    # PyTorch 1.13's CPU has no float16 exp or bfloat16 sigmoid: such a call cannot run interim.
+    result = run("""
+        h, b = x.half(), x.bfloat16()
+        torch.testing.assert_close(torch.exp(h).cpu(), torch.exp(x_cpu).half(), rtol=2e-3, atol=1e-3)
+        torch.testing.assert_close(torch.sigmoid(b).cpu(), torch.sigmoid(x_cpu).bfloat16(),
+                                   rtol=2e-2, atol=1e-2)
+        m = torchneuron.metrics()
+        print(json.dumps({"compiled": m["ops"]["compiled"], "interim": m["ops"]["interim"]}))
+    """, tmp_path)
+    assert "aten::exp" in result["compiled"] and "aten::sigmoid" in result["compiled"], result
+    assert "aten::exp" not in result["interim"] and "aten::sigmoid" not in result["interim"], result
+
+
 @pytest.mark.parametrize("how", ["environment", "torch"])
 def test_deterministic_mode_waits_for_each_compile(tmp_path, how):
     result = run("""
@@ -160,14 +174,24 @@ def test_training_in_adaptive_mode_with_interim_launches_matches_the_cpu(tmp_pat
         got_losses, got_params = train(dev)
         torchneuron.set_adaptive(False)
         want_losses, want_params = train(torch.device("cpu"))
-        torch.testing.assert_close(torch.tensor(got_losses), torch.tensor(want_losses))
+        # Steps 0-3 ran some ops on the CPU and some compiled, where timing put the switch:
+        # results agree to rounding, as eager mode's do.
+        torch.testing.assert_close(torch.tensor(got_losses), torch.tensor(want_losses),
+                                   rtol=1e-4, atol=1e-5)
         for g, w in zip(got_params, want_params):
-            torch.testing.assert_close(g, w)
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
         m = torchneuron.metrics()
-        print(json.dumps({"counts": counts(), "replays": m["adaptive"]["replays"]}))
+        print(json.dumps({"counts": counts(), "replays": m["adaptive"]["replays"],
+                          "interim_syncs": m["adaptive"]["syncs"]["interim"],
+                          "explain": torchneuron.explain()}))
     """, tmp_path)
     assert result["counts"]["interim"] > 0 and result["counts"]["fallback"] == 0, result
     assert result["replays"] > 0, result
+    # Interim launches ended windows, but those windows are not counted as signatures (they are
+    # cut where compiles happened to stand): none of them is listed, none pins its site.
+    assert result["interim_syncs"] > 0, result
+    assert "ended by interim" not in result["explain"], result["explain"]
+    assert "pinned" not in result["explain"], result["explain"]
 
 
 def test_a_bad_setting_warns_naming_it_and_keeps_the_default(tmp_path):
