@@ -56,6 +56,11 @@ def train(device, steps, batch):
         optimizer.step()
         losses.append(loss.item())  # a sync point: the step is complete
         times.append(time.perf_counter() - start)
+        if len(times) == 1 and device.type == torchneuron.DEVICE_TYPE:
+            # On a cold cache the first step ran its ops on the CPU while their kernels compiled
+            # in the background; the steady state starts once they are ready (a long run gets
+            # there within its first seconds). Not timed.
+            torchneuron.wait_for_compiles()
     return losses, times
 
 
