@@ -382,7 +382,7 @@ def markdown(result):
                      f"(median of each workload's median; worst workload {f['compile_ms_worst_workload_median']:.1f} ms)")
     overhead = result.get("op_overhead", {})
     if overhead:
-        lines += ["", "## Tiny ops from Python (`bench/op_overhead.py`; 8 elements, per op, device "
+        lines += ["", "## Tiny ops from Python (`bench/op_overhead.py`; 8 elements, or as the name says, per op, device "
                   "and stock alternating in one process; median ratio [min-max] over the rounds)", "",
                   "| op | threads | stock ns | neuron ns | neuron / stock |", "|---|---|---|---|---|"]
         for t, o in sorted(overhead.items()):
