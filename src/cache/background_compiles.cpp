@@ -25,7 +25,6 @@ struct Queue {
   std::deque<Hash64> order;
   std::unordered_map<Hash64, std::string> pending; // queued or compiling: key -> MLIR
   std::unordered_set<Hash64> threw;
-  int64_t running = 0;
   BackgroundCompileStats stats;
   std::thread* worker = nullptr; // leaked in a forked child, where the thread does not exist
   pid_t owner = 0;
@@ -43,7 +42,6 @@ Queue& queue() {
                             new (&child.mutex) std::mutex();
                             new (&child.changed) std::condition_variable();
                             child.worker = nullptr;
-                            child.running = 0;
                             child.order.clear();
                             child.pending.clear();
                             child.stats.pending = 0;
@@ -84,7 +82,6 @@ void work() {
     auto found = q.pending.find(key);
     if (found == q.pending.end()) continue;
     const std::string mlir = found->second;
-    ++q.running;
     lock.unlock();
     bool threw = false;
     try {
@@ -93,10 +90,8 @@ void work() {
       threw = true; // the dispatch thread's own compile reports it (header)
     }
     lock.lock();
-    --q.running;
     q.pending.erase(key);
     if (threw) q.threw.insert(key);
-    ++q.stats.finished;
     --q.stats.pending;
     q.changed.notify_all();
   }

@@ -38,9 +38,8 @@ bool backgroundCompileThrew(Hash64 key);
 void waitForBackgroundCompiles();
 
 struct BackgroundCompileStats {
-  int64_t queued = 0;   // compiles ever queued
-  int64_t finished = 0; // of those, done (compiled, loaded, failed or threw)
-  int64_t pending = 0;  // queued or compiling now
+  int64_t queued = 0;  // compiles ever queued
+  int64_t pending = 0; // of those, queued or compiling now
 };
 BackgroundCompileStats backgroundCompileStats();
 

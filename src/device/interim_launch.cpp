@@ -39,9 +39,7 @@ void requestInterimLaunch() { scope_state.requested = true; }
 void runInterimOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tracer::sync(tracer::SyncCause::kInterim, &op);
   runBoxedOnHost(op, stack);
-  const c10::OperatorName& name = op.schema().operator_name();
-  recordLaunch(LaunchKind::kInterim,
-               name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+  recordLaunch(LaunchKind::kInterim, op);
 }
 
 } // namespace torchneuron

@@ -13,9 +13,7 @@ void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* st
   // In a window it runs now, at its place: its output metadata come from running it.
   tracer::EagerLibraryStep step;
   runBoxedOnHost(op, stack);
-  const c10::OperatorName& name = op.schema().operator_name();
-  recordLaunch(LaunchKind::kLibrary,
-               name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+  recordLaunch(LaunchKind::kLibrary, op);
 }
 
 const c10::OperatorHandle& convolutionCallOfOverrideable(torch::jit::Stack* /*stack*/) {

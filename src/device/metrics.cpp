@@ -1,5 +1,7 @@
 #include "device/metrics.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <memory>
 #include <mutex>
 
@@ -50,6 +52,11 @@ LaunchCounter* launchCounter(LaunchKind kind, const std::string& op_name) {
 
 void recordLaunch(LaunchKind kind, const std::string& op_name) {
   recordLaunch(launchCounter(kind, op_name));
+}
+
+void recordLaunch(LaunchKind kind, const c10::OperatorHandle& op) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  recordLaunch(kind, name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
 }
 
 MetricsSnapshot metricsSnapshot() {

@@ -6,6 +6,10 @@
 #include <map>
 #include <string>
 
+namespace c10 {
+class OperatorHandle;
+}
+
 namespace torchneuron {
 
 // How the device ran an op.
@@ -26,6 +30,8 @@ inline void recordLaunch(LaunchCounter* counter) {
 
 // Counts one launch, looking its counter up (takes a lock).
 void recordLaunch(LaunchKind kind, const std::string& op_name);
+// The same, of the ATen op `op`, named as "aten::add.Tensor".
+void recordLaunch(LaunchKind kind, const c10::OperatorHandle& op);
 
 // The compiler and the kernel cache, since the last reset.
 struct CompileMetrics {
