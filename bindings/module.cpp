@@ -20,6 +20,7 @@
 #include "cache/remote_transfer.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "device/eager_call_cache.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
@@ -208,6 +209,13 @@ py::dict metricsDict() {
   result["persistent_writes_pending"] = compile.persistent_writes_pending;
   result["warm_start"] = warmStartDict();
   result["adaptive"] = adaptiveDict();
+  const torchneuron::EagerCallCacheStats calls = torchneuron::eagerCallCacheStats();
+  py::dict call_cache;
+  call_cache["enabled"] = calls.enabled;
+  call_cache["replays"] = calls.replays;
+  call_cache["captures"] = calls.captures;
+  call_cache["uncapturable"] = calls.uncapturable;
+  result["eager_call_cache"] = call_cache;
   result["remote"] = remoteStatsDict(torchneuron::kernelCacheStats());
   return result;
 }
@@ -405,6 +413,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("metrics", &metricsDict);
   m.def("reset_metrics", [] {
     torchneuron::resetMetrics();
+    torchneuron::resetEagerCallCacheStats();
     torchneuron::tracer::resetAdaptiveStats();
   });
   // The adaptive tracer (src/tracer/tracer.h). A bad NEURON_ADAPTIVE_* value is a ValueError.

@@ -13,7 +13,9 @@
 #include <type_traits>
 
 #include "device/cpu_fallback.h"
+#include "device/eager_call_cache.h"
 #include "device/interim_launch.h"
+#include "device/plan_replay.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -72,22 +74,26 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     {
       InterimLaunchScope scope; // a kernel still compiling declines the call (interim_launch.h)
       if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)
-                                    : kernel(op, stack))
+                                    : runWithEagerCallCache(op, stack, kernel))
         return;
       interim = scope.requested();
     }
+    // A capture under way (plan_replay.h) cannot replay a CPU kernel run inside its call.
+    invalidateCallCapture();
     if (interim)
       runInterimOnHost(op, stack);
     else
       runCpuFallback(op, stack);
   } else if constexpr (route == Route::kLibrary) {
     static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
+    invalidateCallCapture();
     if (tracer::adaptiveEnabled())
       tracer::traceLibraryCall(op, stack, kernel);
     else
       kernel(op, stack);
   } else {
     static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t>);
+    invalidateCallCapture();
     runCpuFallback(op, stack);
   }
 }

@@ -198,7 +198,7 @@ c10::optional<TensorList> executePlan(const LaunchPlan& plan, at::ArrayRef<at::T
     return c10::nullopt;
   }
   TensorList outputs = runPlanWithKernels(plan, kernels, inputs, given_outputs, launches, deferred);
-  if (deferred) captureDeferredPlan(plan, kernels, inputs, given_outputs, outputs, launches);
+  capturePlan(plan, kernels, inputs, given_outputs, outputs, launches);
   return outputs;
 }
 

@@ -12,8 +12,6 @@
 namespace torchneuron {
 namespace {
 
-using Fingerprint = c10::SmallVector<int64_t, 48>;
-
 // Where a tensor of a captured plan comes from.
 struct TensorSource {
   enum Kind : uint8_t { kArgument, kListElement, kPlanOutput, kUndefined } kind = kArgument;
@@ -29,13 +27,17 @@ struct CapturedPlan {
   LaunchCounter* launches = nullptr;
 };
 
+} // namespace
+
 struct CapturedCall {
-  Fingerprint fingerprint;
+  CallFingerprint fingerprint;
   size_t arguments = 0;
   std::vector<CapturedPlan> plans;
   c10::SmallVector<TensorSource, 2> returns;
   size_t list_elements = 0; // tensor-list elements the plans and returns name, counted
 };
+
+namespace {
 
 int64_t bitsOf(double value) {
   int64_t bits;
@@ -61,7 +63,7 @@ int64_t cpuScalarBits(const at::Tensor& t) {
   }
 }
 
-// Writes a call's fingerprint into `Out` (push_back of int64_t words): a Fingerprint when a
+// Writes a call's fingerprint into `Out` (push_back of int64_t words): a CallFingerprint when a
 // call is captured, a FingerprintMatch when a replay checks a call against its capture.
 template <typename Out> class FingerprintBuilder {
 public:
@@ -128,17 +130,25 @@ private:
       if (storages_[i] == storage) shared = static_cast<int64_t>(i);
     if (shared < 0) storages_.push_back(storage);
     out_.push_back(shared);
+    // Which earlier argument is the same tensor (planning resizes an output read as an input
+    // with it).
+    int64_t same = -1;
+    for (size_t i = 0; i < impls_.size() && same < 0; ++i)
+      if (impls_[i] == impl) same = static_cast<int64_t>(i);
+    if (same < 0) impls_.push_back(impl);
+    out_.push_back(same);
     if (t.device().is_cpu() && t.dim() == 0) out_.push_back(cpuScalarBits(t));
   }
 
   Out& out_;
   c10::SmallVector<const c10::StorageImpl*, 8> storages_;
+  c10::SmallVector<const c10::TensorImpl*, 8> impls_;
 };
 
 // Compares words with a captured fingerprint as they are made (no copy of the call's own).
 class FingerprintMatch {
 public:
-  explicit FingerprintMatch(const Fingerprint& expected) : expected_(expected) {}
+  explicit FingerprintMatch(const CallFingerprint& expected) : expected_(expected) {}
   void push_back(int64_t word) {
     matches_ = matches_ && next_ < expected_.size() && expected_[next_] == word;
     ++next_;
@@ -146,7 +156,7 @@ public:
   bool matched() const { return matches_ && next_ == expected_.size(); }
 
 private:
-  const Fingerprint& expected_;
+  const CallFingerprint& expected_;
   size_t next_ = 0;
   bool matches_ = true;
 };
@@ -204,34 +214,6 @@ bool sourcesOf(Capture& capture, at::ArrayRef<at::Tensor> tensors,
   return true;
 }
 
-void beginCapture(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  auto* capture = new Capture();
-  const size_t count = op.schema().arguments().size();
-  for (const c10::IValue& value : torch::jit::last(stack, count))
-    capture->args.push_back(value);
-  capture->call.arguments = count;
-  capture->valid = fingerprintOf(capture->args, capture->call.fingerprint);
-  delete active_capture;
-  active_capture = capture;
-}
-
-std::shared_ptr<const void> endCapture(const c10::OperatorHandle& op,
-                                       const torch::jit::Stack& stack, bool ran) {
-  std::unique_ptr<Capture> capture(active_capture);
-  active_capture = nullptr;
-  if (!capture || !ran || !capture->valid) return nullptr;
-  const size_t returns = op.schema().returns().size();
-  if (stack.size() < returns) return nullptr;
-  for (size_t i = stack.size() - returns; i < stack.size(); ++i) {
-    if (!stack[i].isTensor()) return nullptr;
-    c10::optional<TensorSource> source = sourceOf(*capture, stack[i].toTensor());
-    if (!source) return nullptr;
-    if (source->kind == TensorSource::kListElement) ++capture->call.list_elements;
-    capture->call.returns.push_back(*source);
-  }
-  return std::make_shared<const CapturedCall>(std::move(capture->call));
-}
-
 const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue> args,
                           c10::ArrayRef<TensorList> plan_outputs,
                           std::vector<at::Tensor>& list_elements) {
@@ -250,12 +232,8 @@ const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue>
   return plan_outputs[source.index][source.element];
 }
 
-bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& call = *static_cast<const CapturedCall*>(captured);
-  if (stack->size() < call.arguments) return false;
+void replayCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, call.arguments);
-  FingerprintMatch match(call.fingerprint);
-  if (!fingerprintOf(args, match) || !match.matched()) return false;
   c10::SmallVector<TensorList, 2> plan_outputs;
   std::vector<at::Tensor> list_elements; // cat's inputs; references into it stay valid:
   list_elements.reserve(call.list_elements);
@@ -266,7 +244,7 @@ bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::j
     for (const TensorSource& source : captured_plan.given_outputs)
       given.push_back(resolve(source, args, plan_outputs, list_elements));
     plan_outputs.push_back(runPlanWithKernels(captured_plan.plan, captured_plan.kernels, inputs,
-                                              given, captured_plan.launches, /*deferred=*/true));
+                                              given, captured_plan.launches, deferred));
   }
   c10::SmallVector<at::Tensor, 2> results;
   for (const TensorSource& source : call.returns)
@@ -274,22 +252,81 @@ bool replayCapture(const void* captured, const c10::OperatorHandle& op, torch::j
   torch::jit::drop(*stack, call.arguments);
   for (at::Tensor& result : results)
     torch::jit::push(*stack, std::move(result));
+}
+
+// The tracer's hooks (CallCacheHooks): captures are type-erased there.
+std::shared_ptr<const void> endCaptureForTracer(const c10::OperatorHandle& op,
+                                                const torch::jit::Stack& stack, bool ran) {
+  return endCallCapture(op, stack, ran);
+}
+
+bool replayForTracer(const void* captured, const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  const auto& call = *static_cast<const CapturedCall*>(captured);
+  if (stack->size() < call.arguments) return false;
+  FingerprintMatch match(call.fingerprint);
+  if (!fingerprintOf(torch::jit::last(*stack, call.arguments), match) || !match.matched())
+    return false;
+  replayCall(call, stack, /*deferred=*/true);
   return true;
 }
 
 } // namespace
 
+bool fingerprintCall(c10::ArrayRef<c10::IValue> args, CallFingerprint& out) {
+  return fingerprintOf(args, out);
+}
+
+const CallFingerprint& fingerprintOf(const CapturedCall& call) { return call.fingerprint; }
+
+void beginCallCapture(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  auto* capture = new Capture();
+  const size_t count = op.schema().arguments().size();
+  for (const c10::IValue& value : torch::jit::last(stack, count))
+    capture->args.push_back(value);
+  capture->call.arguments = count;
+  capture->valid = fingerprintOf(capture->args, capture->call.fingerprint);
+  delete active_capture;
+  active_capture = capture;
+}
+
+std::shared_ptr<const CapturedCall> endCallCapture(const c10::OperatorHandle& op,
+                                                   const torch::jit::Stack& stack, bool ran) {
+  std::unique_ptr<Capture> capture(active_capture);
+  active_capture = nullptr;
+  if (!capture || !ran || !capture->valid) return nullptr;
+  const size_t returns = op.schema().returns().size();
+  if (stack.size() < returns) return nullptr;
+  for (size_t i = stack.size() - returns; i < stack.size(); ++i) {
+    if (!stack[i].isTensor()) return nullptr;
+    c10::optional<TensorSource> source = sourceOf(*capture, stack[i].toTensor());
+    if (!source) return nullptr;
+    if (source->kind == TensorSource::kListElement) ++capture->call.list_elements;
+    capture->call.returns.push_back(*source);
+  }
+  return std::make_shared<const CapturedCall>(std::move(capture->call));
+}
+
+bool callCaptureActive() { return active_capture != nullptr; }
+
+void invalidateCallCapture() {
+  if (active_capture != nullptr) active_capture->valid = false;
+}
+
+void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
+  replayCall(call, stack, deferred);
+}
+
 void installPlanReplay() {
   tracer::CallCacheHooks hooks;
-  hooks.begin_capture = &beginCapture;
-  hooks.end_capture = &endCapture;
-  hooks.replay = &replayCapture;
+  hooks.begin_capture = &beginCallCapture;
+  hooks.end_capture = &endCaptureForTracer;
+  hooks.replay = &replayForTracer;
   tracer::setCallCacheHooks(hooks);
 }
 
-void captureDeferredPlan(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> kernels,
-                         at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> given_outputs,
-                         at::ArrayRef<at::Tensor> outputs, LaunchCounter* launches) {
+void capturePlan(const LaunchPlan& plan, c10::ArrayRef<KernelHandle> kernels,
+                 at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> given_outputs,
+                 at::ArrayRef<at::Tensor> outputs, LaunchCounter* launches) {
   Capture* capture = active_capture;
   if (capture == nullptr || !capture->valid) return;
   CapturedPlan captured;

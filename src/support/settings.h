@@ -32,6 +32,7 @@ struct Settings {
   int64_t cache_remote_lease_ms = 10000;               // NEURON_CACHE_REMOTE_LEASE_MS
   bool interim_launches = true; // NEURON_INTERIM_LAUNCHES: run ops on the CPU while they compile
   bool deterministic = false;   // NEURON_DETERMINISTIC: wait for every compile (reproducible runs)
+  bool eager_call_cache = true; // NEURON_EAGER_CALL_CACHE: replay recurring eager calls' plans
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;
