@@ -5,7 +5,7 @@ BUILD ?= build
 PYTHON := /usr/bin/python3
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test conformance conformance-adaptive bench bench-quick format format-check clean
+.PHONY: all deps configure build demo test conformance conformance-adaptive conformance-eager-replay bench bench-quick format format-check clean
 
 all: build
 
@@ -50,6 +50,14 @@ conformance: build
 conformance-adaptive: build
 	$(PYTHON) tests/conformance/run_conformance.py --adaptive --min-replayed 1000 \
 	  --output $(BUILD)/conformance/summary-adaptive.json
+
+# The referee in eager mode with the eager call cache: each device sample three times (the third
+# replays the call captured in the second); every float32 sample, the quick selection in the other
+# dtypes. It fails on any unexpected mismatch or device error, and when fewer than 1,000 samples
+# replayed.
+conformance-eager-replay: build
+	$(PYTHON) tests/conformance/run_conformance.py --eager-replay --min-replayed 1000 \
+	  --output $(BUILD)/conformance/summary-eager-replay.json
 
 # Every workload in every mode at 1 and 2 threads: $(BUILD)/bench/report.{md,json,png}.
 bench: build

@@ -12,8 +12,9 @@
 // hold their kernels, so a kernel the memory tier evicts stays linked while a capture holds it.
 // Replays do not count as kernel-cache hits.
 //
-// NEURON_EAGER_CALL_CACHE=0 turns it off (every call is planned). The adaptive tracer has its
-// own capture per trie node (tracer/tracer.h); this cache serves calls the tracer does not see.
+// NEURON_EAGER_CALL_CACHE=0 turns it off (every call is planned). It serves eager mode and, in
+// adaptive mode, the calls the tracer runs without deferring them (CallCacheHooks::run_eager);
+// deferred calls replay the tracer's own capture per trie node (tracer/tracer.h).
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "device/eager_call_cache.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -321,6 +322,7 @@ void installPlanReplay() {
   hooks.begin_capture = &beginCallCapture;
   hooks.end_capture = &endCaptureForTracer;
   hooks.replay = &replayForTracer;
+  hooks.run_eager = &runWithEagerCallCache;
   tracer::setCallCacheHooks(hooks);
 }
 

@@ -512,7 +512,9 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
         --traced_call_depth;
       }
     } restore;
-    ran = defer ? runDeferred(tracer, op, stack, kernel) : kernel(op, stack);
+    ran = defer                               ? runDeferred(tracer, op, stack, kernel)
+          : tracer.hooks.run_eager != nullptr ? tracer.hooks.run_eager(op, stack, kernel)
+                                              : kernel(op, stack);
   }
   const int64_t kernel_ns = timed ? nanosecondsSince(kernel_start) : 0;
   if (!ran) return false;

@@ -154,6 +154,10 @@ struct CallCacheHooks {
                                              const torch::jit::Stack& stack, bool ran) = nullptr;
   bool (*replay)(const void* captured, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack) = nullptr;
+  // Runs a call the tracer does not defer, as eager mode would (the eager call cache); null:
+  // the kernel itself.
+  bool (*run_eager)(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                    CompiledKernelFunction kernel) = nullptr;
 };
 // Set once, by the device library as it loads.
 void setCallCacheHooks(const CallCacheHooks& hooks);

@@ -287,26 +287,33 @@ def within_cpu_spread(op, dev_sample, dev):
     return True
 
 
-# The tracer's replay and fused-kernel counters as reset_metrics() leaves them: counted before
-# each reset.
+# The replay and fused-kernel counters as reset_metrics() leaves them: counted before each reset.
+# Replays are the tracer's (windows replayed) under the tracer, else the eager call cache's (calls
+# replayed).
 replays_before_reset = 0
 fused_before_reset = 0
 
 
+def replay_counter():
+    metrics = torchneuron.metrics()
+    if torchneuron.adaptive_enabled():
+        return metrics["adaptive"]["replays"]
+    return metrics["eager_call_cache"]["replays"]
+
+
 def reset_metrics():
-    """torchneuron.reset_metrics(), keeping the tracer's replays and fused kernel runs counted so
-    far (replays_so_far() and fused_so_far() keep counting across it)."""
+    """torchneuron.reset_metrics(), keeping the replays and fused kernel runs counted so far
+    (replays_so_far() and fused_so_far() keep counting across it)."""
     global replays_before_reset, fused_before_reset
-    if torchneuron.adaptive_enabled():  # the tracer replays nothing while it is off
-        adaptive = torchneuron.metrics()["adaptive"]
-        replays_before_reset += adaptive["replays"]
-        fused_before_reset += adaptive["fused_kernel_runs"]
+    replays_before_reset += replay_counter()
+    fused_before_reset += torchneuron.metrics()["adaptive"]["fused_kernel_runs"]
     torchneuron.reset_metrics()
 
 
 def replays_so_far():
-    """Windows the tracer replayed in this process (wholly from recorded launches)."""
-    return replays_before_reset + torchneuron.metrics()["adaptive"]["replays"]
+    """Windows the tracer replayed (wholly from recorded launches), or calls the eager call cache
+    replayed, in this process."""
+    return replays_before_reset + replay_counter()
 
 
 def fused_so_far():
@@ -499,7 +506,7 @@ def run_samples(op, name, dtype_text, dev, quick, adaptive_runs):
             "fallback_ops": sorted(used["fallback_ops"]), "samples": results}
 
 
-def run_worker(items_file, results_file, quick, adaptive=False):
+def run_worker(items_file, results_file, quick, adaptive=False, eager_replay=False):
     torch.set_num_threads(1)
     with open(items_file) as f:
         items = [line.rstrip("\n").split("\t") for line in f if line.strip()]
@@ -514,6 +521,11 @@ def run_worker(items_file, results_file, quick, adaptive=False):
         torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
         threshold = torchneuron.metrics()["adaptive"]["threshold"]
         adaptive_runs = max(3, threshold + 1)
+    elif eager_replay:
+        # The eager call cache captures a call the second time it recurs and replays it from the
+        # third.
+        threshold = None
+        adaptive_runs = 3
     # In --quick (and in --adaptive's other dtypes), an OpInfo whose float32 samples all ran on
     # ATen's CPU kernel through the fallback runs no other dtype: the fallback is ATen's own
     # kernel whatever the dtype, and the quick subset spends its time where the device's own
@@ -521,14 +533,14 @@ def run_worker(items_file, results_file, quick, adaptive=False):
     cpu_only = set()
     with open(results_file, "a") as out:
         for name, dtype in items:
-            if (quick or adaptive) and name in cpu_only:
+            if (quick or adaptive_runs) and name in cpu_only:
                 record = {"name": name, "dtype": dtype, "kind": "fallback", "fallback_ops": [],
                           "samples": [], "quick_skipped": True}
             else:
                 record = run_opinfo(ops[name], name, dtype, dev, quick, adaptive_runs)
                 if dtype == "float32" and record["kind"] == "fallback":
                     cpu_only.add(name)
-            if adaptive:
+            if adaptive_runs:
                 record.update(adaptive_runs=adaptive_runs, adaptive_threshold=threshold)
             out.write(json.dumps(record) + "\n")
             out.flush()

@@ -21,11 +21,17 @@ hot, replayed), each run judged as above; a sample is "replayed" when its last r
 least one recorded window (the tracer's own replay counter). Every float32 sample runs; the other
 dtypes run the --quick selection.
 
+--eager-replay runs the device side in eager mode three times per sample the same way: the
+second run is captured by the eager call cache (src/device/eager_call_cache.h) and the third
+replays it; a sample is "replayed" when its last run replayed at least one call (the cache's
+own counter). --min-replayed applies to either mode.
+
 The unit of work is one OpInfo in one dtype. Work is split over worker processes; a worker that
 crashes marks the OpInfo and dtype it was running as device_error ("crashed") and the run goes
 on with a new worker.
 
-    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--adaptive] [--ops a,b]
+    /usr/bin/python3 tests/conformance/run_conformance.py [--quick] [--adaptive | --eager-replay]
+        [--min-replayed N] [--ops a,b]
         [--dtypes d,e] --output FILE
 """
 import argparse
@@ -64,8 +70,14 @@ def parse_args(argv):
                              "sample three times (cold, hot, replayed), counting the samples "
                              "whose last run replayed a recorded window; every float32 sample, "
                              "the --quick selection in the other dtypes")
+    parser.add_argument("--eager-replay", action="store_true",
+                        help="run each device sample three times in eager mode (captured by the "
+                             "eager call cache, then replayed), counting the samples whose last "
+                             "run replayed a call; every float32 sample, the quick selection in "
+                             "the other dtypes")
     parser.add_argument("--min-replayed", type=int, default=0, metavar="N",
-                        help="with --adaptive: fail unless at least N samples replayed")
+                        help="with --adaptive or --eager-replay: fail unless at least N samples "
+                             "replayed")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES),
                         help="comma-separated dtypes (default: %(default)s)")
@@ -76,9 +88,11 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.min_replayed < 0:
         parser.error(f"--min-replayed must be 0 or more, got {args.min_replayed}")
-    if args.min_replayed and not args.adaptive:
-        parser.error(f"--min-replayed {args.min_replayed} needs --adaptive (only the adaptive "
-                     f"tracer replays)")
+    if args.adaptive and args.eager_replay:
+        parser.error("--adaptive and --eager-replay are two modes: choose one")
+    if args.min_replayed and not (args.adaptive or args.eager_replay):
+        parser.error(f"--min-replayed {args.min_replayed} needs --adaptive or --eager-replay "
+                     "(only those modes run a sample more than once)")
     return args
 
 
@@ -146,13 +160,16 @@ def run_parent(args):
         print()
         records = [r for runner in runners for r in runner.records]
     summary = summarize(records, quick=args.quick, seconds=time.time() - started,
-                        adaptive=args.adaptive)
+                        adaptive=args.adaptive or args.eager_replay)
+    if args.eager_replay:  # no tracer, no threshold: the call cache replays from the third run
+        summary["eager_replay"] = {"runs_per_sample": 3}
+        del summary["adaptive"]
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     print_report(summary, args.output)
-    if args.adaptive and summary["replayed"] < args.min_replayed:
-        print(f"[conformance] {summary['replayed']} samples replayed a recorded window, fewer "
+    if (args.adaptive or args.eager_replay) and summary["replayed"] < args.min_replayed:
+        print(f"[conformance] {summary['replayed']} samples replayed, fewer "
               f"than --min-replayed {args.min_replayed}", file=sys.stderr)
         return 1
     return 0 if not summary["unexpected_failures"] else 1
@@ -182,7 +199,8 @@ class ShardRunner:
         self.results_path = base + ".jsonl"
         command = [sys.executable, __file__, "--output", self.args.output, "--worker", base + ".ops",
                    "--results", self.results_path] + (["--quick"] if self.args.quick else []) \
-            + (["--adaptive"] if self.args.adaptive else [])
+            + (["--adaptive"] if self.args.adaptive else []) \
+            + (["--eager-replay"] if self.args.eager_replay else [])
         if remaining is None:  # the worker writes the plan, then this shard's items, and runs them
             command += ["--plan", plan, "--ops", self.args.ops, "--dtypes", self.args.dtypes,
                         "--workers", str(self.args.workers)]
@@ -342,5 +360,5 @@ if __name__ == "__main__":
             write_plan(arguments)
         from conformance_worker import run_worker
         sys.exit(run_worker(arguments.worker, arguments.results, arguments.quick,
-                            arguments.adaptive))
+                            arguments.adaptive, arguments.eager_replay))
     sys.exit(run_parent(arguments))
