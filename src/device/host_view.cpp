@@ -58,6 +58,15 @@ at::Tensor hostView(const at::Tensor& device_tensor) {
   return viewOver(makeHostStorage(device_tensor.storage()), device_tensor, kCpuKeys);
 }
 
+char* hostAddressOf(const at::Tensor& device_tensor) {
+  TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
+  const c10::Storage& storage = device_tensor.storage();
+  tracer::beforeHostAccess(storage);
+  materializeStorage(storage);
+  return static_cast<char*>(storage.data_ptr().get()) +
+         device_tensor.storage_offset() * static_cast<int64_t>(device_tensor.itemsize());
+}
+
 at::Tensor HostAliasSet::toHost(const at::Tensor& device_tensor) {
   const c10::Storage& device_storage = device_tensor.storage();
   auto found = host_storage_of_.find(device_storage.unsafeGetStorageImpl());

@@ -12,6 +12,11 @@ namespace torchneuron {
 // same bytes. The device storage is materialized first and kept alive by the view.
 at::Tensor hostView(const at::Tensor& device_tensor);
 
+// The address of `device_tensor`'s first element for the host to read or write directly, after
+// what hostView() does first (the adaptive tracer's window runs before the host touches the
+// bytes, and the storage is materialized). Valid while the caller holds the tensor.
+char* hostAddressOf(const at::Tensor& device_tensor);
+
 // Maps the device storages of one op call to host storages, one per device storage, so views
 // that overlap on the device also overlap on the host (ATen's overlap checks stay correct),
 // and maps host results back to device tensors.

@@ -7,9 +7,15 @@
 // copy of every result.
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
 
 #include <tuple>
 
+#include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/host_execution.h"
 #include "device/host_kernel_allocator.h"
@@ -51,13 +57,19 @@ bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
 }
 
 // Allocates the result on the device and has `fill(out, operands...)` write it through host
-// views (ATen's out= kernel), counting one library launch on `launches`. In a hot window of the
-// adaptive tracer the fill is recorded as a step of the window instead, to run when it runs, on
-// the tensors as they are now (matmul's 1-D case squeezes the result of mm in place before).
+// views (ATen's out= CPU kernel, called directly: the dispatcher's round trip is a tiny
+// product's largest cost after Python's), counting one library launch on `launches`. In a hot
+// window of the adaptive tracer the fill is recorded as a step of the window instead, to run when
+// it runs, on the tensors as they are now (matmul's 1-D case squeezes the result of mm in place
+// before).
 template <typename Fill, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
                       Fill fill, const Operands&... operands) {
-  at::Tensor out = at::empty(sizes, like.options());
+  // What empty() does on the device, without the dispatcher's round trip (a tiny product's cost
+  // is mostly bookkeeping).
+  static const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+  at::Tensor out =
+      at::detail::empty_generic(sizes, neuronAllocator(), keys, like.scalar_type(), c10::nullopt);
   if (tracer::deferringLaunches()) {
     tracer::recordHostStep(
         [fill, frozen_out = tracer::frozenTensor(out),
@@ -83,8 +95,8 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
-      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }, self,
-      mat2);
+      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
+      self, mat2);
 }
 
 at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
@@ -96,7 +108,7 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
       [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
-        at::addmm_out(out, s, a, b, beta, alpha);
+        at::cpu::addmm_out(out, s, a, b, beta, alpha);
       },
       self, mat1, mat2);
 }
@@ -106,7 +118,7 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::bmm");
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
-      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::bmm_out(out, a, b); },
+      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(out, a, b); },
       self, mat2);
 }
 
@@ -120,7 +132,7 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   return intoDevice(
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
       [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
-        at::baddbmm_out(out, s, a, b, beta, alpha);
+        at::cpu::baddbmm_out(out, s, a, b, beta, alpha);
       },
       self, batch1, batch2);
 }

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "cache/kernel_cache.h"
 #include "support/fork_handlers.h"
@@ -55,8 +56,25 @@ void recordLaunch(LaunchKind kind, const std::string& op_name) {
 }
 
 void recordLaunch(LaunchKind kind, const c10::OperatorHandle& op) {
-  const c10::OperatorName& name = op.schema().operator_name();
-  recordLaunch(kind, name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+  // Counters are stable for the process, so each thread remembers the counter of each op it
+  // counted (the table's lock and string keys cost more than a tiny library op's own work). The
+  // name is compared too: an op registered from Python may be removed and another take its
+  // schema's address.
+  struct Known {
+    c10::OperatorName name;
+    LaunchCounter* counter;
+  };
+  thread_local std::unordered_map<const c10::FunctionSchema*, Known> known[4];
+  const c10::FunctionSchema& schema = op.schema();
+  auto& counters = known[static_cast<int>(kind)];
+  auto found = counters.find(&schema);
+  if (found == counters.end() || !(found->second.name == schema.operator_name())) {
+    const c10::OperatorName& name = schema.operator_name();
+    LaunchCounter* counter = launchCounter(
+        kind, name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+    found = counters.insert_or_assign(&schema, Known{name, counter}).first;
+  }
+  recordLaunch(found->second.counter);
 }
 
 MetricsSnapshot metricsSnapshot() {

@@ -14,6 +14,8 @@
 
 #include "device/runtime_ops.h"
 
+#include <cstring>
+
 #include "device/caching_allocator.h"
 #include "device/compiled_ops.h"
 #include "device/device.h"
@@ -88,9 +90,39 @@ at::Tensor hostSide(const at::Tensor& tensor, const char* role) {
 // checks (ATen's "some elements of the input tensor and the written-to tensor refer to a single
 // memory location" where views partially overlap), the same early exit for a view copied onto
 // itself, and the same results otherwise.
+namespace {
+
+// A plain tensor whose elements fill one span of memory from its first element (dense, no
+// overlaps, no math bits): its bytes are numel * itemsize from its first element's address.
+bool isOneSpan(const at::Tensor& t) {
+  return t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() && !t._is_zerotensor() &&
+         t.is_non_overlapping_and_dense();
+}
+
+// A copy between the CPU and the device of tensors with one dtype and one layout: the bytes,
+// moved as they lie. False (nothing done) for anything else.
+bool copyBytesAcrossHost(const at::Tensor& src, const at::Tensor& dst) {
+  const bool src_on_device = src.device().type() == kNeuronDeviceType;
+  const bool dst_on_device = dst.device().type() == kNeuronDeviceType;
+  const bool cpu_and_device = src_on_device ? dst.device().is_cpu() : src.device().is_cpu();
+  if (!cpu_and_device || src.scalar_type() != dst.scalar_type() || src.sizes() != dst.sizes() ||
+      src.strides() != dst.strides() || !isOneSpan(src) || !isOneSpan(dst))
+    return false;
+  const size_t nbytes = static_cast<size_t>(src.numel()) * src.itemsize();
+  if (nbytes == 0) return true;
+  char* to = dst_on_device ? hostAddressOf(dst) : static_cast<char*>(dst.data_ptr());
+  const char* from = src_on_device ? hostAddressOf(src) : static_cast<const char*>(src.data_ptr());
+  std::memmove(to, from, nbytes); // a host view of a device tensor may overlap it
+  return true;
+}
+
+} // namespace
+
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  if (self.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
+  if (self.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType) {
     tracer::sync(tracer::SyncCause::kCopy);
+    if (copyBytesAcrossHost(self, dst)) return dst;
+  }
   {
     InterimLaunchScope scope; // a copy kernel still compiling: the host copy below meanwhile
     if (copyWithCompiledKernel(self, dst)) return dst;

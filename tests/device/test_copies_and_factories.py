@@ -52,6 +52,29 @@ def test_copy_into_device_view_and_device_to_device(dev):
     assert torch.equal(other.cpu(), expected.t())
 
 
+def test_copies_of_one_layout_move_the_bytes_as_they_lie(dev):
+    # Same dtype and strides on both sides: the copy is the bytes (runtime_ops.cpp). Permuted
+    # dense tensors keep their strides, views copy from their offset, and math bits, other
+    # strides or other dtypes take ATen's copy.
+    cpu = torch.arange(60.).reshape(3, 4, 5)
+    permuted = cpu.permute(2, 0, 1)
+    on_device = permuted.to(dev)
+    assert on_device.stride() == permuted.stride()
+    assert torch.equal(on_device.cpu(), permuted)
+    back = torch.empty_strided(permuted.shape, permuted.stride())
+    back.copy_(on_device)
+    assert torch.equal(back, permuted)
+    rows = cpu.to(dev)[1:]  # a view from an offset, contiguous
+    assert torch.equal(rows.cpu(), cpu[1:])
+    target = torch.zeros(5, 3, 4, device=dev)
+    target.copy_(permuted)  # other strides: ATen's copy
+    assert torch.equal(target.cpu(), permuted)
+    complex_cpu = torch.randn(6, dtype=torch.complex64)
+    assert torch.equal(complex_cpu.conj().to(dev).cpu(), complex_cpu.conj().resolve_conj())
+    assert torch.equal(cpu.to(dev).to(torch.int32).cpu(), cpu.to(torch.int32))
+    assert torch.empty(0, 3).to(dev).cpu().shape == (0, 3)
+
+
 def test_copy_broadcasts_like_cpu(dev):
     target = torch.empty(3, 4, device=dev)
     target.copy_(torch.arange(4.))
