@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
+#include "device/small_pointer_map.h"
 
 namespace torchneuron {
 namespace {
@@ -146,8 +147,8 @@ private:
   at::Tensor toDevice(const at::Tensor& host) const {
     if (!host.defined()) return host;
     // In-place and out= ops return their argument: hand back the caller's own tensor.
-    auto argument = device_of_host_.find(host.unsafeGetTensorImpl());
-    if (argument != device_of_host_.end()) return argument->second;
+    if (const at::Tensor* argument = device_of_host_.find(host.unsafeGetTensorImpl()))
+      return *argument;
     TORCH_CHECK(device_.has_value(), "[device] ", op_.schema().name(),
                 " returned a tensor but none of its arguments is on the neuron device");
     if (host.device().type() == kNeuronDeviceType) return host;
@@ -191,7 +192,7 @@ private:
   const bool is_copy_; // the schema name is compared once per call, not once per argument
   std::optional<c10::Device> device_;
   HostAliasSet aliases_;
-  std::unordered_map<const c10::TensorImpl*, at::Tensor> device_of_host_;
+  SmallPointerMap<c10::TensorImpl, at::Tensor> device_of_host_;
   std::vector<std::pair<at::Tensor, at::Tensor>> written_;
 };
 

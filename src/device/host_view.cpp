@@ -69,20 +69,19 @@ char* hostAddressOf(const at::Tensor& device_tensor) {
 
 at::Tensor HostAliasSet::toHost(const at::Tensor& device_tensor) {
   const c10::Storage& device_storage = device_tensor.storage();
-  auto found = host_storage_of_.find(device_storage.unsafeGetStorageImpl());
-  if (found == host_storage_of_.end()) {
-    c10::Storage host = makeHostStorage(device_storage);
-    device_storage_of_.emplace(host.unsafeGetStorageImpl(), device_storage);
-    found = host_storage_of_.emplace(device_storage.unsafeGetStorageImpl(), host).first;
+  const c10::Storage* host = host_storage_of_.find(device_storage.unsafeGetStorageImpl());
+  if (host == nullptr) {
+    c10::Storage made = makeHostStorage(device_storage);
+    device_storage_of_.emplace(made.unsafeGetStorageImpl(), device_storage);
+    host = &host_storage_of_.emplace(device_storage.unsafeGetStorageImpl(), std::move(made));
   }
-  return viewOver(found->second, device_tensor, kCpuKeys);
+  return viewOver(*host, device_tensor, kCpuKeys);
 }
 
 at::Tensor HostAliasSet::toDevice(const at::Tensor& host, c10::Device device) const {
-  auto alias = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
-  const bool still_aliases =
-      alias != device_storage_of_.end() && host.storage().data() == alias->second.data();
-  if (still_aliases) return viewOver(alias->second, host, kDeviceKeys);
+  const c10::Storage* alias = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
+  const bool still_aliases = alias != nullptr && host.storage().data() == alias->data();
+  if (still_aliases) return viewOver(*alias, host, kDeviceKeys);
   return copyHostToNewDeviceTensor(host, device);
 }
 

@@ -4,7 +4,7 @@
 
 #include <ATen/Tensor.h>
 
-#include <unordered_map>
+#include "device/small_pointer_map.h"
 
 namespace torchneuron {
 
@@ -34,9 +34,9 @@ public:
 
 private:
   // Host storage impl -> device storage it aliases.
-  std::unordered_map<const c10::StorageImpl*, c10::Storage> device_storage_of_;
+  SmallPointerMap<c10::StorageImpl, c10::Storage> device_storage_of_;
   // Device storage impl -> its host alias.
-  std::unordered_map<const c10::StorageImpl*, c10::Storage> host_storage_of_;
+  SmallPointerMap<c10::StorageImpl, c10::Storage> host_storage_of_;
 };
 
 // A new device tensor with the same values, sizes and (when dense) strides as a CPU tensor.
