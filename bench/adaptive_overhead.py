@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """tiny-chain-10 per op (issue 13's figure): a fixed chain of 10 elementwise ops on 8 elements
 (add, mul by a scalar, tanh, sub, sigmoid, mul, exp, add, neg, relu), on stock CPU, on the device
-in eager mode and on the device in adaptive mode (NEURON_ADAPTIVE_EAGER), beside the floor: an
+in eager mode and on the device in adaptive mode (NEURON_ADAPTIVE_EAGER; with the tracer's
+default, which leaves calls this small eager, and with every call recorded,
+set_adaptive_min_bytes(0)), beside the floor: an
 8-element `torch.empty_like` from Python (CPU and device). Every step's result stays referenced
 until the block ends and the last is read (`.sum().item()`, a sync point), so the time covers
 every recorded launch and nothing can be skipped as dead. Modes alternate block by block in one process, so the
@@ -38,13 +40,19 @@ def chain(t):
     return torch.relu(t)
 
 
-def chain_ns_per_op(x, steps, adaptive):
+def chain_ns_per_op(x, steps, adaptive, min_bytes=None):
+    """ns per op of the chain in eager mode or, with `adaptive`, under the tracer, which defers
+    calls above `min_bytes` (None: its default; 0: every call, recording the tiny chain)."""
+    default_min_bytes = torchneuron.adaptive_min_bytes()
+    if min_bytes is not None:
+        torchneuron.set_adaptive_min_bytes(min_bytes)
     torchneuron.set_adaptive(adaptive)
     start = time.perf_counter()
     results = [chain(x) for _ in range(steps)]
     results[-1].sum().item()  # a sync point: every recorded launch has run after it
     elapsed = time.perf_counter() - start
     torchneuron.set_adaptive(False)
+    torchneuron.set_adaptive_min_bytes(default_min_bytes)
     return elapsed / (steps * OPS_PER_STEP) * 1e9
 
 
@@ -68,15 +76,19 @@ def main(argv):
     x = torch.randn(8)
     d = x.to(torchneuron.device())
     expected = chain(x)
-    for adaptive in (False, True):
+    default_min_bytes = torchneuron.adaptive_min_bytes()
+    for adaptive, min_bytes in ((False, None), (True, None), (True, 0)):
+        torchneuron.set_adaptive_min_bytes(default_min_bytes if min_bytes is None else min_bytes)
         torchneuron.set_adaptive(adaptive)
         for _ in range(5):  # warm-up: compiles, and the window's recurrence threshold
             got = chain(d)
             if not torch.allclose(got.cpu(), expected):
                 raise SystemExit(f"adaptive_overhead: the chain differs from the CPU "
-                                 f"(adaptive={adaptive})")
+                                 f"(adaptive={adaptive}, min_bytes={min_bytes})")
         torchneuron.set_adaptive(False)
-    samples = {"stock": [], "eager": [], "adaptive": [], "floor_cpu": [], "floor_device": []}
+    torchneuron.set_adaptive_min_bytes(default_min_bytes)
+    samples = {"stock": [], "eager": [], "adaptive": [], "adaptive_recorded": [],
+               "floor_cpu": [], "floor_device": []}
     torchneuron.reset_metrics()
     for _ in range(args.rounds):
         start = time.perf_counter()
@@ -85,6 +97,7 @@ def main(argv):
         samples["stock"].append((time.perf_counter() - start) / (args.steps * OPS_PER_STEP) * 1e9)
         samples["eager"].append(chain_ns_per_op(d, args.steps, False))
         samples["adaptive"].append(chain_ns_per_op(d, args.steps, True))
+        samples["adaptive_recorded"].append(chain_ns_per_op(d, args.steps, True, min_bytes=0))
         samples["floor_cpu"].append(floor_ns(x, args.steps * OPS_PER_STEP))
         samples["floor_device"].append(floor_ns(d, args.steps * OPS_PER_STEP))
     median = {k: statistics.median(v) for k, v in samples.items()}
@@ -95,6 +108,11 @@ def main(argv):
         "adaptive_speedup_over_stock": median["stock"] / median["adaptive"],
         "eager_speedup_over_stock": median["stock"] / median["eager"],
         "adaptive_above_floor_ns": median["adaptive"] - median["floor_cpu"],
+        # The same with every call deferred (recorded into windows and replayed fused), what the
+        # tracer's default leaves eager on tensors this small.
+        "adaptive_min_bytes": default_min_bytes,
+        "recorded_speedup_over_stock": median["stock"] / median["adaptive_recorded"],
+        "recorded_above_floor_ns": median["adaptive_recorded"] - median["floor_cpu"],
         "replays": adaptive["replays"], "ops_deferred": adaptive["ops_deferred"],
         "recording_ns_per_op": adaptive["recording_ns_per_op"],
         "tracing_ns_per_op": adaptive["tracing_ns_per_op"]}))

@@ -458,7 +458,11 @@ def adaptive_overhead_lines(overhead):
             f"adaptive {ns['adaptive']:.0f} ns per op (adaptive {r['adaptive_speedup_over_stock']:.2f}x "
             f"stock's speed, eager {r['eager_speedup_over_stock']:.2f}x); floor (empty_like) "
             f"{ns['floor_cpu']:.0f} ns CPU, {ns['floor_device']:.0f} ns device; adaptive above the "
-            f"floor {r['adaptive_above_floor_ns']:.0f} ns")
+            f"floor {r['adaptive_above_floor_ns']:.0f} ns"
+            + (f"; every call recorded (min bytes 0): {ns['adaptive_recorded']:.0f} ns per op "
+               f"({r['recorded_speedup_over_stock']:.2f}x stock's speed, "
+               f"{r['recorded_above_floor_ns']:.0f} ns above the floor)"
+               if "adaptive_recorded" in ns else ""))
     return lines + [""]
 
 

@@ -431,6 +431,18 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("set_adaptive_fusion", &torchneuron::tracer::setAdaptiveFusion, py::arg("enabled"),
         py::arg("wait_for_compiles") = py::none(), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "set_adaptive_min_bytes",
+      [](int64_t bytes) {
+        try {
+          py::gil_scoped_release released;
+          torchneuron::tracer::setAdaptiveMinBytes(bytes);
+        } catch (const std::invalid_argument& error) {
+          throw py::value_error(error.what());
+        }
+      },
+      py::arg("bytes"));
+  m.def("adaptive_min_bytes", &torchneuron::tracer::adaptiveMinBytes);
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,

@@ -17,4 +17,7 @@ export NEURON_CACHE_DIR="$private_tmp/cache"
 # Tests expect an op's first call to run its kernel: compiles are waited for, unless a test says
 # otherwise (tests/device/test_interim_launches.py).
 export NEURON_INTERIM_LAUNCHES="${NEURON_INTERIM_LAUNCHES:-0}"
+# The adaptive tests exercise recording on small tensors: every call the tracer can defer is
+# deferred (NEURON_ADAPTIVE_MIN_BYTES=0), unless a test says otherwise.
+export NEURON_ADAPTIVE_MIN_BYTES="${NEURON_ADAPTIVE_MIN_BYTES:-0}"
 "$@"

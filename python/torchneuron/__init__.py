@@ -55,7 +55,8 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
-    "set_adaptive_fusion", "wait_for_fused_compiles", "wait_for_compiles",
+    "set_adaptive_fusion", "set_adaptive_min_bytes", "adaptive_min_bytes",
+    "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
 
@@ -205,6 +206,23 @@ def set_adaptive_fusion(enabled: bool, wait_for_compiles: bool = None) -> None:
             raise TypeError(
                 f"[adaptive] set_adaptive_fusion expects a bool {name}, got {type(value).__name__}")
     _C.set_adaptive_fusion(enabled, wait_for_compiles)
+
+
+def set_adaptive_min_bytes(bytes: int) -> None:
+    """The size above which the tracer defers a compiled call (``NEURON_ADAPTIVE_MIN_BYTES``,
+    32 KiB by default): a call whose tensors all hold at most this many bytes runs eagerly, where
+    the eager call cache replays it for less than recording costs. 0 defers every call the tracer
+    can (the tests and the adaptive referee use it to exercise recording on small tensors).
+    Changing it is a sync point; hot windows stay hot."""
+    if isinstance(bytes, bool) or not isinstance(bytes, int):
+        raise TypeError(
+            f"[adaptive] set_adaptive_min_bytes expects an int, got {type(bytes).__name__}")
+    _C.set_adaptive_min_bytes(bytes)
+
+
+def adaptive_min_bytes() -> int:
+    """The current ``set_adaptive_min_bytes`` value."""
+    return _C.adaptive_min_bytes()
 
 
 def wait_for_fused_compiles() -> None:

@@ -161,6 +161,20 @@ rocksdb::Options baseOptions() {
   return options;
 }
 
+// Makes every static that opening a database makes (RocksDB's periodic task scheduler's timer and
+// mutex among them, made at the first DB::Open) by opening a throwaway database in memory. The
+// writer's exit handler must be registered after them: registered before, it ran after their
+// destructors, and a process whose first write of the store happened at exit (a short run on an
+// empty cache) aborted in DB::Open ("pthread lock: Invalid argument").
+void makeOpenStatics() {
+  std::unique_ptr<rocksdb::Env> memory(rocksdb::NewMemEnv(rocksdb::Env::Default()));
+  rocksdb::Options options = baseOptions();
+  options.env = memory.get();
+  options.create_if_missing = true;
+  rocksdb::DB* db = nullptr;
+  if (rocksdb::DB::Open(options, "/torchneuron-open-statics", &db).ok()) delete db;
+}
+
 // One warning when the cache directory lies on a network filesystem; the store stays on (it works
 // for one node's processes, but its locks do not coordinate hosts).
 void warnIfNetworkFilesystem(const std::string& directory) {
@@ -496,6 +510,7 @@ StoreWriter& PersistentStore::writer() {
     // destructors run in the reverse order of their registration.
     baseOptions();
     rocksdb::Env::Default();
+    makeOpenStatics();
     impl_->writer =
         std::make_unique<StoreWriter>([this](std::vector<PendingWrite>& batch) { commit(batch); });
     impl_->writer_made_ptr.store(impl_->writer.get());

@@ -46,6 +46,8 @@ AdaptiveSettings parseAdaptiveSettings(const std::function<const char*(const cha
       readCount(lookup, "NEURON_ADAPTIVE_WINDOW", settings.window_ops, 1, int64_t{1} << 20);
   settings.window_bytes =
       readCount(lookup, "NEURON_ADAPTIVE_WINDOW_BYTES", settings.window_bytes, 1, int64_t{1} << 50);
+  settings.min_bytes =
+      readCount(lookup, "NEURON_ADAPTIVE_MIN_BYTES", settings.min_bytes, 0, int64_t{1} << 50);
   settings.debug = readBoolean(lookup, "NEURON_ADAPTIVE_DEBUG", settings.debug);
   settings.explain = readBoolean(lookup, "NEURON_ADAPTIVE_EXPLAIN", settings.explain);
   settings.fusion = readBoolean(lookup, "NEURON_ADAPTIVE_FUSION", settings.fusion);

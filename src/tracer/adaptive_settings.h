@@ -12,10 +12,14 @@ struct AdaptiveSettings {
   int64_t threshold = 2;                     // NEURON_ADAPTIVE_THRESHOLD: occurrences to be hot
   int64_t window_ops = 512;                  // NEURON_ADAPTIVE_WINDOW: ops per window at most
   int64_t window_bytes = int64_t{256} << 10; // NEURON_ADAPTIVE_WINDOW_BYTES: pending bytes
-  bool debug = false;                        // NEURON_ADAPTIVE_DEBUG
-  bool explain = false;                      // NEURON_ADAPTIVE_EXPLAIN
-  bool fusion = true;                        // NEURON_ADAPTIVE_FUSION: fuse hot windows
-  bool sync_compiles = false;                // NEURON_ADAPTIVE_SYNC: wait for fused compiles
+  // NEURON_ADAPTIVE_MIN_BYTES: a compiled call is deferred only when one of its tensors holds
+  // more bytes than this; smaller calls run eagerly (the eager call cache replays them for less
+  // than recording costs). 0: every call the tracer can defer is deferred.
+  int64_t min_bytes = int64_t{32} << 10;
+  bool debug = false;         // NEURON_ADAPTIVE_DEBUG
+  bool explain = false;       // NEURON_ADAPTIVE_EXPLAIN
+  bool fusion = true;         // NEURON_ADAPTIVE_FUSION: fuse hot windows
+  bool sync_compiles = false; // NEURON_ADAPTIVE_SYNC: wait for fused compiles
 };
 
 // Reads the settings through `lookup` (nullptr: unset); throws std::invalid_argument naming the

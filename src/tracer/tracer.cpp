@@ -274,9 +274,10 @@ bool recordingFused(const TracerState& tracer) {
 // default) keeps what smaller recorded calls hold pending about the size of a core's L2.
 constexpr int64_t kLargeTensorBytes = 64 << 10;
 
-bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
-  auto large = [](const at::Tensor& t) {
-    return t.defined() && t.numel() * static_cast<int64_t>(t.itemsize()) > kLargeTensorBytes;
+// Whether one of the call's tensors holds more than `bytes`.
+bool touchesTensorOver(c10::ArrayRef<c10::IValue> args, int64_t bytes) {
+  auto large = [bytes](const at::Tensor& t) {
+    return t.defined() && t.numel() * static_cast<int64_t>(t.itemsize()) > bytes;
   };
   for (const c10::IValue& value : args) {
     if (value.isTensor() && large(value.toTensor())) return true;
@@ -285,6 +286,22 @@ bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
         if (large(t)) return true;
   }
   return false;
+}
+
+bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
+  return touchesTensorOver(args, kLargeTensorBytes);
+}
+
+// Since eager mode replays a recurring call from its call cache (about 1.1 us from Python on this
+// machine), recording a deferred call (about 1.9 us: outputs, launches, their sources) is repaid
+// only where the fused window saves memory traffic: a GELU chain written as ten ops ran at 0.6x
+// eager's speed deferred on 256 to 4K elements, at parity on 16K and 1.6x-2.3x on 64K
+// (2026-12-04). So a compiled call is deferred only when one of its tensors holds more than
+// NEURON_ADAPTIVE_MIN_BYTES (32 KiB by default); the window is still traced (signatures and
+// recurrence are unchanged), and a smaller call runs eagerly after the launches recorded before
+// it.
+bool worthDeferring(const TracerState& tracer, c10::ArrayRef<c10::IValue> args) {
+  return tracer.settings.min_bytes == 0 || touchesTensorOver(args, tracer.settings.min_bytes);
 }
 
 // Notes the call's results as outputs of this step (their storages' source for later records).
@@ -459,6 +476,21 @@ void setAdaptiveDebug(bool enabled) {
   detail::debugging.store(enabled, std::memory_order_relaxed);
 }
 
+void setAdaptiveMinBytes(int64_t bytes) {
+  if (bytes < 0)
+    throw std::invalid_argument("[adaptive] set_adaptive_min_bytes expects 0 or more bytes, got " +
+                                std::to_string(bytes));
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
+  tracer.settings.min_bytes = bytes;
+}
+
+int64_t adaptiveMinBytes() {
+  auto lock = lockWindow();
+  return state().settings.min_bytes;
+}
+
 void setAdaptiveFusion(bool fuse, std::optional<bool> wait_for_compiles) {
   auto lock = lockWindow();
   TracerState& tracer = state();
@@ -491,8 +523,9 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
 
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
-  const bool defer =
-      traceRecord(tracer, op, args) && (recordingFused(tracer) || !touchesLargeTensor(args));
+  const bool defer = traceRecord(tracer, op, args) &&
+                     (recordingFused(tracer) || !touchesLargeTensor(args)) &&
+                     worthDeferring(tracer, args);
   if (defer) {
     ++window.deferred_ops;
     window.batch_nodes.push_back(window.cursor);

@@ -56,6 +56,11 @@ bool adaptiveDebug();
 // whether a batch waits for its fused kernels' compiles. Changing them is a sync point.
 // `wait_for_compiles` unset keeps the current choice.
 void setAdaptiveFusion(bool fuse, std::optional<bool> wait_for_compiles);
+// NEURON_ADAPTIVE_MIN_BYTES: the size above which a compiled call is worth deferring (0: every
+// call). Changing it is a sync point; hot windows stay hot. Throws std::invalid_argument naming
+// the value when it is negative.
+void setAdaptiveMinBytes(int64_t bytes);
+int64_t adaptiveMinBytes();
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

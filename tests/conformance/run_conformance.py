@@ -46,6 +46,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The referee checks the device's kernels: an op's first call waits for its compile instead of
 # running ATen's CPU kernel meanwhile (interim launches), in this process and in its workers.
 os.environ["NEURON_INTERIM_LAUNCHES"] = "0"
+# Under --adaptive it referees recording and fused replay, on OpInfo samples of a few elements:
+# every call the tracer can defer is deferred, however small (NEURON_ADAPTIVE_MIN_BYTES=0).
+os.environ["NEURON_ADAPTIVE_MIN_BYTES"] = "0"
 sys.path.insert(0, os.path.join(HERE, "compat"))
 sys.path.insert(0, HERE)
 from conformance_ops import DEFAULT_DTYPES, check_dtype_name  # noqa: E402 (after path setup)

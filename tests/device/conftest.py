@@ -11,6 +11,9 @@ atexit.register(shutil.rmtree, os.environ["NEURON_CACHE_DIR"], True)
 # Tests expect an op's first call to run its kernel: compiles are waited for (as
 # tests/run_isolated.sh sets), unless a test says otherwise (test_interim_launches.py).
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
+# The adaptive tests exercise recording on small tensors: every call the tracer can defer is
+# deferred (as tests/run_isolated.sh sets), unless a test says otherwise.
+os.environ.setdefault("NEURON_ADAPTIVE_MIN_BYTES", "0")
 
 import pytest  # noqa: E402
 

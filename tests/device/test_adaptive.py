@@ -77,6 +77,37 @@ def test_calls_on_large_tensors_run_eagerly_in_hot_windows_without_fusion(dev):
         torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
 
 
+@pytest.mark.parametrize("elements, deferred", [(64, False), (1 << 14, True)])
+def test_only_calls_above_the_minimum_size_are_deferred(dev, elements, deferred):
+    # The eager call cache replays a tiny call for less than recording it costs: by default
+    # (32 KiB) a call is deferred only when one of its tensors holds more. The suite runs with 0.
+    assert torchneuron.adaptive_min_bytes() == 0
+    torchneuron.set_adaptive_min_bytes(32 << 10)
+    try:
+        x = torch.randn(elements)  # 256 bytes, or 64 KiB
+        d = x.to(dev)
+        for i in range(6):
+            assert_same(chain(d + i), chain(x + i))
+        m = adaptive_metrics()
+        assert m["signatures_hot"] >= 1  # traced either way
+        assert (m["ops_deferred"] > 0) == deferred, m
+    finally:
+        torchneuron.set_adaptive_min_bytes(0)
+
+
+def test_a_bad_minimum_size_is_refused_naming_the_value():
+    with pytest.raises(ValueError, match="0 or more bytes, got -1"):
+        torchneuron.set_adaptive_min_bytes(-1)
+    with pytest.raises(TypeError, match="expects an int, got str"):
+        torchneuron.set_adaptive_min_bytes("32K")
+    assert torchneuron.adaptive_min_bytes() == 0
+    env = dict(os.environ, NEURON_ADAPTIVE_EAGER="1", NEURON_ADAPTIVE_MIN_BYTES="lots")
+    done = subprocess.run([sys.executable, "-c", "import torchneuron"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "NEURON_ADAPTIVE_MIN_BYTES" in done.stderr
+    assert "lots" in done.stderr
+
+
 def read_item(t):
     return torch.tensor(t.sum().item())
 
