@@ -52,6 +52,10 @@ thread_local const c10::OperatorHandle* deferred_op = nullptr;
 
 std::recursive_mutex window_mutex;
 
+// NEURON_ADAPTIVE_MIN_BYTES (AdaptiveSettings::min_bytes) as calls read it before they take the
+// window lock: written with the settings, under it.
+std::atomic<int64_t> min_bytes_unlocked{AdaptiveSettings().min_bytes};
+
 // The token of the backward pass whose end has a sync queued: alive while that pass's callback
 // is (a pass that fails drops its callbacks, and the token expires with them). One per pass; two
 // concurrent passes share it, and the window then ends at the first one's end. Guarded by
@@ -297,11 +301,10 @@ bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
 // only where the fused window saves memory traffic: a GELU chain written as ten ops ran at 0.6x
 // eager's speed deferred on 256 to 4K elements, at parity on 16K and 1.6x-2.3x on 64K
 // (2026-12-04). So a compiled call is deferred only when one of its tensors holds more than
-// NEURON_ADAPTIVE_MIN_BYTES (32 KiB by default); the window is still traced (signatures and
-// recurrence are unchanged), and a smaller call runs eagerly after the launches recorded before
-// it.
-bool worthDeferring(const TracerState& tracer, c10::ArrayRef<c10::IValue> args) {
-  return tracer.settings.min_bytes == 0 || touchesTensorOver(args, tracer.settings.min_bytes);
+// NEURON_ADAPTIVE_MIN_BYTES (32 KiB by default); a smaller call runs eagerly, untraced
+// (traceCompiledCall), after the launches recorded before it.
+bool worthDeferring(int64_t min_bytes, c10::ArrayRef<c10::IValue> args) {
+  return min_bytes == 0 || touchesTensorOver(args, min_bytes);
 }
 
 // Notes the call's results as outputs of this step (their storages' source for later records).
@@ -458,6 +461,7 @@ void configureFromEnvironment() {
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings = settings;
+  min_bytes_unlocked.store(settings.min_bytes, std::memory_order_relaxed);
   detail::debugging.store(settings.debug, std::memory_order_relaxed);
   tracer.recurrence = Recurrence(settings.threshold);
   detail::adaptive_on.store(settings.enabled, std::memory_order_release);
@@ -484,6 +488,7 @@ void setAdaptiveMinBytes(int64_t bytes) {
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings.min_bytes = bytes;
+  min_bytes_unlocked.store(bytes, std::memory_order_relaxed);
 }
 
 int64_t adaptiveMinBytes() {
@@ -513,6 +518,22 @@ void setAdaptive(bool enabled) {
 bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
+  // A call too small to be worth deferring (worthDeferring) is not traced either: the tracer's
+  // bookkeeping (the window lock, the record's hash and trie step, its outputs' notes) cost about
+  // a fifth of such a call replayed by the eager call cache. It runs eagerly after the launches
+  // recorded so far (it may read what they write), takes no place in the window's records (a
+  // result of it that a later recorded call reads is a window input there), and is not counted
+  // in metrics()["adaptive"].
+  if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
+                      torch::jit::last(*stack, op.schema().arguments().size()))) {
+    runRecordedLaunches();
+    auto run_eager = state().hooks.run_eager; // set once, before any device call
+    ++traced_call_depth;
+    struct Restore {
+      ~Restore() { --traced_call_depth; }
+    } restore;
+    return run_eager != nullptr ? run_eager(op, stack, kernel) : kernel(op, stack);
+  }
   TracedCallStart begun = beginTracedCall();
   std::string& where = begun.where;
   TracerState& tracer = state();
@@ -523,9 +544,8 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
 
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
-  const bool defer = traceRecord(tracer, op, args) &&
-                     (recordingFused(tracer) || !touchesLargeTensor(args)) &&
-                     worthDeferring(tracer, args);
+  const bool defer =
+      traceRecord(tracer, op, args) && (recordingFused(tracer) || !touchesLargeTensor(args));
   if (defer) {
     ++window.deferred_ops;
     window.batch_nodes.push_back(window.cursor);
