@@ -181,6 +181,17 @@ py::dict remoteStatsDict(const torchneuron::KernelCacheStats& kernels) {
   return result;
 }
 
+// metrics()["eager_call_cache"] (src/device/eager_call_cache.h).
+py::dict eagerCallCacheDict() {
+  const torchneuron::EagerCallCacheStats calls = torchneuron::eagerCallCacheStats();
+  py::dict result;
+  result["enabled"] = calls.enabled;
+  result["replays"] = calls.replays;
+  result["captures"] = calls.captures;
+  result["uncapturable"] = calls.uncapturable;
+  return result;
+}
+
 py::dict metricsDict() {
   const torchneuron::MetricsSnapshot snapshot = torchneuron::metricsSnapshot();
   py::dict result;
@@ -209,13 +220,7 @@ py::dict metricsDict() {
   result["persistent_writes_pending"] = compile.persistent_writes_pending;
   result["warm_start"] = warmStartDict();
   result["adaptive"] = adaptiveDict();
-  const torchneuron::EagerCallCacheStats calls = torchneuron::eagerCallCacheStats();
-  py::dict call_cache;
-  call_cache["enabled"] = calls.enabled;
-  call_cache["replays"] = calls.replays;
-  call_cache["captures"] = calls.captures;
-  call_cache["uncapturable"] = calls.uncapturable;
-  result["eager_call_cache"] = call_cache;
+  result["eager_call_cache"] = eagerCallCacheDict();
   result["remote"] = remoteStatsDict(torchneuron::kernelCacheStats());
   return result;
 }

@@ -43,7 +43,7 @@ bool sameCall(const Slot& slot, const c10::FunctionSchema* schema, Hash64 hash) 
 }
 
 bool runCaptured(Slot& slot, const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                 CompiledCall kernel, Hash64 hash) {
+                 tracer::CompiledKernelFunction kernel, Hash64 hash) {
   beginCallCapture(op, *stack);
   bool ran = false;
   try {
@@ -67,7 +67,7 @@ bool runCaptured(Slot& slot, const c10::OperatorHandle& op, torch::jit::Stack* s
 } // namespace
 
 bool runWithEagerCallCache(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                           CompiledCall kernel) {
+                           tracer::CompiledKernelFunction kernel) {
   // A call inside another's capture is part of that capture (its plans are captured with it).
   if (!settings().eager_call_cache || callCaptureActive()) return kernel(op, stack);
   const c10::FunctionSchema* schema = &op.schema();

@@ -21,15 +21,15 @@
 
 #include <cstdint>
 
-namespace torchneuron {
+#include "tracer/tracer.h"
 
-using CompiledCall = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+namespace torchneuron {
 
 // Runs the compiled route's call through the cache: replays a capture, or runs `kernel` (a
 // compiled route kernel, op_routing.h), capturing it when it recurs. Returns what `kernel`
 // returns (true for a replay).
 bool runWithEagerCallCache(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                           CompiledCall kernel);
+                           tracer::CompiledKernelFunction kernel);
 
 // metrics()["eager_call_cache"], since the last reset_metrics().
 struct EagerCallCacheStats {

@@ -10,6 +10,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "device/runtime_ops.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -19,13 +20,18 @@ void dropStorageReference(void* context) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(context));
 }
 
+// What the host's access to a device storage's bytes waits for: the window may write them, or
+// read what the host is about to write; and the storage's memory exists.
+void prepareHostAccess(const c10::Storage& device_storage) {
+  tracer::beforeHostAccess(device_storage);
+  materializeStorage(device_storage);
+}
+
 // A CPU storage over the bytes of a device storage that holds a reference to it. It is
 // resizable through the CPU allocator: a CPU kernel that grows an out= tensor gets fresh host
 // memory, and writeBack() moves the result to the device.
 c10::Storage makeHostStorage(const c10::Storage& device_storage) {
-  // The window may write these bytes, or read what the host is about to write.
-  tracer::beforeHostAccess(device_storage);
-  materializeStorage(device_storage);
+  prepareHostAccess(device_storage);
   c10::StorageImpl* impl = device_storage.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(impl);
   c10::DataPtr ptr(device_storage.data_ptr().get(), impl, &dropStorageReference,
@@ -47,10 +53,6 @@ at::Tensor viewOver(const c10::Storage& storage, const at::Tensor& like, c10::Di
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
-at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype) {
-  return at::detail::empty_strided_generic(sizes, strides, neuronAllocator(), kDeviceKeys, dtype);
-}
-
 } // namespace
 
 at::Tensor hostView(const at::Tensor& device_tensor) {
@@ -61,8 +63,7 @@ at::Tensor hostView(const at::Tensor& device_tensor) {
 char* hostAddressOf(const at::Tensor& device_tensor) {
   TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
   const c10::Storage& storage = device_tensor.storage();
-  tracer::beforeHostAccess(storage);
-  materializeStorage(storage);
+  prepareHostAccess(storage);
   return static_cast<char*>(storage.data_ptr().get()) +
          device_tensor.storage_offset() * static_cast<int64_t>(device_tensor.itemsize());
 }

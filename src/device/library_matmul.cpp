@@ -7,7 +7,6 @@
 // copy of every result.
 
 #include <ATen/ATen.h>
-#include <ATen/EmptyTensor.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/bmm_cpu_dispatch.h>
@@ -15,13 +14,13 @@
 
 #include <tuple>
 
-#include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/host_execution.h"
 #include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
 #include "device/library_ops.h"
 #include "device/metrics.h"
+#include "device/runtime_ops.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -65,11 +64,7 @@ bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
 template <typename Fill, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
                       Fill fill, const Operands&... operands) {
-  // What empty() does on the device, without the dispatcher's round trip (a tiny product's cost
-  // is mostly bookkeeping).
-  static const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
-  at::Tensor out =
-      at::detail::empty_generic(sizes, neuronAllocator(), keys, like.scalar_type(), c10::nullopt);
+  at::Tensor out = newDeviceTensor(sizes, like.scalar_type());
   if (tracer::deferringLaunches()) {
     tracer::recordHostStep(
         [fill, frozen_out = tracer::frozenTensor(out),

@@ -1,17 +1,16 @@
 #include "device/plan_executor.h"
 
 #include <ATen/ATen.h>
-#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 
 #include "cache/background_compiles.h"
 #include "cache/kernel_cache.h"
-#include "device/caching_allocator.h"
 #include "device/compile_warnings.h"
 #include "device/device.h"
 #include "device/interim_launch.h"
 #include "device/plan_replay.h"
+#include "device/runtime_ops.h"
 #include "fusion/kernel_builder.h"
 #include "launcher/kernel_abi.h"
 #include "launcher/parallel_launch.h"
@@ -69,16 +68,9 @@ at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> giv
     if (output.resize) at::native::resize_output(tensor, output.sizes);
     return tensor;
   }
-  if (output.device.type() == kNeuronDeviceType) {
-    // What empty() and empty_strided() do on the device, without the dispatcher's round trip
-    // (most of a tiny op's cost).
-    static const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
-    if (output.contiguous)
-      return at::detail::empty_generic(output.sizes, neuronAllocator(), keys, output.dtype,
-                                       c10::nullopt);
-    return at::detail::empty_strided_generic(output.sizes, output.strides, neuronAllocator(), keys,
-                                             output.dtype);
-  }
+  if (output.device.type() == kNeuronDeviceType)
+    return output.contiguous ? newDeviceTensor(output.sizes, output.dtype)
+                             : newDeviceTensor(output.sizes, output.strides, output.dtype);
   const at::TensorOptions options = at::TensorOptions().dtype(output.dtype).device(output.device);
   if (output.contiguous) return at::empty(output.sizes, options);
   return at::empty_strided(output.sizes, output.strides, options);

@@ -233,7 +233,9 @@ const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue>
   return plan_outputs[source.index][source.element];
 }
 
-void replayCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
+} // namespace
+
+void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, call.arguments);
   c10::SmallVector<TensorList, 2> plan_outputs;
   std::vector<at::Tensor> list_elements; // cat's inputs; references into it stay valid:
@@ -255,6 +257,8 @@ void replayCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferre
     torch::jit::push(*stack, std::move(result));
 }
 
+namespace {
+
 // The tracer's hooks (CallCacheHooks): captures are type-erased there.
 std::shared_ptr<const void> endCaptureForTracer(const c10::OperatorHandle& op,
                                                 const torch::jit::Stack& stack, bool ran) {
@@ -267,7 +271,7 @@ bool replayForTracer(const void* captured, const c10::OperatorHandle&, torch::ji
   FingerprintMatch match(call.fingerprint);
   if (!fingerprintOf(torch::jit::last(*stack, call.arguments), match) || !match.matched())
     return false;
-  replayCall(call, stack, /*deferred=*/true);
+  replayMatchedCall(call, stack, /*deferred=*/true);
   return true;
 }
 
@@ -311,10 +315,6 @@ bool callCaptureActive() { return active_capture != nullptr; }
 
 void invalidateCallCapture() {
   if (active_capture != nullptr) active_capture->valid = false;
-}
-
-void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
-  replayCall(call, stack, deferred);
 }
 
 void installPlanReplay() {

@@ -38,6 +38,14 @@ void checkFactoryOptions(c10::optional<at::Layout> layout, c10::optional<bool> p
 
 } // namespace
 
+at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::detail::empty_generic(sizes, neuronAllocator(), kDeviceKeys, dtype, c10::nullopt);
+}
+
+at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype) {
+  return at::detail::empty_strided_generic(sizes, strides, neuronAllocator(), kDeviceKeys, dtype);
+}
+
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
                              c10::optional<at::Layout> layout, c10::optional<at::Device> device,
                              c10::optional<bool> pin_memory,
@@ -53,8 +61,7 @@ at::Tensor emptyStrided(at::IntArrayRef size, at::IntArrayRef stride,
                         c10::optional<at::Device> device, c10::optional<bool> pin_memory) {
   resolveNeuronDevice(device);
   checkFactoryOptions(layout, pin_memory);
-  return at::detail::empty_strided_generic(size, stride, neuronAllocator(), kDeviceKeys,
-                                           c10::dtype_or_default(dtype));
+  return newDeviceTensor(size, stride, c10::dtype_or_default(dtype));
 }
 
 // A tensor of zeros that owns no memory (autograd uses them for zero gradients). As on the

@@ -6,6 +6,12 @@
 
 namespace torchneuron {
 
+// A new device tensor from the caching allocator, contiguous or with `strides`: what empty() and
+// empty_strided() do on the device, without the dispatcher's round trip (most of a tiny op's
+// cost). Device 0, the only one.
+at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::ScalarType dtype);
+at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype);
+
 // empty.memory_format, empty_strided and _efficientzerotensor on the device.
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
                              c10::optional<at::Layout> layout, c10::optional<at::Device> device,
