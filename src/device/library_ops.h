@@ -17,6 +17,11 @@ void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// A _foreach_* op: runLibraryKernelOnHost, except inside a deferred window of adaptive mode,
+// where ATen's loop over the lists runs on the device tensors, so that each element op is
+// recorded and each parameter's chain of updates fuses (library_foreach.cpp).
+void runLibraryForeach(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // A call of convolution_overrideable (convolution_backward_overrideable) as a call of
 // convolution (convolution_backward): the stack rewritten in place, and that op.
 const c10::OperatorHandle& convolutionCallOfOverrideable(torch::jit::Stack* stack);

@@ -221,14 +221,14 @@ constexpr const char* kTrainingOps[] = {
 
 // The _foreach_* ops (the multi-tensor optimizers' steps): every one with a CPU kernel, read from
 // the dispatcher. ATen's CPU kernels loop over the lists' tensors, which travel as host views like
-// any tensor argument; the composite ones (.out overloads, _foreach_zero) keep decomposing.
+// any tensor argument (in a deferred window, as the device tensors themselves: runLibraryForeach);
+// the composite ones (.out overloads, _foreach_zero) keep decomposing.
 void routeForeachOpsToLibrary(torch::Library& aten) {
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     if (name.name.rfind("aten::_foreach_", 0) != 0) continue;
     auto op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !op->hasKernelForDispatchKey(DispatchKey::CPU)) continue;
-    registerDeviceKernel(aten, schemaName(name),
-                         routed<Route::kLibrary, &runLibraryKernelOnHost>());
+    registerDeviceKernel(aten, schemaName(name), routed<Route::kLibrary, &runLibraryForeach>());
   }
 }
 

@@ -109,7 +109,10 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
   if (deferred) {
     window_inputs = inputsForWindow(inputs);
     inputs = window_inputs;
-    tracer::recordPlanOperands(inputs, outputs);
+    c10::SmallVector<bool, 4> allocated;
+    for (const PlannedOutput& output : plan.outputs)
+      allocated.push_back(output.given < 0);
+    tracer::recordPlanOperands(inputs, outputs, allocated);
   }
   for (size_t k = 0; k < plan.launches.size(); ++k) {
     const PlannedLaunch& launch = plan.launches[k];

@@ -2,9 +2,11 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "target/target.h"
+#include "tracer/independent_chains.h"
 #include "tracer/tracer.h"
 #include "tracer/window_fusion.h"
 
@@ -21,9 +23,34 @@ bool OpWindow::touches(const c10::StorageImpl* storage) const {
   return false;
 }
 
+int64_t OpWindow::bytesHeldOnlyHere() const {
+  // `held` has one reference per entry; a storage entered k times and used k times is the
+  // window's alone.
+  std::vector<c10::StorageImpl*> storages;
+  storages.reserve(held.size());
+  for (const c10::Storage& s : held)
+    storages.push_back(s.unsafeGetStorageImpl());
+  std::sort(storages.begin(), storages.end());
+  int64_t bytes = 0;
+  for (size_t i = 0; i < storages.size();) {
+    size_t end = i;
+    while (end < storages.size() && storages[end] == storages[i])
+      ++end;
+    if (c10::raw::intrusive_ptr::use_count(storages[i]) == end - i)
+      bytes += static_cast<int64_t>(storages[i]->nbytes());
+    i = end;
+  }
+  return bytes;
+}
+
 void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
+  // A list call's launches come op by op over its lists; each element's chain fuses only once
+  // its launches are consecutive. Regrouping reorders the batch, so a launch that fails may
+  // leave launches recorded before it unrun (the window's rest is dropped either way).
+  if (regroup_chains && fuse) regroupIndependentChains(pending);
+  regroup_chains = false;
   const BatchSchedule schedule =
       fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait, partitions) : BatchSchedule();
   fusion = schedule.summary();

@@ -76,8 +76,9 @@ public:
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
   int64_t pending_bytes = 0;                // bytes of the results recorded (their storages)
   int64_t largest_pending = 0;              // the largest of them
-  DebugShadow debug;        // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
-  PartitionMemo partitions; // how batches of each structure were partitioned (fusion)
+  bool regroup_chains = false; // a list call recorded launches: regroup the batch (noteListCall)
+  DebugShadow debug;           // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
+  PartitionMemo partitions;    // how batches of each structure were partitioned (fusion)
 
   // Counts a result of a recorded call (its storage's bytes) as pending until the window runs.
   void notePending(int64_t bytes) {
@@ -86,6 +87,9 @@ public:
   }
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
+  // Bytes of the held storages nothing outside the window references (dead tensors' memory the
+  // window keeps until it runs). One pass over `held`.
+  int64_t bytesHeldOnlyHere() const;
   // The trie nodes of the calls whose launches are recorded and not run yet (tracer.cpp gives
   // them their fusion status when the batch runs).
   std::vector<const TrieNode*> batch_nodes;

@@ -313,10 +313,20 @@ void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::j
   const int64_t step = static_cast<int64_t>(window.records.size()) - 1;
   for (size_t i = 0; i < returns && i < stack.size(); ++i) {
     const c10::IValue& value = stack[stack.size() - returns + i];
-    if (!value.isTensor()) continue;
-    const at::Tensor& t = value.toTensor();
-    if (t.defined() && t.has_storage() && !t.device().is_cpu())
-      window.sources.noteOutput(t.storage(), step, static_cast<int64_t>(i));
+    auto note = [&](const at::Tensor& t, int64_t slot) {
+      if (t.defined() && t.has_storage() && !t.device().is_cpu())
+        window.sources.noteOutput(t.storage(), step, slot);
+    };
+    if (value.isTensor()) {
+      note(value.toTensor(), static_cast<int64_t>(i));
+    } else if (value.isTensorList()) {
+      // A _foreach_* op's results. A source word has 8 bits of slot: elements past 15 share
+      // slots, which merges signatures that differ only there (a signature names a window for
+      // recurrence; what a window computes comes from the recorded launches themselves).
+      const c10::List<at::Tensor> list = value.toTensorList();
+      for (size_t e = 0; e < list.size(); ++e)
+        note(list.get(e), static_cast<int64_t>(i) | static_cast<int64_t>((e & 15) + 1) << 4);
+    }
   }
 }
 
@@ -362,12 +372,18 @@ TracedCallStart beginTracedCall() {
 // A window recorded to run fused still allocates every result it records when it records it (a
 // fused kernel only skips the stores of those that do not escape) and holds them until its
 // launches run: unbounded, a 120-op chain on 4 MiB tensors held all 120 results at its sync
-// (about 480 MiB; eager mode holds two). So its launches run once their pending results reach
-// this many times the largest of them, and kFusedBatchBytes at least: a chain of up to that many
-// ops still fuses whole, and one on large tensors holds a bounded multiple of one tensor. That
-// is a batch boundary, not the window's end (its records and hot window stay as they are), and
-// it depends on the calls' sizes only, so every occurrence of the window is split alike and
-// reuses the same fused kernels.
+// (about 480 MiB; eager mode holds two). So its launches run once the memory only the window
+// holds (OpWindow::bytesHeldOnlyHere: results and inputs nothing outside it references) reaches
+// this many times its largest pending result, and kFusedBatchBytes at least: a chain of up to
+// that many ops still fuses whole, and one on large tensors holds a bounded multiple of one
+// tensor. Results the program still references do not count, since eager mode would hold them
+// too: an optimizer step with foreach=True allocates its square roots and denominators for the
+// whole model as two lists, and cut when they were allocated its batch would end inside every
+// parameter's chain of updates (two kernels each instead of one). The memory is counted only
+// once the results pending reach the bound (a pass over what the window holds). That is a
+// batch boundary, not the window's end (its records and hot window stay as they are), and it
+// depends on the calls' sizes and on which results the program keeps, so every occurrence of
+// the window is split alike and reuses the same fused kernels.
 constexpr int64_t kFusedBatchResults = 16;
 constexpr int64_t kFusedBatchBytes = int64_t{64} << 20;
 
@@ -411,9 +427,11 @@ void endWindowAtLimits(TracerState& tracer) {
   }
   if (window.cursor->ends_hot_window && window.cursor->cut_by_byte_limit)
     syncLocked(tracer, SyncCause::kByteLimit, nullptr);
-  else if (window.pending_bytes >=
-           std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending))
-    runRecordedLaunchesLocked(tracer);
+  else {
+    const int64_t bound = std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending);
+    if (window.pending_bytes >= bound && window.bytesHeldOnlyHere() >= bound)
+      runRecordedLaunchesLocked(tracer);
+  }
 }
 
 int64_t nanosecondsSince(std::chrono::steady_clock::time_point start) {
@@ -665,7 +683,8 @@ void beforeHostAccessSlow(const c10::Storage& storage) {
   if (tracer.window.touches(storage.unsafeGetStorageImpl())) runRecordedLaunchesLocked(tracer);
 }
 
-void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs) {
+void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs,
+                        c10::ArrayRef<bool> allocated) {
   auto lock = lockWindow();
   OpWindow& window = state().window;
   for (const at::Tensor& t : inputs) {
@@ -675,13 +694,23 @@ void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor
     else
       window.held.push_back(t.storage());
   }
-  for (const at::Tensor& t : outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& t = outputs[i];
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
-    window.notePending(static_cast<int64_t>(t.storage().nbytes()));
+    // A result written into a tensor the call was given (in place, out=) holds no memory the
+    // caller did not hold already: an optimizer step's in-place updates of every parameter
+    // would otherwise end each batch after a few parameters, before their chains could fuse.
+    if (i < allocated.size() && allocated[i])
+      window.notePending(static_cast<int64_t>(t.storage().nbytes()));
   }
   detail::window_open.store(true, std::memory_order_release);
   detail::launches_recorded.store(true, std::memory_order_release);
+}
+
+void noteListCall() {
+  auto lock = lockWindow();
+  state().window.regroup_chains = true;
 }
 
 void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,

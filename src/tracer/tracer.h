@@ -132,7 +132,14 @@ inline void runRecordedLaunches() {
 }
 // Records one plan's operands (held alive until the window runs) and, for each launch,
 // `recordLaunch`. CPU tensors among `inputs` must be copies the caller made for the window.
-void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs);
+// `allocated[i]`: outputs[i] was allocated by the call (not a tensor it was given: an in-place
+// or out= result), so it counts as memory the window holds pending.
+void recordPlanOperands(at::ArrayRef<at::Tensor> inputs, at::ArrayRef<at::Tensor> outputs,
+                        c10::ArrayRef<bool> allocated);
+// Inside a deferred library call: the call records per-element launches in list order (a
+// _foreach_* op: the first element's op over every list element, then the next op), so the
+// batch it is in runs regrouped into independent chains (independent_chains.h) for fusion.
+void noteListCall();
 // What the fusion partitioner (fusion/window_partition.h) needs of a recorded kernel launch.
 struct RecordedOperands {
   const fusion::ElementwiseSignature* elementwise = nullptr; // interned; null: not elementwise

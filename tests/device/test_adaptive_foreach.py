@@ -1,0 +1,138 @@
+"""Multi-tensor (foreach=True) optimizer steps in adaptive mode (docs/adaptive-eager.md, "Fusion",
+"List calls"). Inside a hot window a _foreach_* op records its element ops on the device, the
+batch is regrouped into independent chains (tracer/independent_chains.h), and each parameter's
+whole update runs as one fused kernel. Every test compares with the CPU's optimizer (or program)
+and checks from the counters that the chains fused: without the regrouping, a step's launches
+come op by op over the parameters and none of them fuses."""
+
+import pytest
+import torch
+import torchneuron
+
+from torch.testing import assert_close
+
+# The fusion tests' fixture: adaptive mode with fusion, compiles awaited, fresh counters.
+from test_adaptive_fusion import fused_adaptive_mode, fusion_metrics  # noqa: F401
+
+OPTIMIZERS = {
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.01, foreach=True),
+    "adam-amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, foreach=True),
+    "sgd-nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True,
+                                               weight_decay=0.01, foreach=True),
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=True),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, weight_decay=0.01, foreach=True),
+    "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True,
+                                              foreach=True),
+}
+
+# Distinct element counts, so that no two parameters' chains share an iteration space (which
+# would let them join one fused group): each parameter's update is then one kernel of its own.
+SHAPES = [(48, 32), (40,), (24, 16, 3), (200,)]
+
+
+def train(make_optimizer, device, steps, shapes=SHAPES, after_step=None):
+    """`steps` optimizer steps with seeded gradients; the parameters (CPU copies)."""
+    torch.manual_seed(0)
+    params = [torch.randn(s).to(device).requires_grad_() for s in shapes]
+    optimizer = make_optimizer(params)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=generator).to(device)
+        optimizer.step()
+        if after_step is not None:
+            after_step(step)
+    return [p.detach().cpu() for p in params]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_foreach_optimizer_steps_match_the_cpu_and_fuse_each_parameters_update(dev, name):
+    expected = train(OPTIMIZERS[name], "cpu", steps=6)
+    fused_per_step = []
+
+    def count(step):
+        torchneuron.synchronize()  # one window per step: hot from the third
+        fused_per_step.append(fusion_metrics()["fused_kernel_runs"])
+
+    got = train(OPTIMIZERS[name], dev, steps=6, after_step=count)
+    for p, q in zip(got, expected):
+        assert_close(p, q, rtol=1e-5, atol=1e-6)
+    last_steps = [b - a for a, b in zip(fused_per_step[3:], fused_per_step[4:])]
+    # Plain SGD's update is one op: nothing to fuse, but it must still be right.
+    if name != "sgd":
+        assert last_steps == [len(SHAPES)] * len(last_steps), fused_per_step
+        assert fusion_metrics()["launches_saved"] > 0
+
+
+def test_lists_that_share_tensors_keep_the_order_of_their_updates(dev):
+    """Chains joined through shared tensors (a list naming one tensor twice, two lists sharing
+    tensors) and a reduction reading an element between two list calls must run in program order:
+    regrouping moves only steps that share no storage."""
+    def program(xs):
+        ys = xs[1:] + xs[:1]  # ys[i] is xs[i + 1]: every chain joins its neighbour's
+        torch._foreach_mul_(xs, 1.5)
+        torch._foreach_add_(xs, ys, alpha=0.25)
+        total = xs[0].sum()  # reads xs[0] between the list calls
+        torch._foreach_addcmul_(ys, xs, xs, value=0.125)
+        torch._foreach_add_([xs[2], xs[2]], [xs[3], xs[3]])  # one tensor twice in a list
+        halves = torch._foreach_mul(xs, 0.5)
+        return [total] + [h + 1 for h in halves]
+
+    inputs = [torch.randn(64) for _ in range(5)]
+    for _ in range(5):
+        expected = program([t.clone() for t in inputs])
+        got = program([t.to(dev) for t in inputs])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+    assert fusion_metrics()["ops_deferred"] > 0
+
+
+def test_an_element_written_through_a_view_between_list_calls_is_seen(dev):
+    """A write into one parameter through a view, between two list calls, joins that
+    parameter's chain: the second list call reads the written values."""
+    def program(xs):
+        torch._foreach_mul_(xs, 2.0)
+        xs[1][:8].fill_(3.0)
+        torch._foreach_add_(xs, 1.0)
+        return [x * 1 for x in xs]
+
+    inputs = [torch.randn(256) for _ in range(3)]
+    for _ in range(5):
+        expected = program([t.clone() for t in inputs])
+        got = program([t.to(dev) for t in inputs])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+    assert fusion_metrics()["fused_kernel_runs"] > 0
+
+
+def test_results_the_program_still_holds_do_not_split_a_fused_batch(dev):
+    """AdamW with foreach=True allocates the square roots and denominators of every parameter as
+    two lists. Counted as pending memory they reached the fused batch bound (16 times the largest
+    result, 64 MiB at least) after the square roots, and each parameter's update ran as two
+    kernels. The lists are the program's own (eager mode holds them too): only memory the window
+    alone holds counts, so the step stays one batch and one kernel per parameter."""
+    shapes = [(1 << 20) + 64 * i for i in range(17)]  # 4 MiB each: the lists exceed 64 MiB
+    make = OPTIMIZERS["adamw"]
+    expected = train(make, "cpu", steps=4, shapes=shapes)
+    fused = []
+
+    def count(step):
+        torchneuron.synchronize()
+        fused.append(fusion_metrics()["fused_kernel_runs"])
+
+    got = train(make, dev, steps=4, shapes=shapes, after_step=count)
+    for p, q in zip(got, expected):
+        assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert fused[3] - fused[2] == len(shapes), fused
+
+
+def test_a_foreach_op_outside_a_hot_window_runs_on_host_views(dev):
+    """Cold (and in eager mode) a list call is one library launch of ATen's CPU kernel over host
+    views; a CPU tensor among the lists is refused as it is on that path."""
+    torchneuron.set_adaptive(False)
+    xs = [torch.ones(8, device=dev), torch.ones(8, device=dev)]
+    torch._foreach_add_(xs, 1.0)
+    assert [x.cpu().tolist() for x in xs] == [[2.0] * 8] * 2
+    with pytest.raises(RuntimeError):
+        torch._foreach_add_([torch.ones(8, device=dev), torch.ones(8)], 1.0)
