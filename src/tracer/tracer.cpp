@@ -383,7 +383,7 @@ TracedCallStart beginTracedCall() {
 // once the results pending reach the bound (a pass over what the window holds). That is a
 // batch boundary, not the window's end (its records and hot window stay as they are), and it
 // depends on the calls' sizes and on which results the program keeps, so every occurrence of
-// the window is split alike and reuses the same fused kernels.
+// the window is split alike and reuses the same fused kernels (runLaunchesAtMemoryBound).
 constexpr int64_t kFusedBatchResults = 16;
 constexpr int64_t kFusedBatchBytes = int64_t{64} << 20;
 
@@ -408,11 +408,26 @@ size_t phaseKeepingCut(const OpWindow& window, size_t limit) {
   return limit;
 }
 
+// Before a traced call records: a window recorded to run fused runs its launches when the memory
+// only it holds reached the bound above. Checked before the call rather than after the one that
+// reached it, since what reaches it is often the program letting go of a result between two
+// calls (the input a layer norm's output replaced, a finished optimizer step's lists): the
+// batch then ends where the program's own step ended, not inside the next step's chain (where it
+// split a residual add from its layer norm).
+void runLaunchesAtMemoryBound(TracerState& tracer) {
+  OpWindow& window = tracer.window;
+  if (window.launches.empty() || !recordingFused(tracer)) return;
+  const int64_t bound = std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending);
+  if (window.pending_bytes >= bound && window.bytesHeldOnlyHere() >= bound)
+    runRecordedLaunchesLocked(tracer);
+}
+
 // A window that reached NEURON_ADAPTIVE_WINDOW ops (or the next whole loop iteration after
 // them, phaseKeepingCut) or NEURON_ADAPTIVE_WINDOW_BYTES of pending results ends after the op
 // that reached it.
 // A window recorded to run fused ignores NEURON_ADAPTIVE_WINDOW_BYTES (its intermediates get no
-// stores) but ends where its hot window ended by it, and runs its launches at the bound above.
+// stores) but ends where its hot window ended by it (and runs its launches at the bound above,
+// runLaunchesAtMemoryBound).
 void endWindowAtLimits(TracerState& tracer) {
   OpWindow& window = tracer.window;
   const size_t ops = window.records.size();
@@ -427,11 +442,6 @@ void endWindowAtLimits(TracerState& tracer) {
   }
   if (window.cursor->ends_hot_window && window.cursor->cut_by_byte_limit)
     syncLocked(tracer, SyncCause::kByteLimit, nullptr);
-  else {
-    const int64_t bound = std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending);
-    if (window.pending_bytes >= bound && window.bytesHeldOnlyHere() >= bound)
-      runRecordedLaunchesLocked(tracer);
-  }
 }
 
 int64_t nanosecondsSince(std::chrono::steady_clock::time_point start) {
@@ -555,6 +565,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   TracedCallStart begun = beginTracedCall();
   std::string& where = begun.where;
   TracerState& tracer = state();
+  runLaunchesAtMemoryBound(tracer);
   OpWindow& window = tracer.window;
   Counters& counters = tracer.counters;
   const bool timed = (counters.ops_traced++ & 15) == 0;
@@ -612,6 +623,7 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   TracedCallStart begun = beginTracedCall();
   std::string& where = begun.where;
   TracerState& tracer = state();
+  runLaunchesAtMemoryBound(tracer);
   OpWindow& window = tracer.window;
   ++tracer.counters.ops_traced;
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());

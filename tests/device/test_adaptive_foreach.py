@@ -136,3 +136,66 @@ def test_a_foreach_op_outside_a_hot_window_runs_on_host_views(dev):
     assert [x.cpu().tolist() for x in xs] == [[2.0] * 8] * 2
     with pytest.raises(RuntimeError):
         torch._foreach_add_([torch.ones(8, device=dev), torch.ones(8)], 1.0)
+
+
+BINARY = ["add", "sub", "mul", "div"]
+POINTWISE = ["addcmul", "addcdiv"]
+NOT_UNARY = set(BINARY + POINTWISE + ["maximum", "minimum", "norm", "zero"])
+UNARY = sorted(name[len("_foreach_"):] for name in dir(torch._C._VariableFunctions)
+               if name.startswith("_foreach_") and not name.endswith("_")
+               and hasattr(torch, name + "_") and name[len("_foreach_"):] not in NOT_UNARY)
+
+
+def list_programs():
+    """(name, program) for every _foreach_* overload: each followed by a second list call, so
+    that the element ops of both are recorded and fused in a hot window."""
+    def f(name):
+        return getattr(torch, "_foreach_" + name)
+
+    programs = []
+    for name in UNARY:
+        programs.append((name, lambda xs, ys, name=name: torch._foreach_mul(f(name)(xs), 1.5)))
+        programs.append((name + "_", lambda xs, ys, name=name: (
+            f(name + "_")(xs), torch._foreach_add_(xs, 0.25), xs)[-1]))
+    scalars = [0.5, 2.0, 1.25]
+    for name in BINARY:
+        for kind, other in (("Scalar", 0.75), ("List", "ys"), ("ScalarList", scalars)):
+            def program(xs, ys, name=name, other=other):
+                second = ys if other == "ys" else other
+                out = f(name)(xs, second)
+                f(name + "_")(xs, second)
+                return torch._foreach_add(out, xs)
+            programs.append((f"{name}.{kind}", program))
+    for name in ("add", "sub"):
+        programs.append((f"{name}.List.alpha", lambda xs, ys, name=name: (
+            f(name + "_")(xs, ys, alpha=0.5), torch._foreach_mul_(xs, 3.0), xs)[-1]))
+    for name in POINTWISE:
+        for kind, value in (("Scalar", 0.5), ("ScalarList", scalars)):
+            def program(xs, ys, name=name, value=value):
+                out = f(name)(xs, ys, ys, value)
+                f(name + "_")(xs, out, ys, value)
+                return torch._foreach_sub(xs, out)
+            programs.append((f"{name}.{kind}", program))
+    for name in ("maximum", "minimum"):
+        programs.append((name, lambda xs, ys, name=name: torch._foreach_mul(f(name)(xs, ys), 2.0)))
+        programs.append((name + "_", lambda xs, ys, name=name: (
+            f(name + "_")(xs, ys), torch._foreach_neg_(xs), xs)[-1]))
+    programs.append(("norm", lambda xs, ys: torch._foreach_norm(torch._foreach_mul(xs, ys))))
+    programs.append(("norm.3", lambda xs, ys: torch._foreach_norm(torch._foreach_add(xs, ys), 3)))
+    programs.append(("zero_", lambda xs, ys: (
+        torch._foreach_mul_(xs, 2.0), torch._foreach_zero_(xs), torch._foreach_add_(xs, ys),
+        xs)[-1]))
+    return programs
+
+
+@pytest.mark.parametrize("name,program", list_programs(), ids=[n for n, _ in list_programs()])
+def test_every_list_op_recorded_in_a_hot_window_matches_the_cpu(dev, name, program):
+    torch.manual_seed(0)
+    xs = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]  # in every unary op's domain
+    ys = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]
+    for _ in range(4):
+        expected = program([x.clone() for x in xs], [y.clone() for y in ys])
+        got = program([x.to(dev) for x in xs], [y.to(dev) for y in ys])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+    assert fusion_metrics()["ops_deferred"] > 0

@@ -281,3 +281,31 @@ def test_a_child_forked_while_a_fused_compile_is_queued_compiles_and_fuses_itsel
     assert result["queued_at_fork"] > 0  # the fork really overlapped a queued compile
     assert result["child"]["correct"] and result["child"]["fused"] >= 2
     assert result["parent_correct"] and result["parent_fused"] >= 1
+
+
+def test_a_batch_cut_by_memory_ends_where_a_step_ended_not_inside_the_next(dev):
+    """A fused window's launches run once the memory only the window holds reaches its bound
+    (64 MiB here). What reaches it is the program letting go of the previous step's input between
+    two calls, so checked after the call that recorded a residual add the batch ended between
+    that add and its layer norm, which then ran as two kernels. Checked before each call, every
+    step's add and layer norm stay one kernel."""
+    shape = (1024, 1024)  # 4 MiB of float32: the bound is reached every few steps
+    torch.manual_seed(0)
+    x, r = torch.randn(shape), torch.randn(shape)
+    w, b = torch.randn(1024), torch.randn(1024)
+
+    def steps(x, r, w, b, n):
+        for _ in range(n):
+            x = torch.nn.functional.layer_norm(x + r, (1024,), w, b)
+        return x
+
+    expected = steps(x, r, w, b, 40)
+    d = [t.to(dev) for t in (x, r, w, b)]
+    for _ in range(3):  # one window each: hot from the third, then compiled
+        steps(*d, 40).cpu()
+    torchneuron.reset_metrics()
+    got = steps(*d, 40)
+    assert_close(got.cpu(), expected, rtol=1e-3, atol=1e-3)  # 40 steps of rounding
+    m = fusion_metrics()
+    assert m["partitions_computed"] + m["partitions_reused"] >= 3  # the bound cut the window
+    assert m["fused_reduction_runs"] == 40, m

@@ -46,7 +46,7 @@ TEST(IndependentChains, ListOrderBecomesOneRunPerParameter) {
 }
 
 TEST(IndependentChains, AStepSharingStoragesWithTwoChainsJoinsThemInOrder) {
-  std::vector<DeferredLaunch> launches{step(1, {1}), step(2, {2}), step(3, {3}),
+  std::vector<DeferredLaunch> launches{step(1, {1}),    step(2, {2}), step(3, {3}),
                                        step(4, {1, 3}), step(5, {2}), step(6, {3})};
   EXPECT_TRUE(regroupIndependentChains(launches));
   // 1, 3, 4 and 6 are one chain (4 joins 1 and 3); 2 and 5 another, after it.
@@ -54,9 +54,8 @@ TEST(IndependentChains, AStepSharingStoragesWithTwoChainsJoinsThemInOrder) {
 }
 
 TEST(IndependentChains, NothingMovesAcrossALibraryStep) {
-  std::vector<DeferredLaunch> launches{step(1, {1}), step(2, {2}), step(3, {1}),
-                                       step(4, {9}, true), step(5, {1}), step(6, {2}),
-                                       step(7, {1})};
+  std::vector<DeferredLaunch> launches{step(1, {1}), step(2, {2}), step(3, {1}), step(4, {9}, true),
+                                       step(5, {1}), step(6, {2}), step(7, {1})};
   EXPECT_TRUE(regroupIndependentChains(launches));
   EXPECT_EQ(names(launches), (std::vector<int>{1, 3, 2, 4, 5, 7, 6}));
 }
