@@ -24,7 +24,10 @@ bool elementOpsRunOnDevice(c10::ArrayRef<c10::IValue> args) {
   bool any = false;
   auto fits = [&any](const at::Tensor& t) {
     if (!t.defined() || t.layout() != at::kStrided) return false;
-    if (t.device().type() == kNeuronDeviceType) return any = true;
+    if (t.device().type() == kNeuronDeviceType) {
+      any = true;
+      return true;
+    }
     return t.device().is_cpu() && t.dim() == 0;
   };
   for (const c10::IValue& value : args) {
@@ -39,7 +42,9 @@ bool elementOpsRunOnDevice(c10::ArrayRef<c10::IValue> args) {
 } // namespace
 
 void runLibraryForeach(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (!tracer::deferringLaunches() ||
+  // NEURON_ADAPTIVE_DEBUG's check reruns a recorded call on CPU copies and compares its tensor
+  // results; a list call's results are lists, so under it list calls stay library steps.
+  if (!tracer::deferringLaunches() || tracer::debugChecking() ||
       !elementOpsRunOnDevice(torch::jit::last(*stack, op.schema().arguments().size())))
     return runLibraryKernelOnHost(op, stack);
   tracer::noteListCall();

@@ -1,5 +1,6 @@
 #include "tracer/independent_chains.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <unordered_map>
@@ -60,7 +61,7 @@ bool regroupSegment(std::vector<DeferredLaunch>& launches, size_t begin, size_t 
     last_root = std::max(last_root, root);
   }
   if (!moved) return false;
-  std::stable_sort(order.begin(), order.end());
+  std::sort(order.begin(), order.end()); // (root, index) pairs are distinct
   std::vector<DeferredLaunch> regrouped;
   regrouped.reserve(steps);
   for (const auto& [root, i] : order)

@@ -24,19 +24,25 @@ bool OpWindow::touches(const c10::StorageImpl* storage) const {
 }
 
 int64_t OpWindow::bytesHeldOnlyHere() const {
-  // `held` has one reference per entry; a storage entered k times and used k times is the
+  // The window's references: one per entry of `held`, and one per storage a recorded library step
+  // names (recordHostStep: it captures each of its tensors). A storage with no others is the
   // window's alone.
-  std::vector<c10::StorageImpl*> storages;
+  std::vector<const c10::StorageImpl*> storages;
   storages.reserve(held.size());
   for (const c10::Storage& s : held)
     storages.push_back(s.unsafeGetStorageImpl());
+  for (const DeferredLaunch& launch : launches)
+    if (launch.host_step)
+      for (const void* storage : launch.storages)
+        storages.push_back(static_cast<const c10::StorageImpl*>(storage));
   std::sort(storages.begin(), storages.end());
   int64_t bytes = 0;
   for (size_t i = 0; i < storages.size();) {
     size_t end = i;
     while (end < storages.size() && storages[end] == storages[i])
       ++end;
-    if (c10::raw::intrusive_ptr::use_count(storages[i]) == end - i)
+    auto* impl = const_cast<c10::StorageImpl*>(storages[i]);
+    if (c10::raw::intrusive_ptr::use_count(impl) == end - i)
       bytes += static_cast<int64_t>(storages[i]->nbytes());
     i = end;
   }
@@ -89,6 +95,8 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   held.clear();
   held_host_values.clear();
   pending_bytes = largest_pending = 0;
+  memory_check_interval = 1;
+  calls_until_memory_check = 0;
   // The next window records into the same memory: growing a vector of launches again from
   // empty would copy each launch (its inline argument slots) several times per window.
   pending.clear();

@@ -88,8 +88,12 @@ public:
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
   // Bytes of the held storages nothing outside the window references (dead tensors' memory the
-  // window keeps until it runs). One pass over `held`.
+  // window keeps until it runs): one pass over `held` and the recorded library steps. Under
+  // NEURON_ADAPTIVE_DEBUG the debug check's copies of arguments count as outside references.
+  // The tracer calls it at most every `memory_check_interval` traced calls (tracer.cpp).
   int64_t bytesHeldOnlyHere() const;
+  int64_t memory_check_interval = 1; // traced calls between two calls of bytesHeldOnlyHere
+  int64_t calls_until_memory_check = 0;
   // The trie nodes of the calls whose launches are recorded and not run yet (tracer.cpp gives
   // them their fusion status when the batch runs).
   std::vector<const TrieNode*> batch_nodes;

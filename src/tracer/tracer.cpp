@@ -320,9 +320,10 @@ void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::j
     if (value.isTensor()) {
       note(value.toTensor(), static_cast<int64_t>(i));
     } else if (value.isTensorList()) {
-      // A _foreach_* op's results. A source word has 8 bits of slot: elements past 15 share
-      // slots, which merges signatures that differ only there (a signature names a window for
-      // recurrence; what a window computes comes from the recorded launches themselves).
+      // A _foreach_* op's results. A source word has 8 bits of slot: element e of return i gets
+      // slot i + 16 * (e % 16 + 1) (mod 256), so elements share slots and signatures that differ
+      // only there merge (a signature names a window for recurrence; what a window computes
+      // comes from the recorded launches themselves).
       const c10::List<at::Tensor> list = value.toTensorList();
       for (size_t e = 0; e < list.size(); ++e)
         note(list.get(e), static_cast<int64_t>(i) | static_cast<int64_t>((e & 15) + 1) << 4);
@@ -414,12 +415,21 @@ size_t phaseKeepingCut(const OpWindow& window, size_t limit) {
 // calls (the input a layer norm's output replaced, a finished optimizer step's lists): the
 // batch then ends where the program's own step ended, not inside the next step's chain (where it
 // split a residual add from its layer norm).
+// Counting that memory is a pass over what the window holds. While the program keeps most of
+// it (activations saved for backward), each check that finds it below the bound doubles the
+// traced calls to the next one (up to kMaxMemoryCheckInterval), so a long window does not pay
+// the pass on every call; a batch that runs starts them at every call again.
+constexpr int64_t kMaxMemoryCheckInterval = 64;
+
 void runLaunchesAtMemoryBound(TracerState& tracer) {
   OpWindow& window = tracer.window;
   if (window.launches.empty() || !recordingFused(tracer)) return;
   const int64_t bound = std::max(kFusedBatchBytes, kFusedBatchResults * window.largest_pending);
-  if (window.pending_bytes >= bound && window.bytesHeldOnlyHere() >= bound)
-    runRecordedLaunchesLocked(tracer);
+  if (window.pending_bytes < bound || window.calls_until_memory_check-- > 0) return;
+  if (window.bytesHeldOnlyHere() >= bound) return runRecordedLaunchesLocked(tracer);
+  window.memory_check_interval =
+      std::min(kMaxMemoryCheckInterval, 2 * window.memory_check_interval);
+  window.calls_until_memory_check = window.memory_check_interval - 1;
 }
 
 // A window that reached NEURON_ADAPTIVE_WINDOW ops (or the next whole loop iteration after
@@ -472,6 +482,10 @@ namespace detail {
 
 void syncSlow(SyncCause cause, const c10::OperatorHandle* op) {
   auto lock = lockWindow();
+  // Inside a traced library call (an element op of a list call on the CPU fallback, a library
+  // kernel reading a scalar) the memory must be current, but ending the window would cut the
+  // call's own record in two: its launches run, the window goes on.
+  if (detail::in_library_step) return runRecordedLaunchesLocked(state());
   syncLocked(state(), cause, op);
 }
 

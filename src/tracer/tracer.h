@@ -125,6 +125,8 @@ inline void sync(SyncCause cause, const c10::OperatorHandle* op = nullptr) {
 
 // The plan executor's branch: whether this call's launches are to be recorded.
 inline bool deferringLaunches() { return detail::deferring; }
+// Whether NEURON_ADAPTIVE_DEBUG's check reruns recorded calls (without the window lock).
+inline bool debugChecking() { return detail::debugging.load(std::memory_order_relaxed); }
 // Runs the launches recorded so far without ending the window: before an eager launch, which
 // may read or overwrite what they use.
 inline void runRecordedLaunches() {

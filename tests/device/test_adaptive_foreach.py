@@ -127,16 +127,46 @@ def test_results_the_program_still_holds_do_not_split_a_fused_batch(dev):
     assert fused[3] - fused[2] == len(shapes), fused
 
 
-def test_a_foreach_op_outside_a_hot_window_runs_on_host_views(dev):
-    """Cold (and in eager mode) a list call is one library launch of ATen's CPU kernel over host
-    views; a CPU tensor among the lists is refused as it is on that path."""
-    torchneuron.set_adaptive(False)
-    xs = [torch.ones(8, device=dev), torch.ones(8, device=dev)]
+def test_a_foreach_op_outside_a_hot_window_is_one_library_launch_on_host_views(dev):
+    """Cold (the window's first occurrences) a list call is one library launch of ATen's CPU
+    kernel over host views, as in eager mode; a CPU tensor among the lists is refused as it is
+    on that path."""
+    xs = [torch.ones(8, device=dev), torch.ones(16, device=dev)]
+    torchneuron.reset_metrics()
     torch._foreach_add_(xs, 1.0)
-    assert [x.cpu().tolist() for x in xs] == [[2.0] * 8] * 2
-    with pytest.raises(RuntimeError):
+    assert [x.cpu().tolist() for x in xs] == [[2.0] * 8, [2.0] * 16]
+    launches = torchneuron.metrics()["launches"]
+    assert launches["library"] == 1 and launches["compiled"] == 0, launches
+    with pytest.raises(RuntimeError, match="device"):
         torch._foreach_add_([torch.ones(8, device=dev), torch.ones(8)], 1.0)
 
+
+def test_interleaved_chains_are_regrouped_and_a_dependency_between_them_is_kept(dev):
+    """Three parameters of distinct sizes, each with its own second tensor: op by op the list
+    calls interleave their chains (nothing consecutive shares an iteration space, so nothing
+    fuses); regrouped, each chain fuses. A write of one chain reading another (b += a[:48])
+    joins those two, and must still come after a's updates and before b's later ones."""
+    def program(xs, ws):
+        torch._foreach_mul_(xs, 1.5)
+        torch._foreach_add_(xs, ws, alpha=0.25)
+        torch._foreach_addcmul_(ws, xs, xs, value=0.125)
+        xs[1].add_(xs[0][:48])
+        torch._foreach_sub_(xs, 1.0)
+        return xs + ws
+
+    sizes = (64, 48, 80)
+    xs = [torch.randn(n) for n in sizes]
+    ws = [torch.randn(n) for n in sizes]
+    fused = []
+    for _ in range(5):
+        expected = program([t.clone() for t in xs], [t.clone() for t in ws])
+        before = fusion_metrics()["fused_kernel_runs"]
+        got = program([t.to(dev) for t in xs], [t.to(dev) for t in ws])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+        fused.append(fusion_metrics()["fused_kernel_runs"] - before)
+    # Hot from the third run: chain c alone (4 launches), chains a and b joined by the write.
+    assert fused[-1] >= 2, fused
 
 BINARY = ["add", "sub", "mul", "div"]
 POINTWISE = ["addcmul", "addcdiv"]
@@ -190,12 +220,21 @@ def list_programs():
 
 @pytest.mark.parametrize("name,program", list_programs(), ids=[n for n, _ in list_programs()])
 def test_every_list_op_recorded_in_a_hot_window_matches_the_cpu(dev, name, program):
+    """Each overload's element ops are recorded in a hot window (the fourth run's calls are all
+    deferred, their launches recorded) and the results equal the CPU's. An element op on the
+    CPU fallback (lgamma) runs the launches recorded before it but does not end the window: one
+    window per run, ended by the copy of its results."""
     torch.manual_seed(0)
     xs = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]  # in every unary op's domain
     ys = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]
-    for _ in range(4):
+    for run in range(4):
+        m = fusion_metrics()
+        deferred, recorded = m["ops_deferred"], m["launches_recorded"]
         expected = program([x.clone() for x in xs], [y.clone() for y in ys])
         got = program([x.to(dev) for x in xs], [y.to(dev) for y in ys])
         for g, e in zip(got, expected):
             assert_close(g.cpu(), e)
-    assert fusion_metrics()["ops_deferred"] > 0
+    m = fusion_metrics()
+    assert m["windows"] == 4, m["syncs"]
+    assert m["ops_deferred"] - deferred >= 2  # the last run's list calls
+    assert m["launches_recorded"] - recorded >= 3  # an element op's launches, at least
