@@ -46,6 +46,16 @@ def train(make_optimizer, device, steps, shapes=SHAPES, after_step=None):
     return [p.detach().cpu() for p in params]
 
 
+def assert_matches_cpu(program, lists, dev, runs=5):
+    """Runs `program` on CPU copies and on device copies of `lists` (a tuple of tensor lists),
+    `runs` times (hot from the third), comparing every result."""
+    for _ in range(runs):
+        expected = program(*[[t.clone() for t in ts] for ts in lists])
+        got = program(*[[t.to(dev) for t in ts] for ts in lists])
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e)
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_foreach_optimizer_steps_match_the_cpu_and_fuse_each_parameters_update(dev, name):
     expected = train(OPTIMIZERS[name], "cpu", steps=6)
@@ -66,9 +76,9 @@ def test_foreach_optimizer_steps_match_the_cpu_and_fuse_each_parameters_update(d
 
 
 def test_lists_that_share_tensors_keep_the_order_of_their_updates(dev):
-    """Chains joined through shared tensors (a list naming one tensor twice, two lists sharing
-    tensors) and a reduction reading an element between two list calls must run in program order:
-    regrouping moves only steps that share no storage."""
+    """Lists that share tensors (a list naming one tensor twice, two lists that are rotations of
+    each other) and a reduction reading an element between two list calls join every element's
+    chain into one: regrouping must leave such a batch in program order."""
     def program(xs):
         ys = xs[1:] + xs[:1]  # ys[i] is xs[i + 1]: every chain joins its neighbour's
         torch._foreach_mul_(xs, 1.5)
@@ -79,12 +89,7 @@ def test_lists_that_share_tensors_keep_the_order_of_their_updates(dev):
         halves = torch._foreach_mul(xs, 0.5)
         return [total] + [h + 1 for h in halves]
 
-    inputs = [torch.randn(64) for _ in range(5)]
-    for _ in range(5):
-        expected = program([t.clone() for t in inputs])
-        got = program([t.to(dev) for t in inputs])
-        for g, e in zip(got, expected):
-            assert_close(g.cpu(), e)
+    assert_matches_cpu(program, ([torch.randn(64) for _ in range(5)],), dev)
     assert fusion_metrics()["ops_deferred"] > 0
 
 
@@ -97,12 +102,7 @@ def test_an_element_written_through_a_view_between_list_calls_is_seen(dev):
         torch._foreach_add_(xs, 1.0)
         return [x * 1 for x in xs]
 
-    inputs = [torch.randn(256) for _ in range(3)]
-    for _ in range(5):
-        expected = program([t.clone() for t in inputs])
-        got = program([t.to(dev) for t in inputs])
-        for g, e in zip(got, expected):
-            assert_close(g.cpu(), e)
+    assert_matches_cpu(program, ([torch.randn(256) for _ in range(3)],), dev)
     assert fusion_metrics()["fused_kernel_runs"] > 0
 
 
