@@ -354,22 +354,6 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
   return ran;
 }
 
-// The start of every traced call: its Python line under NEURON_ADAPTIVE_DEBUG (located before the
-// window lock is taken, since the locator takes the GIL), the window lock, and, on autograd's
-// thread, the end of the backward pass queued as a sync point.
-struct TracedCallStart {
-  std::string where;
-  std::unique_lock<std::recursive_mutex> lock;
-};
-
-TracedCallStart beginTracedCall() {
-  TracedCallStart begun;
-  if (detail::debugging.load(std::memory_order_relaxed)) begun.where = locateSource();
-  begun.lock = lockWindow();
-  syncAtEndOfBackward();
-  return begun;
-}
-
 // A window recorded to run fused still allocates every result it records when it records it (a
 // fused kernel only skips the stores of those that do not escape) and holds them until its
 // launches run: unbounded, a 120-op chain on 4 MiB tensors held all 120 results at its sync
@@ -378,11 +362,9 @@ TracedCallStart beginTracedCall() {
 // this many times its largest pending result, and kFusedBatchBytes at least: a chain of up to
 // that many ops still fuses whole, and one on large tensors holds a bounded multiple of one
 // tensor. Results the program still references do not count, since eager mode would hold them
-// too: an optimizer step with foreach=True allocates its square roots and denominators for the
-// whole model as two lists, and cut when they were allocated its batch would end inside every
-// parameter's chain of updates (two kernels each instead of one). The memory is counted only
-// once the results pending reach the bound (a pass over what the window holds). That is a
-// batch boundary, not the window's end (its records and hot window stay as they are), and it
+// too (an optimizer step with foreach=True keeps its square roots and denominators for the
+// whole model as two lists). That is a batch boundary, not the window's end (its records and
+// hot window stay as they are), and it
 // depends on the calls' sizes and on which results the program keeps, so every occurrence of
 // the window is split alike and reuses the same fused kernels (runLaunchesAtMemoryBound).
 constexpr int64_t kFusedBatchResults = 16;
@@ -430,6 +412,23 @@ void runLaunchesAtMemoryBound(TracerState& tracer) {
   window.memory_check_interval =
       std::min(kMaxMemoryCheckInterval, 2 * window.memory_check_interval);
   window.calls_until_memory_check = window.memory_check_interval - 1;
+}
+
+// The start of every traced call: its Python line under NEURON_ADAPTIVE_DEBUG (located before the
+// window lock is taken, since the locator takes the GIL), the window lock, on autograd's thread
+// the end of the backward pass queued as a sync point, and the fused batch's memory bound.
+struct TracedCallStart {
+  std::string where;
+  std::unique_lock<std::recursive_mutex> lock;
+};
+
+TracedCallStart beginTracedCall() {
+  TracedCallStart begun;
+  if (detail::debugging.load(std::memory_order_relaxed)) begun.where = locateSource();
+  begun.lock = lockWindow();
+  syncAtEndOfBackward();
+  runLaunchesAtMemoryBound(state());
+  return begun;
 }
 
 // A window that reached NEURON_ADAPTIVE_WINDOW ops (or the next whole loop iteration after
@@ -579,7 +578,6 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   TracedCallStart begun = beginTracedCall();
   std::string& where = begun.where;
   TracerState& tracer = state();
-  runLaunchesAtMemoryBound(tracer);
   OpWindow& window = tracer.window;
   Counters& counters = tracer.counters;
   const bool timed = (counters.ops_traced++ & 15) == 0;
@@ -637,7 +635,6 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   TracedCallStart begun = beginTracedCall();
   std::string& where = begun.where;
   TracerState& tracer = state();
-  runLaunchesAtMemoryBound(tracer);
   OpWindow& window = tracer.window;
   ++tracer.counters.ops_traced;
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
