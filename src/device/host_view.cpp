@@ -7,6 +7,7 @@
 #include <c10/util/strides.h>
 
 #include <cstring>
+#include <vector>
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
@@ -53,7 +54,65 @@ at::Tensor viewOver(const c10::Storage& storage, const at::Tensor& like, c10::Di
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
+// Free ScopedHostView shells of this thread: CPU tensors whose own storage holds no memory.
+// Each is referenced by this list alone (checked when it returns).
+constexpr size_t kPooledShells = 16;
+thread_local std::vector<at::Tensor> free_shells;
+
+at::Tensor newShell(caffe2::TypeMeta dtype) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::kCPU),
+                       c10::GetCPUAllocator(), /*resizable=*/true);
+  return at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kCpuKeys, dtype);
+}
+
+// Whether nothing but `shell` itself references its TensorImpl and StorageImpl.
+bool onlyHeldHere(const at::Tensor& shell) {
+  const c10::TensorImpl* impl = shell.unsafeGetTensorImpl();
+  return shell.use_count() == 1 && shell.weak_use_count() == 1 && impl->storage().use_count() == 1;
+}
+
 } // namespace
+
+ScopedHostView::ScopedHostView(const at::Tensor& device_tensor) {
+  TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
+  const c10::Storage& device_storage = device_tensor.storage();
+  prepareHostAccess(device_storage);
+  if (free_shells.empty()) {
+    view_ = newShell(device_tensor.dtype());
+  } else {
+    view_ = std::move(free_shells.back());
+    free_shells.pop_back();
+  }
+  c10::TensorImpl* impl = view_.unsafeGetTensorImpl();
+  if (impl->dtype() != device_tensor.dtype())
+    impl->set_storage_and_dtype(impl->storage(), device_tensor.dtype());
+  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  // No reference to the device storage while in scope: the caller holds the device tensor.
+  device_storage_ = device_storage.unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(device_storage.data_ptr().get(), c10::kCPU));
+  storage->set_nbytes(device_storage.nbytes());
+  impl->set_sizes_and_strides(device_tensor.sizes(), device_tensor.strides(),
+                              device_tensor.storage_offset());
+  impl->_set_conj(device_tensor.is_conj());
+  impl->_set_neg(device_tensor.is_neg());
+}
+
+ScopedHostView::~ScopedHostView() {
+  c10::StorageImpl* storage = view_.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  if (!onlyHeldHere(view_)) {
+    // Kept: it lives on as a normal view, holding the device storage as hostView()'s do (unless
+    // the kernel re-pointed it at memory of its own).
+    if (storage->data() == device_storage_->data()) {
+      c10::raw::intrusive_ptr::incref(device_storage_);
+      storage->set_data_ptr_noswap(c10::DataPtr(storage->data(), device_storage_,
+                                                &dropStorageReference, c10::Device(c10::kCPU)));
+    }
+    return;
+  }
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::kCPU));
+  storage->set_nbytes(0);
+  if (free_shells.size() < kPooledShells) free_shells.push_back(std::move(view_));
+}
 
 at::Tensor hostView(const at::Tensor& device_tensor) {
   TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);

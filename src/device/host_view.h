@@ -12,6 +12,25 @@ namespace torchneuron {
 // same bytes. The device storage is materialized first and kept alive by the view.
 at::Tensor hostView(const at::Tensor& device_tensor);
 
+// hostView() for the length of one kernel call that keeps no reference to its arguments (an out=
+// kernel called directly): the same view, but its TensorImpl and StorageImpl come from a small
+// per-thread pool instead of two heap allocations, which is most of a tiny library op's cost
+// above stock's. Leaving the scope drops the view's reference to the device storage; a view that
+// something still holds then (the kernel kept it after all) stays valid and leaves the pool.
+class ScopedHostView {
+public:
+  explicit ScopedHostView(const at::Tensor& device_tensor);
+  ~ScopedHostView();
+  ScopedHostView(const ScopedHostView&) = delete;
+  ScopedHostView& operator=(const ScopedHostView&) = delete;
+
+  at::Tensor& tensor() { return view_; }
+
+private:
+  at::Tensor view_;
+  c10::StorageImpl* device_storage_ = nullptr; // the viewed storage, not referenced while in scope
+};
+
 // The address of `device_tensor`'s first element for the host to read or write directly, after
 // what hostView() does first (the adaptive tracer's window runs before the host touches the
 // bytes, and the storage is materialized). Valid while the caller holds the tensor.

@@ -70,8 +70,11 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
         [fill, frozen_out = tracer::frozenTensor(out),
          frozen_operands = std::make_tuple(tracer::frozenTensor(operands)...)] {
           HostKernelAllocationScope allocations_from_the_device;
-          std::apply([&](const auto&... t) { fill(hostView(frozen_out), hostView(t)...); },
-                     frozen_operands);
+          std::apply(
+              [&](const auto&... t) {
+                fill(ScopedHostView(frozen_out).tensor(), ScopedHostView(t).tensor()...);
+              },
+              frozen_operands);
         },
         {operands...}, {out});
     recordLaunch(launches);
@@ -79,7 +82,7 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
   }
   {
     HostKernelAllocationScope allocations_from_the_device; // ATen's scratch (contiguous copies)
-    fill(hostView(out), hostView(operands)...);
+    fill(ScopedHostView(out).tensor(), ScopedHostView(operands).tensor()...);
   }
   recordLaunch(launches);
   return out;
@@ -90,7 +93,7 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::mm");
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
-      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
+      [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
       self, mat2);
 }
 
@@ -102,9 +105,8 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::addmm");
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
-      [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
-        at::cpu::addmm_out(out, s, a, b, beta, alpha);
-      },
+      [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
+                    const at::Tensor& b) { at::cpu::addmm_out(out, s, a, b, beta, alpha); },
       self, mat1, mat2);
 }
 
@@ -113,7 +115,9 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::bmm");
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
-      [](at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(out, a, b); },
+      [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+        at::cpu::bmm_out(out, a, b);
+      },
       self, mat2);
 }
 
@@ -126,9 +130,8 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   static LaunchCounter* launches = launchCounter(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
-      [beta, alpha](at::Tensor out, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
-        at::cpu::baddbmm_out(out, s, a, b, beta, alpha);
-      },
+      [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
+                    const at::Tensor& b) { at::cpu::baddbmm_out(out, s, a, b, beta, alpha); },
       self, batch1, batch2);
 }
 

@@ -17,6 +17,12 @@ void runLibraryAddmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void runLibraryBaddbmm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// nll_loss_forward and nll_loss_backward (1-D and 2-D input): the results allocated on the device
+// and written by ATen's out= kernels through host views (library_nll_loss.cpp); other calls take
+// runLibraryKernelOnHost.
+void runLibraryNllLossForward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void runLibraryNllLossBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // A _foreach_* op: runLibraryKernelOnHost, except inside a deferred window of adaptive mode,
 // where ATen's loop over the lists runs on the device tensors, so that each element op is
 // recorded and each parameter's chain of updates fuses (library_foreach.cpp).

@@ -127,7 +127,8 @@ constexpr const char* kRandomOps[] = {"uniform_",
                                       "rrelu_with_noise",
                                       "rrelu_with_noise.out"};
 
-// mm, addmm, bmm and baddbmm have kernels of their own that write into device memory directly.
+// mm, addmm, bmm, baddbmm, nll_loss_forward and nll_loss_backward have kernels of their own that
+// write into device memory directly.
 // Convolution is registered below, at its overrideable ops.
 constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_"};
 
@@ -153,10 +154,9 @@ constexpr const char* kIndexingOps[] = {"embedding_dense_backward",
 // .out), whose .out kernel resizes it and warns where the CPU does not (mse_loss, smooth_l1_loss).
 constexpr const char* kTrainingOps[] = {
     // losses
-    "nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
-    "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
-    "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "binary_cross_entropy",
-    "binary_cross_entropy.out", "binary_cross_entropy_backward",
+    "nll_loss_forward.output", "nll_loss_backward.grad_input", "nll_loss2d_forward",
+    "nll_loss2d_forward.output", "nll_loss2d_backward", "nll_loss2d_backward.grad_input",
+    "binary_cross_entropy", "binary_cross_entropy.out", "binary_cross_entropy_backward",
     "binary_cross_entropy_backward.grad_input", "mse_loss", "mse_loss.out", "mse_loss_backward",
     "mse_loss_backward.grad_input", "smooth_l1_loss", "smooth_l1_loss.out",
     "smooth_l1_loss_backward.grad_input", "huber_loss", "huber_loss.out", "huber_loss_backward.out",
@@ -243,6 +243,10 @@ void registerLibraryOps(torch::Library& aten) {
   registerDeviceKernel(aten, "addmm", routed<Route::kLibrary, &runLibraryAddmm>());
   registerDeviceKernel(aten, "bmm", routed<Route::kLibrary, &runLibraryBmm>());
   registerDeviceKernel(aten, "baddbmm", routed<Route::kLibrary, &runLibraryBaddbmm>());
+  registerDeviceKernel(aten, "nll_loss_forward",
+                       routed<Route::kLibrary, &runLibraryNllLossForward>());
+  registerDeviceKernel(aten, "nll_loss_backward",
+                       routed<Route::kLibrary, &runLibraryNllLossBackward>());
   // Convolution at the ops ATen leaves to out-of-tree devices: convolution and _convolution stay
   // composite, so torch.jit.trace records _convolution as on the CPU (the tracer records neither
   // convolution nor what a device kernel of it runs, so the trace held its output as a constant).

@@ -76,5 +76,61 @@ TEST(HostViewTest, HostAccessMaterializesPendingContentsOnce) {
   EXPECT_EQ(deviceBlockOf(device.storage())->pending, nullptr);
 }
 
+TEST(ScopedHostViewTest, AliasesDeviceMemoryWithSameLayout) {
+  at::Tensor device = deviceRange(12).view({3, 4}).t();
+  ScopedHostView scoped(device);
+  at::Tensor& host = scoped.tensor();
+  EXPECT_TRUE(host.is_cpu());
+  EXPECT_EQ(host.data_ptr(), device.data_ptr());
+  EXPECT_EQ(host.sizes(), device.sizes());
+  EXPECT_EQ(host.strides(), device.strides());
+  EXPECT_EQ(host.scalar_type(), at::kFloat);
+  host.fill_(7.0f);
+  EXPECT_EQ(static_cast<float*>(device.data_ptr())[5], 7.0f);
+}
+
+TEST(ScopedHostViewTest, ReusesItsTensorForTheNextViewWithTheNewLayoutAndDtype) {
+  at::Tensor floats = deviceRange(6);
+  const c10::TensorImpl* first = nullptr;
+  { first = ScopedHostView(floats).tensor().unsafeGetTensorImpl(); }
+  at::Tensor longs =
+      at::empty({2, 3}, at::TensorOptions().device(kNeuronDeviceType).dtype(at::kLong));
+  ScopedHostView scoped(longs.t());
+  EXPECT_EQ(scoped.tensor().unsafeGetTensorImpl(), first); // the pooled shell, not a new one
+  EXPECT_EQ(scoped.tensor().scalar_type(), at::kLong);
+  EXPECT_EQ(scoped.tensor().sizes(), at::IntArrayRef({3, 2}));
+  EXPECT_EQ(scoped.tensor().strides(), at::IntArrayRef({1, 3}));
+  EXPECT_EQ(scoped.tensor().data_ptr(), longs.data_ptr());
+  EXPECT_FALSE(scoped.tensor().is_conj());
+}
+
+TEST(ScopedHostViewTest, HoldsNoReferenceToTheDeviceStorageOnceTheScopeEnds) {
+  at::Tensor device = deviceRange(4);
+  const size_t before = device.storage().use_count();
+  { ScopedHostView scoped(device); }
+  EXPECT_EQ(device.storage().use_count(), before);
+}
+
+TEST(ScopedHostViewTest, AViewKeptPastItsScopeKeepsTheDeviceMemoryAlive) {
+  at::Tensor kept;
+  c10::Storage kept_storage;
+  {
+    at::Tensor device = deviceRange(4);
+    kept = ScopedHostView(device).tensor(); // a kernel that keeps its argument
+    at::Tensor also_kept = ScopedHostView(device).tensor().view({2, 2});
+    kept_storage = also_kept.storage();
+  } // the device tensor dies here
+  const int64_t allocated = allocatorStats().allocated_bytes;
+  EXPECT_TRUE(at::equal(kept, at::arange(4, at::kFloat)));
+  EXPECT_EQ(static_cast<float*>(kept_storage.data())[3], 3.0f);
+  kept.reset();
+  kept_storage = c10::Storage();
+  EXPECT_LT(allocatorStats().allocated_bytes, allocated); // released with the last view
+  // The next scoped views are new shells, not the kept ones.
+  at::Tensor other = deviceRange(2);
+  ScopedHostView scoped(other);
+  EXPECT_TRUE(at::equal(scoped.tensor(), at::arange(2, at::kFloat)));
+}
+
 } // namespace
 } // namespace torchneuron

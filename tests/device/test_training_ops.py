@@ -48,7 +48,7 @@ def run_on_cpu_and_device(fn, cpu_args, dev):
     assert dev_warnings <= cpu_warnings, f"the device warned where the CPU did not: {dev_warnings}"
     assert len(dev_out) == len(cpu_out)
     for d, c in zip(dev_out, cpu_out):
-        assert_same(d.detach(), c.detach(), rtol=1e-5, atol=1e-5)
+        assert_same(d.detach(), c.detach(), rtol=1e-5, atol=1e-5, equal_nan=True)
     g = torch.Generator().manual_seed(3)
     differentiable = [(d, c) for d, c in zip(dev_out, cpu_out) if c.requires_grad]
     if differentiable:
@@ -61,7 +61,7 @@ def run_on_cpu_and_device(fn, cpu_args, dev):
         assert_same(d.detach(), c.detach())
         if c.requires_grad:
             assert d.grad is not None
-            assert_same(d.grad, c.grad, rtol=1e-4, atol=1e-5)
+            assert_same(d.grad, c.grad, rtol=1e-4, atol=1e-5, equal_nan=True)
     return launched_since(before)
 
 
@@ -183,6 +183,57 @@ def test_training_op_runs_on_the_library_route_with_the_cpus_results_and_gradien
     launched = run_on_cpu_and_device(fn, inputs, dev)
     assert launched["fallback"] == {}
     assert library_ops <= set(launched["library"]), launched["library"]
+
+
+NLL_SHAPES = {"rows": (5, 4), "one_row": (4,), "no_rows": (0, 3), "one_class": (3, 1)}
+
+
+@pytest.mark.parametrize("shape", NLL_SHAPES.values(), ids=NLL_SHAPES.keys())
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("ignore_index", [-100, 1])
+def test_nll_loss_writes_device_memory_directly_with_the_cpus_results(dev, shape, reduction,
+                                                                      weighted, ignore_index):
+    """nll_loss_forward and nll_loss_backward run ATen's out= kernels into device results
+    (library_nll_loss.cpp): the CPU's losses and gradients in every reduction, with and without
+    class weights and ignored targets, for 1-D and 2-D inputs and an empty batch."""
+    g = torch.Generator().manual_seed(sum(shape) + ignore_index)
+    x = torch.randn(*shape, generator=g).log_softmax(-1).requires_grad_()
+    target = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    weight = torch.rand(shape[-1], generator=g) if weighted else None
+    fn = lambda x, t, w: F.nll_loss(x, t, weight=w, reduction=reduction,  # noqa: E731
+                                    ignore_index=ignore_index)
+    launched = run_on_cpu_and_device(fn, [x, target, weight], dev)
+    assert launched["fallback"] == {}
+    assert {"aten::nll_loss_forward", "aten::nll_loss_backward"} <= set(launched["library"])
+
+
+@pytest.mark.parametrize("x, target, weight, message", [
+    (torch.randn(4, 5), torch.randint(0, 5, (3,)), None, "to match target batch_size"),
+    (torch.randn(4, 5), torch.randint(0, 5, (4,)).int(), None, "expected scalar type Long"),
+    (torch.randn(4, 5), torch.tensor([0, 1, 7, 2]), None, "Target 7 is out of bounds"),
+    (torch.randn(4, 5), torch.tensor([0, 1, -3, 2]), None, "Target -3 is out of bounds"),
+    (torch.randn(4, 5), torch.tensor([0, 1, 3, 2]), torch.rand(3), "weight tensor should be"),
+], ids=["batch_mismatch", "int_target", "target_too_large", "negative_target", "weight_size"])
+def test_nll_loss_errors_on_the_device_are_the_cpus(dev, x, target, weight, message):
+    """Bad input gets the CPU's error at the call and leaves no result allocated."""
+    with pytest.raises(Exception, match=message) as on_cpu:
+        F.nll_loss(x, target, weight=weight)
+    dx, dtarget = x.to(dev), target.to(dev)
+    dweight = None if weight is None else weight.to(dev)
+    allocated = torchneuron.metrics()["allocator"]["allocated_bytes"]
+    with pytest.raises(type(on_cpu.value), match=message) as on_device:
+        F.nll_loss(dx, dtarget, weight=dweight)
+    assert str(on_device.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    assert torchneuron.metrics()["allocator"]["allocated_bytes"] == allocated
+
+
+def test_nll_loss_with_a_target_on_the_cpu_raises_the_generic_paths_device_error(dev):
+    """A target left on the CPU is not the direct kernel's case: the generic path names the
+    mismatch, as it does for every library op."""
+    x = torch.randn(4, 5).log_softmax(1).to(dev)
+    with pytest.raises(RuntimeError, match="device"):
+        F.nll_loss(x, torch.tensor([0, 1, 2, 3]))
 
 
 def test_out_variants_take_the_library_route_and_resize_their_outputs(dev):
