@@ -1,4 +1,5 @@
 #include "fusion/compiler.h"
+#include "fusion/unmasked_selects.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/IRBuilder.h>
@@ -416,7 +417,8 @@ CodegenDescription describeCodegen(const CodegenOptions& options) {
   addLoweringPasses(lowering, options.lowering_pipeline);
   llvm::raw_string_ostream lowering_text(description.lowering_pipeline);
   lowering.printAsTextualPipeline(lowering_text);
-  description.optimization_pipeline = OptimizationPipeline(s, options).print() + "; codegen O" +
+  description.optimization_pipeline = OptimizationPipeline(s, options).print() +
+                                      "; unmasked selected loads; codegen O" +
                                       std::to_string(options.optimization_level);
   description.vector_math = options.vector_math ? s.vector_math.describe() : "none";
   return description;
@@ -457,6 +459,7 @@ LoweredModule lowerKernel(const std::string& mlir_module, const std::string& ent
   llvm::raw_string_ostream verify_stream(verify_errors);
   if (llvm::verifyModule(llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);
   OptimizationPipeline(s, options).run(llvm_module);
+  keepSelectedLoadsUnmasked(llvm_module);
   return LoweredModule(std::move(lowered));
 }
 
