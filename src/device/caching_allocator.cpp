@@ -174,6 +174,11 @@ private:
       ++it;
     DeviceBlock* block = nullptr;
     if (it != free_blocks_.end() && it->first <= bytes + bytes / 8) {
+      // Of the blocks of that capacity, the one freed last (emplace puts equal keys last), whose
+      // lines are likeliest still in cache, as the C library's allocators do; the oldest went
+      // cold while the others were used.
+      auto last = std::prev(free_blocks_.upper_bound(it->first));
+      if (last->second->used || it->first == bytes) it = last;
       block = it->second;
       free_blocks_.erase(it);
       ++stats_.cache_hits;

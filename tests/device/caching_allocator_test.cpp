@@ -35,6 +35,29 @@ TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutSystemAllocation) {
   EXPECT_EQ(after.cache_hits - before.cache_hits, 10);
 }
 
+TEST(CachingAllocatorTest, OfEqualFreeBlocksTheLastFreedIsReusedFirst) {
+  emptyAllocatorCache();
+  for (const size_t bytes : {size_t{4} << 10, size_t{2} << 20}) { // a small and a large class
+    std::vector<void*> freed_order;
+    {
+      c10::DataPtr a = neuronAllocator()->allocate(bytes);
+      c10::DataPtr b = neuronAllocator()->allocate(bytes);
+      c10::DataPtr c = neuronAllocator()->allocate(bytes);
+      freed_order = {a.get(), c.get(), b.get()};
+      a.clear();
+      c.clear();
+      b.clear();
+    }
+    // Most recently freed first: its lines are the likeliest to be in cache.
+    c10::DataPtr first = neuronAllocator()->allocate(bytes);
+    c10::DataPtr second = neuronAllocator()->allocate(bytes);
+    c10::DataPtr third = neuronAllocator()->allocate(bytes);
+    EXPECT_EQ(first.get(), freed_order[2]) << bytes;
+    EXPECT_EQ(second.get(), freed_order[1]) << bytes;
+    EXPECT_EQ(third.get(), freed_order[0]) << bytes;
+  }
+}
+
 TEST(CachingAllocatorTest, StatsCountBlockCapacitiesExactly) {
   emptyAllocatorCache();
   const AllocatorStats start = allocatorStats();

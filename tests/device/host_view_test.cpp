@@ -92,7 +92,9 @@ TEST(ScopedHostViewTest, AliasesDeviceMemoryWithSameLayout) {
 TEST(ScopedHostViewTest, ReusesItsTensorForTheNextViewWithTheNewLayoutAndDtype) {
   at::Tensor floats = deviceRange(6);
   const c10::TensorImpl* first = nullptr;
-  { first = ScopedHostView(floats).tensor().unsafeGetTensorImpl(); }
+  {
+    first = ScopedHostView(floats).tensor().unsafeGetTensorImpl();
+  }
   at::Tensor longs =
       at::empty({2, 3}, at::TensorOptions().device(kNeuronDeviceType).dtype(at::kLong));
   ScopedHostView scoped(longs.t());
@@ -107,7 +109,9 @@ TEST(ScopedHostViewTest, ReusesItsTensorForTheNextViewWithTheNewLayoutAndDtype) 
 TEST(ScopedHostViewTest, HoldsNoReferenceToTheDeviceStorageOnceTheScopeEnds) {
   at::Tensor device = deviceRange(4);
   const size_t before = device.storage().use_count();
-  { ScopedHostView scoped(device); }
+  {
+    ScopedHostView scoped(device);
+  }
   EXPECT_EQ(device.storage().use_count(), before);
 }
 
