@@ -36,6 +36,7 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include "support/errors.h"
 #include "support/fork_handlers.h"
@@ -125,6 +126,22 @@ public:
       add(name, "v");
     for (const char* name : binary)
       add(name, "vv");
+    // LLVM's table has exp, log, sin, cos and pow only up to AVX2 (8 floats): with AVX-512 a
+    // float loop calling them would vectorize at 8 lanes where every other op has 16, as a
+    // softmax row's exp did. Their AVX-512 variants, under the libm names and the intrinsics'
+    // (math.exp lowers to llvm.exp.f32).
+    if (avx512) {
+      for (const auto& [name, params] : {std::pair<std::string, const char*>{"exp", "v"},
+                                         {"log", "v"},
+                                         {"sin", "v"},
+                                         {"cos", "v"},
+                                         {"pow", "vv"}}) {
+        for (const std::string& f32 : {name + "f", "llvm." + name + ".f32"})
+          variant(f32, "_ZGVeN16" + std::string(params) + "_" + name + "f", 16, params);
+        for (const std::string& f64 : {name, "llvm." + name + ".f64"})
+          variant(f64, "_ZGVeN8" + std::string(params) + "_" + name, 8, params);
+      }
+    }
     for (size_t i = 0; i < scalar_.size(); ++i)
       descriptions_.emplace_back(scalar_[i], vector_[i], llvm::ElementCount::getFixed(widths_[i]),
                                  /*Masked=*/false, prefixes_[i]);

@@ -1,7 +1,8 @@
 // Reductions (sum, mean, prod, amax/amin, all/any, argmax/argmin with values, var/std, vector
 // norms, logsumexp) and row-wise ops (softmax, log_softmax and their backward). Sums and
 // products accumulate in f64 (floats) or i64 (integers), so a float32 result is the correctly
-// rounded sum rather than an approximation of ATen's cascade sum.
+// rounded sum rather than an approximation of ATen's cascade sum; the row-wise ops sum float32
+// rows in float32, as ATen does (rowSumType).
 
 #include "fusion/op_registry.h"
 
@@ -234,19 +235,29 @@ Value finiteShift(ScalarEmitter& e, const Value& maximum) {
   return e.select(infinite, e.floatConstant(0, maximum.type), maximum);
 }
 
+// The type the row-wise ops (softmax, log_softmax and their backward) sum a row in: float32
+// rows in float32, as ATen's vectorized kernels do, so that the sum vectorizes at float32's width
+// (16 lanes with AVX-512, and the vector expf of the same width) instead of converting every
+// element to f64 (half the lanes, the 8-lane expf); others in `wide`. The lanes' partial sums
+// make it at least as accurate as ATen's 8-lane sum. Sums that are a reduction's result (sum,
+// mean, logsumexp) stay in f64: their result is the correctly rounded sum.
+const ElementType& rowSumType(const ReduceContext& c) {
+  return c.compute.mlir == "f32" ? c.compute : c.wide;
+}
+
 // Two passes shared by logsumexp and softmax: the row max, then sum(exp(x - max)).
 ReductionOp expSum(const char* name) {
   ReductionOp op;
   op.name = name;
   op.passes = 2;
   op.init = [](ReduceContext& c, int pass) {
-    return Values{pass == 0 ? lowest(c.emit, c.compute) : c.emit.floatConstant(0, c.wide)};
+    return Values{pass == 0 ? lowest(c.emit, c.compute) : c.emit.floatConstant(0, rowSumType(c))};
   };
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
     if (pass == 0) return Values{e.maximum(acc[0], x[0])};
     const Value shifted = expFlushingSubnormals(e, e.sub(x[0], c.results[0][0]));
-    return Values{e.accumulate(acc[0], e.convert(shifted, c.wide))};
+    return Values{e.accumulate(acc[0], e.convert(shifted, rowSumType(c)))};
   };
   return op;
 }
@@ -436,7 +447,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
     return expFlushingSubnormals(c.emit, c.emit.sub(x[0], c.results[0][0]));
   };
   softmax.combine_stored = [](ReduceContext& c, const Values& acc, const Value& stored) {
-    return Values{c.emit.accumulate(acc[0], c.emit.convert(stored, c.wide))};
+    return Values{c.emit.accumulate(acc[0], c.emit.convert(stored, rowSumType(c)))};
   };
   softmax.finish_stored = [](ReduceContext& c, const Value& stored) {
     ScalarEmitter& e = c.emit;
@@ -466,12 +477,12 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   softmax_backward.rule.floats_only = true;
   softmax_backward.rule.input_dtype = "input_dtype";
   softmax_backward.init = [](ReduceContext& c, int) {
-    return Values{c.emit.floatConstant(0, c.wide)};
+    return Values{c.emit.floatConstant(0, rowSumType(c))};
   };
   softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
                                 const Value&) {
     ScalarEmitter& e = c.emit;
-    return Values{e.accumulate(acc[0], e.convert(e.mul(x[0], x[1]), c.wide))};
+    return Values{e.accumulate(acc[0], e.convert(e.mul(x[0], x[1]), rowSumType(c)))};
   };
   softmax_backward.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
@@ -486,7 +497,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
                                          "_log_softmax_backward_data.out"};
   log_softmax_backward.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
                                     const Value&) {
-    return Values{c.emit.accumulate(acc[0], c.emit.convert(x[0], c.wide))};
+    return Values{c.emit.accumulate(acc[0], c.emit.convert(x[0], rowSumType(c)))};
   };
   log_softmax_backward.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;

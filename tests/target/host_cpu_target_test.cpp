@@ -49,6 +49,14 @@ TEST(HostCpuTarget, DescriptionPrintsThePipelinesTheCompilerRuns) {
   if (hostHasAvx2()) {
     EXPECT_NE(d.vector_math.find(" _ZGVdN8v_tanhf 8 "), std::string::npos);
   }
+  // With AVX-512, exp and its kin get their 16-lane variants under the intrinsics' names too
+  // (math.exp lowers to llvm.exp.f32), so a float loop calling them keeps every op's width.
+  const bool avx512 = fusion::hostCpu().features.find("+avx512f") != std::string::npos;
+  for (const char* entry : {"; llvm.exp.f32 _ZGVeN16v_expf 16 ", "; expf _ZGVeN16v_expf 16 ",
+                            "; llvm.log.f64 _ZGVeN8v_log 8 ", "; llvm.pow.f32 _ZGVeN16vv_powf 16 "})
+    EXPECT_EQ(d.vector_math.find(entry) != std::string::npos, avx512) << entry;
+  EXPECT_NE(d.optimization_pipeline.find("; unmasked selected loads; codegen O3"),
+            std::string::npos);
 }
 
 TEST(HostCpuTarget, ThePrintedLoweringPipelineIsTheOneThatRuns) {

@@ -14,7 +14,7 @@
 // CHECK: memref.load %e2[%i0, %i1, %j0_0]
 // CHECK: llvm.intr.maximum
 // CHECK-NOT: memref.store
-// CHECK: iter_args({{.*}}) -> (f64) {
+// CHECK: iter_args({{.*}}) -> (f32) {
 // CHECK: memref.load %e2[%i0, %i1, %j1_0]
 // CHECK: math.exp
 // CHECK: memref.store {{.*}}, %o0[%i0, %i1, %j1_0]

@@ -1,4 +1,5 @@
-// softmax: a max pass, an exp-sum pass that also stores each exp(x - max) into the output, then
+// softmax: a max pass, an exp-sum pass (summed in float32 for a float32 row, as ATen does) that
+// also stores each exp(x - max) into the output, then
 // a nest that rescales the row in place: one exp per element, as ATen does (the write pass
 // reads the stored value back, computing no exp of its own).
 // RUN: %neuron_kernel_mlir mlir reduction softmax Float 1 1 Float -- Float | FileCheck %s
@@ -8,7 +9,7 @@
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
 // CHECK: iter_args({{.*}}) -> (f32) {
 // CHECK: llvm.intr.maximum
-// CHECK: iter_args({{.*}}) -> (f64) {
+// CHECK: iter_args({{.*}}) -> (f32) {
 // CHECK: math.exp
 // CHECK: memref.store {{.*}}, %o0[%i0, %j1_0]
 // CHECK: scf.for %w0 = %c0 to %R0 step %c1 {
@@ -19,7 +20,7 @@
 // CHECK: arith.mulf
 // CHECK: memref.store {{.*}}, %o0[%i0, %w0]
 
-// HALF: iter_args({{.*}}) -> (f64) {
+// HALF: iter_args({{.*}}) -> (f32) {
 // HALF: math.exp
 // HALF-NOT: memref.store
 // HALF: scf.for %w0 = %c0 to %R0 step %c1 {
