@@ -177,8 +177,11 @@ private:
       // Of the blocks of that capacity, the one freed last (emplace puts equal keys last), whose
       // lines are likeliest still in cache, as the C library's allocators do; the oldest went
       // cold while the others were used.
+      // A prefaulted block no tensor has used serves only its own capacity (as above).
       auto last = std::prev(free_blocks_.upper_bound(it->first));
-      if (last->second->used || it->first == bytes) it = last;
+      while (last != it && !last->second->used && last->first != bytes)
+        --last;
+      it = last;
       block = it->second;
       free_blocks_.erase(it);
       ++stats_.cache_hits;

@@ -3,6 +3,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/intrusive_ptr.h>
 #include <c10/util/strides.h>
 
@@ -77,11 +78,16 @@ ScopedHostView::ScopedHostView(const at::Tensor& device_tensor) {
   TORCH_INTERNAL_ASSERT(device_tensor.device().type() == kNeuronDeviceType);
   const c10::Storage& device_storage = device_tensor.storage();
   prepareHostAccess(device_storage);
-  if (free_shells.empty()) {
-    view_ = newShell(device_tensor.dtype());
-  } else {
+  // A shell is an inference tensor or not by the mode it was made in (its keys, its version
+  // counter): one made under torch.inference_mode() serves only calls in that mode, where an
+  // in-place write to it (addmm copying self into its result) is allowed.
+  const bool inference = c10::InferenceMode::is_enabled();
+  if (!free_shells.empty() &&
+      free_shells.back().unsafeGetTensorImpl()->is_inference() == inference) {
     view_ = std::move(free_shells.back());
     free_shells.pop_back();
+  } else {
+    view_ = newShell(device_tensor.dtype());
   }
   c10::TensorImpl* impl = view_.unsafeGetTensorImpl();
   if (impl->dtype() != device_tensor.dtype())

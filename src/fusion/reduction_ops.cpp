@@ -238,9 +238,10 @@ Value finiteShift(ScalarEmitter& e, const Value& maximum) {
 // The type the row-wise ops (softmax, log_softmax and their backward) sum a row in: float32
 // rows in float32, as ATen's vectorized kernels do, so that the sum vectorizes at float32's width
 // (16 lanes with AVX-512, and the vector expf of the same width) instead of converting every
-// element to f64 (half the lanes, the 8-lane expf); others in `wide`. The lanes' partial sums
-// make it at least as accurate as ATen's 8-lane sum. Sums that are a reduction's result (sum,
-// mean, logsumexp) stay in f64: their result is the correctly rounded sum.
+// element to f64 (half the lanes, the 8-lane expf); others in `wide`. Vectorized, the lanes'
+// partial sums make its accuracy comparable to ATen's 8-lane float sum. Sums that are a
+// reduction's result (sum, mean, logsumexp) stay in f64: their result is the correctly rounded
+// sum.
 const ElementType& rowSumType(const ReduceContext& c) {
   return c.compute.mlir == "f32" ? c.compute : c.wide;
 }

@@ -58,6 +58,26 @@ TEST(CachingAllocatorTest, OfEqualFreeBlocksTheLastFreedIsReusedFirst) {
   }
 }
 
+TEST(CachingAllocatorTest, ASmallerRequestTakesTheLastFreedUsedBlockNotANewerPrefaultedOne) {
+  emptyAllocatorCache();
+  const size_t capacity = 2u << 20;
+  const size_t request = capacity - (64u << 10); // fits a block of `capacity` (within 1/8)
+  void* freed_last = nullptr;
+  {
+    c10::DataPtr first = neuronAllocator()->allocate(capacity);
+    c10::DataPtr second = neuronAllocator()->allocate(capacity);
+    freed_last = second.get();
+    first.clear();
+    second.clear();
+  }
+  expectPrefaultedBlocks({capacity});
+  ASSERT_TRUE(prefaultBlock(capacity)); // the newest free block of that capacity, never used
+  // The prefaulted block serves only its own capacity: of the used ones, the last freed.
+  c10::DataPtr got = neuronAllocator()->allocate(request);
+  EXPECT_EQ(got.get(), freed_last);
+  emptyAllocatorCache();
+}
+
 TEST(CachingAllocatorTest, StatsCountBlockCapacitiesExactly) {
   emptyAllocatorCache();
   const AllocatorStats start = allocatorStats();

@@ -1,6 +1,7 @@
 #include "device/host_view.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "device/caching_allocator.h"
@@ -104,6 +105,22 @@ TEST(ScopedHostViewTest, ReusesItsTensorForTheNextViewWithTheNewLayoutAndDtype) 
   EXPECT_EQ(scoped.tensor().strides(), at::IntArrayRef({1, 3}));
   EXPECT_EQ(scoped.tensor().data_ptr(), longs.data_ptr());
   EXPECT_FALSE(scoped.tensor().is_conj());
+}
+
+TEST(ScopedHostViewTest, AShellMadeInInferenceModeServesOnlyThatMode) {
+  at::Tensor device = deviceRange(4);
+  const c10::TensorImpl* inference_shell = nullptr;
+  {
+    c10::InferenceMode inference;
+    ScopedHostView scoped(device);
+    EXPECT_TRUE(scoped.tensor().is_inference());
+    inference_shell = scoped.tensor().unsafeGetTensorImpl();
+  }
+  ScopedHostView scoped(device);
+  EXPECT_NE(scoped.tensor().unsafeGetTensorImpl(), inference_shell);
+  EXPECT_FALSE(scoped.tensor().is_inference());
+  scoped.tensor().add_(1.0f); // an inference tensor would refuse this outside inference mode
+  EXPECT_EQ(static_cast<float*>(device.data_ptr())[3], 4.0f);
 }
 
 TEST(ScopedHostViewTest, HoldsNoReferenceToTheDeviceStorageOnceTheScopeEnds) {

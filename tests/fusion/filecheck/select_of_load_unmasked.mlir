@@ -9,3 +9,10 @@
 // CHECK: [[FROZEN:%[a-z0-9.]+]] = freeze <{{[0-9]+}} x float> [[LOADED]]
 // CHECK: select <{{[0-9]+}} x i1> {{%[a-z0-9.]+}}, <{{[0-9]+}} x float> zeroinitializer, <{{[0-9]+}} x float> [[FROZEN]]
 // CHECK-NOT: select <{{[0-9]+}} x i1> {{%[a-z0-9.]+}}, <{{[0-9]+}} x float> zeroinitializer, <{{[0-9]+}} x float> %wide.load{{[0-9]*}}{{$}}
+
+// relu, select(x < 0, 0, x), reads its load in the compare too: no freeze, so the code generator
+// still makes a max with the load folded in.
+// RUN: %neuron_kernel_mlir llvm elementwise relu Float Float 1 c c -- Float | FileCheck %s --check-prefix=RELU
+// RELU: define void @neuron_kernel(ptr {{.*}}, i64 {{.*}}, i64 {{.*}})
+// RELU: fcmp olt <{{[0-9]+}} x float>
+// RELU-NOT: freeze
