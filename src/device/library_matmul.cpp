@@ -26,16 +26,13 @@
 namespace torchneuron {
 namespace {
 
-bool onDevice(const at::Tensor& t) {
-  return t.defined() && t.device().type() == kNeuronDeviceType && t.layout() == at::kStrided;
-}
-
 // Device tensors of one dtype with the ranks the op needs; anything else takes the generic
 // path, where ATen raises its own errors.
 bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t rank) {
   const at::Tensor& first = **tensors.begin();
   for (const at::Tensor* t : tensors)
-    if (!onDevice(*t) || t->scalar_type() != first.scalar_type() || t->device() != first.device())
+    if (!isDenseDeviceTensor(*t) || t->scalar_type() != first.scalar_type() ||
+        t->device() != first.device())
       return false;
   auto it = tensors.end() - 2; // the two matrix (batch) operands are the last two
   return (*it)->dim() == rank && (*(it + 1))->dim() == rank;

@@ -10,7 +10,6 @@
 #include <ATen/ops/nll_loss_backward_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_forward_cpu_dispatch.h>
 
-#include "device/device.h"
 #include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
 #include "device/library_ops.h"
@@ -21,19 +20,15 @@
 namespace torchneuron {
 namespace {
 
-bool onDevice(const at::Tensor& t) {
-  return t.defined() && t.device().type() == kNeuronDeviceType && t.layout() == at::kStrided;
-}
-
 // The operands ATen's 1-D and 2-D kernel takes: input and target on the device, an optional
 // weight on the device too. Anything else (nll_loss2d's ranks, mixed devices) is the generic
 // path's, which raises ATen's errors as the CPU does.
 bool plainOperands(const at::Tensor& self, const at::Tensor& target,
                    const c10::optional<at::Tensor>& weight) {
-  return onDevice(self) && onDevice(target) && self.device() == target.device() &&
-         (self.dim() == 1 || self.dim() == 2) &&
+  return isDenseDeviceTensor(self) && isDenseDeviceTensor(target) &&
+         self.device() == target.device() && (self.dim() == 1 || self.dim() == 2) &&
          (!weight || !weight->defined() ||
-          (onDevice(*weight) && weight->device() == self.device()));
+          (isDenseDeviceTensor(*weight) && weight->device() == self.device()));
 }
 
 // A host view of the optional weight, alive while it is.
@@ -92,8 +87,9 @@ void runLibraryNllLossBackward(const c10::OperatorHandle& op, torch::jit::Stack*
   const at::Tensor& target = args[2].toTensor();
   const c10::optional<at::Tensor> weight = args[3].toOptional<at::Tensor>();
   const at::Tensor& total_weight = args[6].toTensor();
-  if (!plainOperands(self, target, weight) || !onDevice(grad_output) || !onDevice(total_weight) ||
-      grad_output.device() != self.device() || total_weight.device() != self.device())
+  if (!plainOperands(self, target, weight) || !isDenseDeviceTensor(grad_output) ||
+      !isDenseDeviceTensor(total_weight) || grad_output.device() != self.device() ||
+      total_weight.device() != self.device())
     return runLibraryKernelOnHost(op, stack);
   const int64_t reduction = args[4].toInt();
   const int64_t ignore_index = args[5].toInt();

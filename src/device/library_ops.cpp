@@ -4,10 +4,15 @@
 
 #include "device/library_ops.h"
 
+#include "device/device.h"
 #include "device/metrics.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
+
+bool isDenseDeviceTensor(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuronDeviceType && t.layout() == at::kStrided;
+}
 
 void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // In a window it runs now, at its place: its output metadata come from running it.

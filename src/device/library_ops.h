@@ -10,6 +10,10 @@
 
 namespace torchneuron {
 
+// A dense (strided) tensor on the device: an operand the direct library kernels below take
+// (mm's family, nll_loss); any other operand sends the call to runLibraryKernelOnHost.
+bool isDenseDeviceTensor(const at::Tensor& t);
+
 // mm, addmm, bmm and baddbmm: the result allocated on the device and written by ATen's out=
 // kernel through a host view (library_matmul.cpp); other calls take runLibraryKernelOnHost.
 void runLibraryMm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
