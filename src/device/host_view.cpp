@@ -42,13 +42,17 @@ c10::Storage makeHostStorage(const c10::Storage& device_storage) {
                       c10::GetCPUAllocator(), /*resizable=*/true);
 }
 
+// Gives `view` the sizes, strides, offset and conj/neg bits of `like`.
+void copyLayout(c10::TensorImpl* view, const at::Tensor& like) {
+  view->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  view->_set_conj(like.is_conj());
+  view->_set_neg(like.is_neg());
+}
+
 at::Tensor viewOver(const c10::Storage& storage, const at::Tensor& like, c10::DispatchKeySet keys) {
   at::Tensor view =
       at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), keys, like.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
-                                                    like.storage_offset());
-  if (like.is_conj()) view._set_conj(true);
-  if (like.is_neg()) view._set_neg(true);
+  copyLayout(view.unsafeGetTensorImpl(), like);
   return view;
 }
 
@@ -97,10 +101,7 @@ ScopedHostView::ScopedHostView(const at::Tensor& device_tensor) {
   device_storage_ = device_storage.unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::DataPtr(device_storage.data_ptr().get(), c10::kCPU));
   storage->set_nbytes(device_storage.nbytes());
-  impl->set_sizes_and_strides(device_tensor.sizes(), device_tensor.strides(),
-                              device_tensor.storage_offset());
-  impl->_set_conj(device_tensor.is_conj());
-  impl->_set_neg(device_tensor.is_neg());
+  copyLayout(impl, device_tensor);
 }
 
 ScopedHostView::~ScopedHostView() {

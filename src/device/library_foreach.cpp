@@ -9,7 +9,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DispatchKeySet.h>
 
-#include "device/device.h"
 #include "device/library_ops.h"
 #include "tracer/tracer.h"
 
@@ -23,12 +22,8 @@ namespace {
 bool elementOpsRunOnDevice(c10::ArrayRef<c10::IValue> args) {
   bool any = false;
   auto fits = [&any](const at::Tensor& t) {
-    if (!t.defined() || t.layout() != at::kStrided) return false;
-    if (t.device().type() == kNeuronDeviceType) {
-      any = true;
-      return true;
-    }
-    return t.device().is_cpu() && t.dim() == 0;
+    if (isDenseDeviceTensor(t)) return any = true;
+    return t.defined() && t.layout() == at::kStrided && t.device().is_cpu() && t.dim() == 0;
   };
   for (const c10::IValue& value : args) {
     if (value.isTensor() && !fits(value.toTensor())) return false;

@@ -364,9 +364,9 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
 // tensor. Results the program still references do not count, since eager mode would hold them
 // too (an optimizer step with foreach=True keeps its square roots and denominators for the
 // whole model as two lists). That is a batch boundary, not the window's end (its records and
-// hot window stay as they are), and it
-// depends on the calls' sizes and on which results the program keeps, so every occurrence of
-// the window is split alike and reuses the same fused kernels (runLaunchesAtMemoryBound).
+// hot window stay as they are), and it depends on the calls' sizes and on which results the
+// program keeps, so every occurrence of the window is split alike and reuses the same fused
+// kernels (runLaunchesAtMemoryBound).
 constexpr int64_t kFusedBatchResults = 16;
 constexpr int64_t kFusedBatchBytes = int64_t{64} << 20;
 
