@@ -138,6 +138,10 @@ py::dict adaptiveDict() {
   result["fused_kernel_runs"] = stats.fused_kernel_runs;
   result["fused_reduction_runs"] = stats.fused_reduction_runs;
   result["dead_launches"] = stats.dead_launches;
+  result["unbacked_results_available"] = stats.unbacked_results_available;
+  result["unbacked_results"] = stats.unbacked_results;
+  result["unbacked_results_backed"] = stats.unbacked_results_backed;
+  result["unbacked_results_live"] = stats.unbacked_results_live;
   result["partitions_computed"] = stats.partitions_computed;
   result["partitions_reused"] = stats.partitions_reused;
   result["fused_compiles"] = stats.fused_compiles;
@@ -448,6 +452,9 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("bytes"));
   m.def("adaptive_min_bytes", &torchneuron::tracer::adaptiveMinBytes);
+  m.def("set_adaptive_unbacked", &torchneuron::tracer::setAdaptiveUnbacked,
+        py::call_guard<py::gil_scoped_release>(), py::arg("enabled"));
+  m.def("adaptive_unbacked", &torchneuron::tracer::adaptiveUnbacked);
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,

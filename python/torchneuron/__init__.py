@@ -56,6 +56,7 @@ __all__ = [
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
     "set_adaptive_fusion", "set_adaptive_min_bytes", "adaptive_min_bytes",
+    "set_adaptive_unbacked", "adaptive_unbacked",
     "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
@@ -218,6 +219,24 @@ def set_adaptive_min_bytes(bytes: int) -> None:
         raise TypeError(
             f"[adaptive] set_adaptive_min_bytes expects an int, got {type(bytes).__name__}")
     _C.set_adaptive_min_bytes(bytes)
+
+
+def set_adaptive_unbacked(enabled: bool) -> None:
+    """Whether results of hot windows that run fused get memory only when something reads them
+    (``NEURON_ADAPTIVE_UNBACKED``, on by default): an intermediate nothing outside the window
+    holds is then never allocated. Until its window runs, such a result's ``data_ptr()`` is an
+    address with no memory behind it (every access through PyTorch or torchneuron runs the window
+    first); turn this off for code that hands pending tensors' raw pointers to C.
+    Changing it is a sync point."""
+    if not isinstance(enabled, bool):
+        raise TypeError(
+            f"[adaptive] set_adaptive_unbacked expects a bool, got {type(enabled).__name__}")
+    _C.set_adaptive_unbacked(enabled)
+
+
+def adaptive_unbacked() -> bool:
+    """Whether unbacked results are on (``set_adaptive_unbacked``)."""
+    return _C.adaptive_unbacked()
 
 
 def adaptive_min_bytes() -> int:

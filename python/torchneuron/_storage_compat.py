@@ -28,6 +28,10 @@ _saved_copies = weakref.WeakValueDictionary()
 
 def _device_storage_as_cpu(tensor):
     """A CPU TypedStorage (uint8) with the bytes of the tensor's whole device storage."""
+    # The adaptive tracer's pending results get their memory (and their final address) when
+    # their window runs: run it before the address becomes the storage's key.
+    from torchneuron import _C
+    _C.sync_window()
     device_storage = tensor.storage()
     key = (device_storage.data_ptr(), device_storage.nbytes())
     copy = _saved_copies.get(key)

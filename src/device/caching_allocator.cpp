@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "tracer/unbacked_results.h"
 
 namespace torchneuron {
 namespace {
@@ -283,6 +284,11 @@ DeviceBlock* deviceBlockOf(const c10::Storage& storage) {
 }
 
 void materializeStorage(const c10::Storage& storage) {
+  // An unbacked result still without memory here was orphaned by a window whose batch failed to
+  // get memory for it (tracer/result_backing.h); every other one got memory when its window ran,
+  // which the host access ran first.
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (impl != nullptr && tracer::isUnbacked(impl)) tracer::backStorage(impl);
   DeviceBlock* block = deviceBlockOf(storage);
   if (block == nullptr || !block->pending) return;
   std::shared_ptr<PendingContents> pending = std::move(block->pending);

@@ -71,7 +71,8 @@ bool prefaultBlock(size_t capacity);
 // The block behind a device storage, or nullptr for an empty storage.
 DeviceBlock* deviceBlockOf(const c10::Storage& storage);
 
-// Ensures the storage's bytes are in memory (runs a pending producer, if any).
+// Ensures the storage's bytes are in memory (runs a pending producer, if any; gives an unbacked
+// result orphaned by a failed window its memory).
 void materializeStorage(const c10::Storage& storage);
 
 } // namespace torchneuron

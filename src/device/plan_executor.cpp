@@ -6,6 +6,7 @@
 
 #include "cache/background_compiles.h"
 #include "cache/kernel_cache.h"
+#include "device/caching_allocator.h"
 #include "device/compile_warnings.h"
 #include "device/device.h"
 #include "device/interim_launch.h"
@@ -16,9 +17,12 @@
 #include "launcher/parallel_launch.h"
 #include "target/target.h"
 #include "tracer/tracer.h"
+#include "tracer/unbacked_results.h"
 
 namespace torchneuron {
 namespace {
+
+const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
 std::string kernelMlir(const PlannedLaunch& launch) {
   return launch.kind == KernelKind::kElementwise
@@ -62,12 +66,19 @@ KernelHandle kernelOf(const PlannedLaunch& launch, bool interim) {
   return kernelFor(launch.key, [&] { return kernelMlir(launch); });
 }
 
-at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> given_outputs) {
+// `unbacked`: a device result gets an address but no memory yet (tracer/unbacked_results.h).
+at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> given_outputs,
+                       bool unbacked) {
   if (output.given >= 0) {
     const at::Tensor& tensor = given_outputs[output.given];
     if (output.resize) at::native::resize_output(tensor, output.sizes);
     return tensor;
   }
+  if (output.device.type() == kNeuronDeviceType && unbacked)
+    return tracer::newUnbackedTensor(
+        output.sizes,
+        output.contiguous ? c10::nullopt : c10::optional<at::IntArrayRef>(output.strides),
+        output.dtype, kDeviceKeys, output.device, neuronAllocator());
   if (output.device.type() == kNeuronDeviceType)
     return output.contiguous ? newDeviceTensor(output.sizes, output.dtype)
                              : newDeviceTensor(output.sizes, output.strides, output.dtype);
@@ -103,8 +114,9 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
                               at::ArrayRef<at::Tensor> given_outputs, LaunchCounter* launches,
                               bool deferred) {
   TensorList outputs;
+  const bool unbacked = deferred && tracer::unbackedResults();
   for (const PlannedOutput& output : plan.outputs)
-    outputs.push_back(materialize(output, given_outputs));
+    outputs.push_back(materialize(output, given_outputs, unbacked));
   TensorList window_inputs;
   if (deferred) {
     window_inputs = inputsForWindow(inputs);
@@ -117,14 +129,18 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
   for (size_t k = 0; k < plan.launches.size(); ++k) {
     const PlannedLaunch& launch = plan.launches[k];
     KernelArguments arguments;
-    for (const PlannedOperand& operand : launch.operands)
+    c10::SmallVector<uint32_t, 4> pointer_slots;
+    for (const PlannedOperand& operand : launch.operands) {
+      pointer_slots.push_back(static_cast<uint32_t>(arguments.size()));
       arguments.memref(addressOf(operand, inputs, outputs), operand.sizes.data(),
                        operand.strides.data(), static_cast<int64_t>(operand.sizes.size()));
+    }
     for (int64_t word : launch.words)
       arguments.word(word);
     const LaunchShape shape{launch.range, launch.work_per_index, at::get_num_threads()};
     if (deferred) {
       tracer::RecordedOperands recorded;
+      recorded.pointer_slots = pointer_slots;
       if (launch.kind == KernelKind::kElementwise)
         recorded.elementwise = launch.interned != nullptr
                                    ? launch.interned

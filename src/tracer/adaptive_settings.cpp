@@ -52,6 +52,7 @@ AdaptiveSettings parseAdaptiveSettings(const std::function<const char*(const cha
   settings.explain = readBoolean(lookup, "NEURON_ADAPTIVE_EXPLAIN", settings.explain);
   settings.fusion = readBoolean(lookup, "NEURON_ADAPTIVE_FUSION", settings.fusion);
   settings.sync_compiles = readBoolean(lookup, "NEURON_ADAPTIVE_SYNC", settings.sync_compiles);
+  settings.unbacked = readBoolean(lookup, "NEURON_ADAPTIVE_UNBACKED", settings.unbacked);
   return settings;
 }
 

@@ -20,6 +20,9 @@ struct AdaptiveSettings {
   bool explain = false;       // NEURON_ADAPTIVE_EXPLAIN
   bool fusion = true;         // NEURON_ADAPTIVE_FUSION: fuse hot windows
   bool sync_compiles = false; // NEURON_ADAPTIVE_SYNC: wait for fused compiles
+  // NEURON_ADAPTIVE_UNBACKED: results recorded into a window that runs fused get memory only if
+  // something reads them (unbacked_results.h).
+  bool unbacked = true;
 };
 
 // Reads the settings through `lookup` (nullptr: unset); throws std::invalid_argument naming the

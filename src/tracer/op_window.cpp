@@ -7,6 +7,7 @@
 
 #include "target/target.h"
 #include "tracer/independent_chains.h"
+#include "tracer/result_backing.h"
 #include "tracer/tracer.h"
 #include "tracer/window_fusion.h"
 
@@ -55,11 +56,20 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   // A list call's launches come op by op over its lists; each element's chain fuses only once
   // its launches are consecutive. Regrouping reorders the batch, so a launch that fails may
   // leave launches recorded before it unrun (the window's rest is dropped either way).
-  if (regroup_chains && fuse) regroupIndependentChains(pending);
-  regroup_chains = false;
-  const BatchSchedule schedule =
-      fuse && pending.size() > 1 ? BatchSchedule(pending, held, wait, partitions) : BatchSchedule();
-  fusion = schedule.summary();
+  BatchSchedule schedule;
+  try {
+    if (regroup_chains && fuse) regroupIndependentChains(pending);
+    regroup_chains = false;
+    if (fuse && pending.size() > 1) schedule = BatchSchedule(pending, held, wait, partitions);
+    fusion = schedule.summary();
+    fusion.runs_nothing =
+        !pending.empty() && fusion.dead_launches == static_cast<int64_t>(pending.size());
+    backResultsTheBatchUses(pending, schedule, held);
+  } catch (const std::exception& error) { // out of memory: nothing of the batch ran
+    dropAfterFailure();
+    TORCH_CHECK(
+        false, "[adaptive] a window's recorded steps could not be prepared to run: ", error.what());
+  }
   size_t next = 0;
   struct Running { // host views made by library steps need no sync: their inputs ran before them
     bool was = detail::running_window;
@@ -82,10 +92,7 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
         deviceTarget().launch(launch.kernel->function, launch.slots.data(), launch.shape);
     }
   } catch (const std::exception& error) {
-    held.clear();
-    held_host_values.clear();
-    debug.reset();
-    pending_bytes = largest_pending = 0;
+    dropAfterFailure();
     const DeferredLaunch& failed = pending[next];
     TORCH_CHECK(false, "[adaptive] a recorded ", (failed.host_step ? "step" : "launch"), " of ",
                 (failed.op ? opName(*failed.op) : std::string("an op")),
@@ -101,6 +108,14 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   // empty would copy each launch (its inline argument slots) several times per window.
   pending.clear();
   if (launches.empty()) launches.swap(pending);
+}
+
+void OpWindow::dropAfterFailure() {
+  // A result the program holds keeps its storage usable, whatever the steps left in it.
+  backEscapingResults(held);
+  held_host_values.clear();
+  debug.reset();
+  pending_bytes = largest_pending = 0;
 }
 
 void OpWindow::resetTrace() {

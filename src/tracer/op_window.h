@@ -49,7 +49,8 @@ struct DeferredLaunch {
   const fusion::ReductionSignature* reduction = nullptr; // a reduction launch's (interned)
   const void* output_storage = nullptr;
   c10::SmallVector<const void*, 4> storages;
-  c10::SmallVector<int64_t, 4> memref_places; // RecordedOperands::memref_places
+  c10::SmallVector<int64_t, 4> memref_places;  // RecordedOperands::memref_places
+  c10::SmallVector<uint32_t, 4> pointer_slots; // RecordedOperands::pointer_slots
 };
 
 struct BatchFusion;
@@ -106,6 +107,11 @@ public:
   void runLaunches(bool fuse, bool wait, BatchFusion& fusion);
   // Forgets the traced state (not the launches) for the next window.
   void resetTrace();
+
+private:
+  // After a batch failed: lets go of what the window held (results the program holds get
+  // memory first, result_backing.h).
+  void dropAfterFailure();
 };
 
 // "aten::add.Tensor".

@@ -28,6 +28,7 @@
 #include "tracer/adaptive_settings.h"
 #include "tracer/fused_kernels.h"
 #include "tracer/op_window.h"
+#include "tracer/unbacked_results.h"
 #include "tracer/window_fusion.h"
 
 namespace torchneuron::tracer {
@@ -37,6 +38,7 @@ std::atomic<bool> adaptive_on{false};
 std::atomic<bool> window_open{false};
 std::atomic<bool> launches_recorded{false};
 thread_local bool deferring = false;
+thread_local bool unbacked_results = false;
 thread_local bool in_library_step = false;
 thread_local bool running_window = false;
 std::atomic<bool> debugging{false};
@@ -130,8 +132,16 @@ int64_t batches_run = 0;
 
 void runRecordedLaunchesLocked(TracerState& tracer) {
   OpWindow& window = tracer.window;
+  // A step of the batch this thread is running (a library step's own eager call) finds it
+  // running: the window's references stay until the batch is done.
+  if (detail::running_window) return;
   if (window.launches.empty() && window.held.empty()) return;
-  detail::launches_recorded.store(false, std::memory_order_release);
+  // Cleared once the batch has run, not before: another thread's untraced call that checks the
+  // flag without the lock (runRecordedLaunches) then waits for the batch on the window lock
+  // instead of reading results the batch is still writing or giving memory to.
+  struct ClearWhenDone {
+    ~ClearWhenDone() { detail::launches_recorded.store(false, std::memory_order_release); }
+  } clear_when_done;
   ++batches_run;
   const bool fuse = tracer.settings.fusion;
   // Deterministic mode: which batches run fused must not depend on when compiles finish.
@@ -159,7 +169,8 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   counters.partitions_computed += fusion.partitions_computed;
   if (fuse &&
       std::any_of(nodes.begin(), nodes.end(), [](const TrieNode* node) { return !node->fusion; })) {
-    auto status = std::make_shared<const WindowFusionStatus>(std::move(fusion.keys));
+    auto status =
+        std::make_shared<const WindowFusionStatus>(std::move(fusion.keys), fusion.runs_nothing);
     for (const TrieNode* node : nodes)
       if (!node->fusion) node->fusion = status;
   }
@@ -267,6 +278,13 @@ bool advance(TracerState& tracer, const c10::OperatorHandle& op, Hash64 record) 
 bool recordingFused(const TracerState& tracer) {
   const TrieNode* node = tracer.window.cursor;
   return tracer.settings.fusion && node != nullptr && (!node->fusion || node->fusion->ready());
+}
+
+// Whether the window being recorded will run fused kernels that are all compiled (not the
+// probe, whose batch may run op by op): its results may be unbacked (unbacked_results.h).
+bool fusionReady(const TracerState& tracer) {
+  const TrieNode* node = tracer.window.cursor;
+  return tracer.settings.fusion && node != nullptr && node->fusion && node->fusion->ready();
 }
 
 // Part 1 records launches to save per-op overhead, which matters for small tensors only. A call
@@ -532,6 +550,18 @@ void setAdaptiveMinBytes(int64_t bytes) {
   min_bytes_unlocked.store(bytes, std::memory_order_relaxed);
 }
 
+void setAdaptiveUnbacked(bool enabled) {
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
+  tracer.settings.unbacked = enabled;
+}
+
+bool adaptiveUnbacked() {
+  auto lock = lockWindow();
+  return state().settings.unbacked;
+}
+
 int64_t adaptiveMinBytes() {
   auto lock = lockWindow();
   return state().settings.min_bytes;
@@ -600,9 +630,12 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   {
     ++traced_call_depth;
     detail::deferring = defer;
+    detail::unbacked_results =
+        defer && tracer.settings.unbacked && fusionReady(tracer) && !detail::debugging.load();
     struct Restore {
       ~Restore() {
         detail::deferring = false;
+        detail::unbacked_results = false;
         --traced_call_depth;
       }
     } restore;
@@ -749,6 +782,7 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
     launch.slots.assign(slots, slots + slot_count);
     launch.storages = operands.storages;
     launch.memref_places = operands.memref_places;
+    launch.pointer_slots = operands.pointer_slots;
   } catch (...) {
     tracer.window.launches.pop_back();
     throw;
@@ -789,6 +823,11 @@ AdaptiveStats adaptiveStats() {
   stats.fused_kernel_runs = counters.fused_kernel_runs;
   stats.fused_reduction_runs = counters.fused_reduction_runs;
   stats.dead_launches = counters.dead_launches;
+  const UnbackedStats unbacked = unbackedStats();
+  stats.unbacked_results_available = unbackedResultsAvailable();
+  stats.unbacked_results = unbacked.made;
+  stats.unbacked_results_backed = unbacked.backed;
+  stats.unbacked_results_live = unbacked.live;
   stats.partitions_reused = counters.partitions_reused;
   stats.partitions_computed = counters.partitions_computed;
   const FusedKernelStats fused = fusedKernelStats();
@@ -809,6 +848,7 @@ AdaptiveStats adaptiveStats() {
 void resetAdaptiveStats() {
   auto lock = lockWindow();
   state().counters = Counters();
+  resetUnbackedCounts();
 }
 
 std::vector<SignatureSummary> frequentSignatures(size_t count) {

@@ -35,6 +35,7 @@ extern std::atomic<bool> adaptive_on;       // adaptive mode is on
 extern std::atomic<bool> window_open;       // a window has traced ops or recorded launches
 extern std::atomic<bool> launches_recorded; // a window has launches not run yet
 extern thread_local bool deferring;         // this thread is inside a deferred op call
+extern thread_local bool unbacked_results;  // ... of a window that will run fused
 extern thread_local bool in_library_step;   // this thread runs a library op traced in a window
 extern thread_local bool running_window;    // this thread runs the window's recorded steps
 extern std::atomic<bool> debugging;         // NEURON_ADAPTIVE_DEBUG is on
@@ -61,6 +62,10 @@ void setAdaptiveFusion(bool fuse, std::optional<bool> wait_for_compiles);
 // the value when it is negative.
 void setAdaptiveMinBytes(int64_t bytes);
 int64_t adaptiveMinBytes();
+// NEURON_ADAPTIVE_UNBACKED: whether results of windows that run fused get memory only when
+// something reads them (unbacked_results.h). Changing it is a sync point.
+void setAdaptiveUnbacked(bool enabled);
+bool adaptiveUnbacked();
 
 using CompiledKernelFunction = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
@@ -125,6 +130,10 @@ inline void sync(SyncCause cause, const c10::OperatorHandle* op = nullptr) {
 
 // The plan executor's branch: whether this call's launches are to be recorded.
 inline bool deferringLaunches() { return detail::deferring; }
+// Whether the results this deferred call allocates are to be unbacked (unbacked_results.h): its
+// window will run fused kernels, all compiled, and NEURON_ADAPTIVE_DEBUG is off (its check
+// copies results as they are recorded).
+inline bool unbackedResults() { return detail::unbacked_results; }
 // Whether NEURON_ADAPTIVE_DEBUG's check reruns recorded calls (without the window lock).
 inline bool debugChecking() { return detail::debugging.load(std::memory_order_relaxed); }
 // Runs the launches recorded so far without ending the window: before an eager launch, which
@@ -152,6 +161,9 @@ struct RecordedOperands {
   // `storages` + 1), or 0 for host memory (a CPU number). Taken while the storages are in the
   // cache, so the partition memo (partition_memo.h) need not read them again.
   c10::SmallVector<int64_t, 4> memref_places;
+  // Per memref argument, in order: the slot of its allocated pointer (the aligned one follows),
+  // which moves when the storage it points into is backed (unbacked_results.h).
+  c10::SmallVector<uint32_t, 4> pointer_slots;
 };
 void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
                   const LaunchShape& shape, std::atomic<int64_t>* counter,
@@ -195,9 +207,15 @@ struct AdaptiveStats {
   int64_t fused_kernel_runs = 0;    // fused kernels run (each replaced 2+ recorded launches)
   int64_t fused_reduction_runs = 0; // those of them that were a reduction with its prologue
   int64_t dead_launches = 0;        // recorded launches skipped: nothing could read their result
-  int64_t partitions_computed = 0;  // batches the partitioner ran on
-  int64_t partitions_reused = 0; // batches that reused the partition of one of the same structure
-  int64_t fused_compiles = 0;    // fused kernels compiled or loaded from the cache
+  // Results recorded without memory (unbacked_results.h), those given memory when their window
+  // ran, and those unbacked now; the rest died never allocated.
+  bool unbacked_results_available = false; // the reserved address range exists
+  int64_t unbacked_results = 0;
+  int64_t unbacked_results_backed = 0;
+  int64_t unbacked_results_live = 0;
+  int64_t partitions_computed = 0; // batches the partitioner ran on
+  int64_t partitions_reused = 0;   // batches that reused the partition of one of the same structure
+  int64_t fused_compiles = 0;      // fused kernels compiled or loaded from the cache
   int64_t fused_compile_failures = 0;
   int64_t fused_compiles_queued = 0; // waiting for or in the background compile
   double tracing_ns_per_op = 0;      // mean tracer bookkeeping per traced op (the kernel excluded)

@@ -39,6 +39,7 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
     if (!kernel) continue; // compiling: the group runs as recorded this time
     FusedLaunch fused;
     fused.kernel = kernel;
+    fused.group = &group;
     group.gatherSlots([&](size_t i) { return launches[i].slots.data(); }, fused.slots);
     fused.shape = launches[group.shape_launch].shape;
     if (group.range > 0) { // the same work over the kernel's own outer dimension
@@ -61,7 +62,8 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
 }
 
 bool WindowFusionStatus::ready() const {
-  if (ready_ || failed_ || keys_.empty()) return ready_;
+  if (ready_ || failed_) return ready_;
+  if (keys_.empty()) return ready_ = runs_nothing_;
   for (Hash64 key : keys_) {
     const FusedKernelState state = fusedKernelState(key);
     if (state == FusedKernelState::kFailed) failed_ = true;

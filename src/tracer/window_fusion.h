@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/kernel_cache.h"
+#include "fusion/window_partition.h"
 #include "launcher/parallel_launch.h"
 
 namespace torchneuron::tracer {
@@ -28,6 +29,7 @@ struct BatchFusion {
   int64_t partitions_reused = 0;   // 1: the batch's partition was remembered (partition_memo.h)
   int64_t partitions_computed = 0; // 1: the partitioner ran on it
   std::vector<Hash64> keys;        // the fused kernels the batch's groups need, compiled or not
+  bool runs_nothing = false;       // every launch of the batch was dead
 };
 
 class BatchSchedule {
@@ -38,6 +40,9 @@ public:
     KernelHandle kernel;
     c10::SmallVector<int64_t, 64> slots;
     LaunchShape shape;
+    // The group it runs, whose slot ranges say where `slots` came from; valid until the memo
+    // partitions the next batch.
+    const fusion::FusedGroup* group = nullptr;
   };
 
   BatchSchedule() = default;
@@ -49,6 +54,7 @@ public:
 
   Action action(size_t launch) const { return actions_.empty() ? kRun : actions_[launch]; }
   const FusedLaunch& fused(size_t launch) const { return fused_[fused_index_[launch]]; }
+  FusedLaunch& fused(size_t launch) { return fused_[fused_index_[launch]]; }
 
   BatchFusion summary() const {
     return {
@@ -73,13 +79,17 @@ private:
 // the tracer records everything once to find out (the probe).
 class WindowFusionStatus {
 public:
-  explicit WindowFusionStatus(std::vector<Hash64> keys) : keys_(std::move(keys)) {}
-  // The window has fused kernels and all of them are compiled. Asks the compile table until they
-  // are; a failed compile makes it false for good.
+  // `keys`: the fused kernels its batch needed; `runs_nothing`: every launch of its batch was
+  // dead (a program that drops what it computed), so it needs none and skips everything.
+  WindowFusionStatus(std::vector<Hash64> keys, bool runs_nothing)
+      : keys_(std::move(keys)), runs_nothing_(runs_nothing) {}
+  // The window has fused kernels and all of them are compiled, or runs nothing at all. Asks the
+  // compile table until they are; a failed compile makes it false for good.
   bool ready() const;
 
 private:
   std::vector<Hash64> keys_;
+  bool runs_nothing_ = false;
   mutable bool ready_ = false;
   mutable bool failed_ = false;
 };

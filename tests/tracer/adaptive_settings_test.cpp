@@ -34,6 +34,7 @@ TEST(AdaptiveSettings, DefaultsWhenUnset) {
   EXPECT_EQ(settings.window_ops, 512);
   EXPECT_EQ(settings.window_bytes, int64_t{256} << 10);
   EXPECT_EQ(settings.min_bytes, int64_t{32} << 10);
+  EXPECT_TRUE(settings.unbacked);
 }
 
 TEST(AdaptiveSettings, ReadsEveryVariable) {
@@ -42,13 +43,15 @@ TEST(AdaptiveSettings, ReadsEveryVariable) {
                                            {"NEURON_ADAPTIVE_WINDOW", "64"},
                                            {"NEURON_ADAPTIVE_WINDOW_BYTES", "16M"},
                                            {"NEURON_ADAPTIVE_MIN_BYTES", "0"},
-                                           {"NEURON_ADAPTIVE_EXPLAIN", "1"}});
+                                           {"NEURON_ADAPTIVE_EXPLAIN", "1"},
+                                           {"NEURON_ADAPTIVE_UNBACKED", "off"}});
   EXPECT_TRUE(settings.enabled);
   EXPECT_EQ(settings.threshold, 5);
   EXPECT_EQ(settings.window_ops, 64);
   EXPECT_EQ(settings.window_bytes, int64_t{16} << 20);
   EXPECT_EQ(settings.min_bytes, 0);
   EXPECT_TRUE(settings.explain);
+  EXPECT_FALSE(settings.unbacked);
 }
 
 TEST(AdaptiveSettings, AMalformedOrOutOfRangeValueNamesTheVariableAndTheValue) {
@@ -60,6 +63,8 @@ TEST(AdaptiveSettings, AMalformedOrOutOfRangeValueNamesTheVariableAndTheValue) {
   EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_WINDOW", "lots"}}).find("an integer from 1"),
             std::string::npos);
   EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_MIN_BYTES", "-1"}}).find("NEURON_ADAPTIVE_MIN_BYTES='-1'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_UNBACKED", "2"}}).find("NEURON_ADAPTIVE_UNBACKED='2'"),
             std::string::npos);
 }
 
