@@ -43,6 +43,17 @@ def run_hot(step, warmup=6):
         torchneuron.synchronize()
 
 
+def assert_hot_runs_match_the_cpu(step, x, dev):
+    """Runs `step` on a device copy of `x` until hot and fused, then once more: equal to the
+    CPU's result."""
+    d = x.to(dev)
+    with torch.no_grad():
+        run_hot(lambda: step(d))
+        got = step(d)
+        torchneuron.synchronize()
+    assert_same(got, step(x))
+
+
 def test_a_hot_no_grad_gelu_chain_allocates_only_its_output(dev):
     x = torch.randn(1 << 14)
     d = x.to(dev)
@@ -99,34 +110,20 @@ def test_tensors_saved_for_backward_get_memory_and_gradients_match(dev):
 
 
 def test_a_strided_view_of_an_intermediate_read_later_gets_memory(dev):
-    x = torch.randn(64, 64)
-    d = x.to(dev)
-
     def step(t):
         doubled = t * 2 + 1
         return doubled.t() * 3  # another geometry: a group of its own, reading stored memory
 
-    with torch.no_grad():
-        run_hot(lambda: step(d))
-        got = step(d)
-        torchneuron.synchronize()
-    assert_same(got, step(x))
+    assert_hot_runs_match_the_cpu(step, torch.randn(64, 64), dev)
 
 
 def test_in_place_updates_of_an_intermediate_inside_the_window(dev):
-    x = torch.randn(1000)
-    d = x.to(dev)
-
     def step(t):
         scratch = t * 2
         scratch.add_(1).mul_(t)
         return scratch.tanh()
 
-    with torch.no_grad():
-        run_hot(lambda: step(d))
-        got = step(d)
-        torchneuron.synchronize()
-    assert_same(got, step(x))
+    assert_hot_runs_match_the_cpu(step, torch.randn(1000), dev)
 
 
 def test_a_kept_result_can_be_resized_and_read_after_its_window(dev):
@@ -167,20 +164,14 @@ def test_an_error_in_a_window_leaves_the_results_the_program_holds_usable(dev):
 
 
 def test_a_result_that_only_launches_run_as_recorded_use_gets_memory(dev):
-    x = torch.randn(32, 48)
-    d = x.to(dev)
-
     def step(t):
         # A lone elementwise launch and a reduction over a transposed view of its result: no
         # group, no prologue fusion, and nothing outside the window holds the product.
         return (t * 2).t().sum(dim=1) + 1
 
-    with torch.no_grad():
-        run_hot(lambda: step(d))
-        got = step(d)
-        torchneuron.synchronize()
-    assert_same(got, step(x))
-    assert adaptive_counters()["unbacked_results_backed"] > 0
+    backed = adaptive_counters()["unbacked_results_backed"]
+    assert_hot_runs_match_the_cpu(step, torch.randn(32, 48), dev)
+    assert adaptive_counters()["unbacked_results_backed"] > backed
 
 
 def test_turned_off_every_result_is_allocated_and_the_values_are_the_same(dev):
