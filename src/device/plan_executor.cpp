@@ -6,7 +6,6 @@
 
 #include "cache/background_compiles.h"
 #include "cache/kernel_cache.h"
-#include "device/caching_allocator.h"
 #include "device/compile_warnings.h"
 #include "device/device.h"
 #include "device/interim_launch.h"
@@ -17,12 +16,9 @@
 #include "launcher/parallel_launch.h"
 #include "target/target.h"
 #include "tracer/tracer.h"
-#include "tracer/unbacked_results.h"
 
 namespace torchneuron {
 namespace {
-
-const c10::DispatchKeySet kDeviceKeys(c10::DispatchKey::PrivateUse1);
 
 std::string kernelMlir(const PlannedLaunch& launch) {
   return launch.kind == KernelKind::kElementwise
@@ -75,10 +71,10 @@ at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> giv
     return tensor;
   }
   if (output.device.type() == kNeuronDeviceType && unbacked)
-    return tracer::newUnbackedTensor(
+    return newUnbackedDeviceTensor(
         output.sizes,
         output.contiguous ? c10::nullopt : c10::optional<at::IntArrayRef>(output.strides),
-        output.dtype, kDeviceKeys, output.device, neuronAllocator());
+        output.dtype);
   if (output.device.type() == kNeuronDeviceType)
     return output.contiguous ? newDeviceTensor(output.sizes, output.dtype)
                              : newDeviceTensor(output.sizes, output.strides, output.dtype);

@@ -23,6 +23,7 @@
 #include "device/interim_launch.h"
 #include "device/metrics.h"
 #include "tracer/tracer.h"
+#include "tracer/unbacked_results.h"
 
 namespace torchneuron {
 namespace {
@@ -44,6 +45,12 @@ at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::ScalarType dtype) {
 
 at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype) {
   return at::detail::empty_strided_generic(sizes, strides, neuronAllocator(), kDeviceKeys, dtype);
+}
+
+at::Tensor newUnbackedDeviceTensor(at::IntArrayRef sizes, c10::optional<at::IntArrayRef> strides,
+                                   at::ScalarType dtype) {
+  return tracer::newUnbackedTensor(sizes, strides, dtype, kDeviceKeys,
+                                   c10::Device(kNeuronDeviceType, 0), neuronAllocator());
 }
 
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,

@@ -11,6 +11,10 @@ namespace torchneuron {
 // cost). Device 0, the only one.
 at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::ScalarType dtype);
 at::Tensor newDeviceTensor(at::IntArrayRef sizes, at::IntArrayRef strides, at::ScalarType dtype);
+// The same with an address but no memory yet (tracer/unbacked_results.h): a result of a call
+// recorded into a window that runs fused. Contiguous when `strides` is not given.
+at::Tensor newUnbackedDeviceTensor(at::IntArrayRef sizes, c10::optional<at::IntArrayRef> strides,
+                                   at::ScalarType dtype);
 
 // empty.memory_format, empty_strided and _efficientzerotensor on the device.
 at::Tensor emptyMemoryFormat(at::IntArrayRef size, c10::optional<at::ScalarType> dtype,
