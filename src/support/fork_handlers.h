@@ -38,6 +38,7 @@ enum class ForkRank : int {
   kRemoteCache = 85,        // cache/remote_cache.cpp: the remote tiers, then each one's backend
   kCacheWarnings = 90,      // cache/cache_warnings.cpp: warned kinds and the warning queue
   kWarmStartStats = 95,     // device/warm_start.cpp: the warm start's statistics
+  kUnbackedRange = 97,      // tracer/unbacked_results.cpp: the reserved range's bump pointer
 };
 
 struct ForkHandlers {

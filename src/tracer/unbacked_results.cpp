@@ -9,6 +9,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "support/fork_handlers.h"
+
 namespace torchneuron::tracer {
 namespace {
 
@@ -17,14 +19,19 @@ namespace {
 constexpr size_t kReservedBytes = size_t{1} << 40;
 constexpr size_t kAlignment = 64;
 
+// Guards Reservation::next and live. A leaf (nothing is locked under it), taken under the window
+// lock when a batch lets go of results, and held across fork(): a result made or released on
+// another thread at that moment must not leave the child's copy locked.
+std::mutex reservation_mutex;
+
 struct Reservation {
   char* base = nullptr; // null: mmap refused, no result is made unbacked
-  std::mutex mutex;     // guards next and live
   size_t next = 0;
   int64_t live = 0;
 };
 
 Reservation& reservation() {
+  holdAcrossFork<reservation_mutex>(ForkRank::kUnbackedRange);
   static Reservation* made = [] {
     auto* r = new Reservation(); // never destroyed: storages may die during exit
     // Under an address-space limit (ulimit -v) the reservation would count against it and leave
@@ -45,7 +52,7 @@ std::atomic<int64_t> backed_count{0};
 // The deleter of an unbacked storage's DataPtr; its context is its address.
 void releaseUnbacked(void* /*address*/) {
   Reservation& r = reservation();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<std::mutex> lock(reservation_mutex);
   if (--r.live == 0) r.next = 0;
 }
 
@@ -54,7 +61,7 @@ char* reserveRange(size_t nbytes) {
   Reservation& r = reservation();
   if (r.base == nullptr) return nullptr;
   const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<std::mutex> lock(reservation_mutex);
   if (rounded > kReservedBytes - r.next) return nullptr;
   char* address = r.base + r.next;
   r.next += rounded;
@@ -129,7 +136,7 @@ UnbackedStats unbackedStats() {
   stats.made = made_count.load(std::memory_order_relaxed);
   stats.backed = backed_count.load(std::memory_order_relaxed);
   Reservation& r = reservation();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<std::mutex> lock(reservation_mutex);
   stats.live = r.live;
   return stats;
 }

@@ -14,8 +14,9 @@
 // tensor's bytes. Without the reservation (mmap refused, or an address-space limit set, which
 // the reservation would count against) results are allocated as usual.
 //
-// Locking: the range's bump pointer is guarded by its own mutex; making and releasing unbacked
-// storages is thread-safe. Backing a storage happens under the tracer's window lock.
+// Locking: the range's bump pointer is guarded by its own mutex, held across fork(); making and
+// releasing unbacked storages is thread-safe. Backing a storage happens under the tracer's window
+// lock.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
