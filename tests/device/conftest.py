@@ -35,6 +35,23 @@ def quiet_fallback(monkeypatch, request):
         monkeypatch.setenv("NEURON_FALLBACK", "silent")
 
 
+def assert_child_check_passes(check):
+    """Forks; the child runs `check()` (true when its results are right) and reports through a
+    pipe. Asserts that the child exited cleanly and reported success."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write_end, b"ok" if check() else b"wrong")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read_end, 16)
+    os.close(read_end)
+    assert status == 0 and report == b"ok", report
+
+
 def assert_same(device_tensor, cpu_tensor, **kwargs):
     import torch
     import torchneuron

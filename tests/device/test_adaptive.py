@@ -15,7 +15,7 @@ import pytest
 import torch
 import torchneuron
 
-from conftest import assert_same
+from conftest import assert_child_check_passes, assert_same
 
 
 def chain(t):
@@ -424,20 +424,8 @@ def test_fork_in_the_middle_of_a_window_leaves_parent_and_child_correct(dev):
         chain(d).cpu()
     pending = chain(d)
     assert adaptive_metrics()["ops_deferred"] > 0
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            ok = torch.allclose(pending.cpu(), chain(x)) and torch.allclose(
-                chain(d + 1).cpu(), chain(x + 1))
-            os.write(write_end, b"ok" if ok else b"wrong")
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    _, status = os.waitpid(pid, 0)
-    report = os.read(read_end, 16)
-    os.close(read_end)
-    assert status == 0 and report == b"ok", report
+    assert_child_check_passes(lambda: torch.allclose(pending.cpu(), chain(x)) and torch.allclose(
+        chain(d + 1).cpu(), chain(x + 1)))
     assert_same(pending, chain(x))
 
 

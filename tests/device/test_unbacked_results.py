@@ -9,7 +9,7 @@ import pytest
 import torch
 import torchneuron
 
-from conftest import assert_same
+from conftest import assert_child_check_passes, assert_same
 
 
 def gelu(x):
@@ -243,7 +243,6 @@ def test_a_saved_pending_result_and_its_view_still_share_one_storage_after_loadi
 
 
 def test_fork_with_unbacked_results_pending_leaves_parent_and_child_correct(dev):
-    import os
     x = torch.randn(1 << 12)
     d = x.to(dev)
     with torch.no_grad():
@@ -251,18 +250,7 @@ def test_fork_with_unbacked_results_pending_leaves_parent_and_child_correct(dev)
         made = adaptive_counters()["unbacked_results"]
         pending = gelu(d)
         assert adaptive_counters()["unbacked_results"] > made  # recorded unbacked, not run yet
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                ok = torch.allclose(pending.cpu(), gelu(x), atol=1e-6) and torch.allclose(
-                    gelu(d + 1).cpu(), gelu(x + 1), atol=1e-6)
-                os.write(write_end, b"ok" if ok else b"wrong")
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(read_end, 16)
-        os.close(read_end)
-        assert status == 0 and report == b"ok", report
+        assert_child_check_passes(
+            lambda: torch.allclose(pending.cpu(), gelu(x), atol=1e-6) and torch.allclose(
+                gelu(d + 1).cpu(), gelu(x + 1), atol=1e-6))
         assert_same(pending, gelu(x))
