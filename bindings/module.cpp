@@ -21,6 +21,7 @@
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/eager_call_cache.h"
+#include "device/list_launch.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
@@ -137,6 +138,8 @@ py::dict adaptiveDict() {
   result["launches_saved"] = stats.launches_saved;
   result["fused_kernel_runs"] = stats.fused_kernel_runs;
   result["fused_reduction_runs"] = stats.fused_reduction_runs;
+  result["fused_table_launches"] = stats.fused_table_launches;
+  result["fused_kernels_in_tables"] = stats.fused_kernels_in_tables;
   result["dead_launches"] = stats.dead_launches;
   result["unbacked_results_available"] = stats.unbacked_results_available;
   result["unbacked_results"] = stats.unbacked_results;
@@ -455,6 +458,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_adaptive_unbacked", &torchneuron::tracer::setAdaptiveUnbacked,
         py::call_guard<py::gil_scoped_release>(), py::arg("enabled"));
   m.def("adaptive_unbacked", &torchneuron::tracer::adaptiveUnbacked);
+  m.def("set_list_launches", &torchneuron::setListLaunches, py::arg("enabled"));
+  m.def("list_launches_enabled", &torchneuron::listLaunchesEnabled);
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,

@@ -56,7 +56,7 @@ __all__ = [
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "metrics", "reset_metrics",
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
     "set_adaptive_fusion", "set_adaptive_min_bytes", "adaptive_min_bytes",
-    "set_adaptive_unbacked", "adaptive_unbacked",
+    "set_adaptive_unbacked", "adaptive_unbacked", "set_list_launches", "list_launches_enabled",
     "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
@@ -237,6 +237,21 @@ def set_adaptive_unbacked(enabled: bool) -> None:
 def adaptive_unbacked() -> bool:
     """Whether unbacked results are on (``set_adaptive_unbacked``)."""
     return _C.adaptive_unbacked()
+
+
+def set_list_launches(enabled: bool) -> None:
+    """Whether an eager ``_foreach_*`` call on device tensors runs its element ops' compiled kernel
+    as one launch over the lists (``NEURON_LIST_LAUNCHES``, on by default) or, off, as one
+    library launch of ATen's CPU kernel over host views of the lists."""
+    if not isinstance(enabled, bool):
+        raise TypeError(
+            f"[list launch] set_list_launches expects a bool, got {type(enabled).__name__}")
+    _C.set_list_launches(enabled)
+
+
+def list_launches_enabled() -> bool:
+    """Whether eager ``_foreach_*`` calls run as list launches (``set_list_launches``)."""
+    return _C.list_launches_enabled()
 
 
 def adaptive_min_bytes() -> int:

@@ -8,12 +8,17 @@
 
 #include "device/fallback_policy.h"
 #include "device/host_execution.h"
+#include "device/list_launch.h"
 #include "device/metrics.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
 
 void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // An element op of a _foreach_* call (a list launch scope is open) is a part of that library
+  // op, which ATen's CPU kernel on host views is: it runs as the library would have run the whole
+  // call, neither warned about nor refused as a fallback.
+  if (collectingListLaunches()) return runLibraryKernelOnHost(op, stack);
   tracer::sync(tracer::SyncCause::kFallback, &op);
   const c10::OperatorName& name = op.schema().operator_name();
   const std::string full_name =

@@ -12,6 +12,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "device/list_launch.h"
 #include "device/runtime_ops.h"
 #include "tracer/tracer.h"
 
@@ -22,9 +23,10 @@ void dropStorageReference(void* context) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(context));
 }
 
-// What the host's access to a device storage's bytes waits for: the window may write them, or
-// read what the host is about to write; and the storage's memory exists.
+// What the host's access to a device storage's bytes waits for: pending list launches and the
+// window may write them, or read what the host is about to write; and the storage's memory exists.
 void prepareHostAccess(const c10::Storage& device_storage) {
+  runPendingListLaunches();
   tracer::beforeHostAccess(device_storage);
   materializeStorage(device_storage);
 }

@@ -9,6 +9,7 @@
 #include "device/compile_warnings.h"
 #include "device/device.h"
 #include "device/interim_launch.h"
+#include "device/list_launch.h"
 #include "device/plan_replay.h"
 #include "device/runtime_ops.h"
 #include "fusion/kernel_builder.h"
@@ -91,8 +92,26 @@ const void* addressOf(const PlannedOperand& operand, at::ArrayRef<at::Tensor> in
          operand.offset * static_cast<int64_t>(tensor.itemsize());
 }
 
-// The window runs later: a CPU number a kernel reads is copied, since the host may change it
-// before then without a sync point (a wrapped Python number cannot change: it is kept as is).
+// The storages of `launch`'s operands of `role`: inputs read, outputs written. CPU ones too: a
+// launch that waits must keep the CPU numbers it reads alive (a wrapped Python scalar dies with
+// its element op's call; another CPU number is the copy inputsForWindow made).
+c10::SmallVector<c10::StorageImpl*, 4> operandStorages(const PlannedLaunch& launch,
+                                                       OperandRole role,
+                                                       at::ArrayRef<at::Tensor> inputs,
+                                                       at::ArrayRef<at::Tensor> outputs) {
+  c10::SmallVector<c10::StorageImpl*, 4> storages;
+  for (const PlannedOperand& operand : launch.operands) {
+    if (operand.role != role) continue;
+    const at::Tensor& t =
+        role == OperandRole::kOutput ? outputs[operand.index] : inputs[operand.index];
+    storages.push_back(t.storage().unsafeGetStorageImpl());
+  }
+  return storages;
+}
+
+// The window (or a list launch) runs later: a CPU number a kernel reads is copied, since the host
+// may change it before then without a sync point (a wrapped Python number cannot change: it is
+// kept as is).
 TensorList inputsForWindow(at::ArrayRef<at::Tensor> inputs) {
   TensorList copies;
   for (const at::Tensor& t : inputs)
@@ -113,10 +132,16 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
   const bool unbacked = deferred && tracer::unbackedResults();
   for (const PlannedOutput& output : plan.outputs)
     outputs.push_back(materialize(output, given_outputs, unbacked));
+  // In a list launch scope an element op's one launch waits to run with the others; any other
+  // launch runs after them (list_launch.h).
+  const bool collect = !deferred && collectingListLaunches() && plan.launches.size() == 1;
+  if (!deferred && !collect) runPendingListLaunches();
   TensorList window_inputs;
-  if (deferred) {
+  if (deferred || collect) { // runs later, after the host may have changed a CPU number
     window_inputs = inputsForWindow(inputs);
     inputs = window_inputs;
+  }
+  if (deferred) {
     c10::SmallVector<bool, 4> allocated;
     for (const PlannedOutput& output : plan.outputs)
       allocated.push_back(output.given < 0);
@@ -168,6 +193,12 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
       tracer::recordLaunch(kernels[k], arguments.slots(), arguments.size(), shape, launches,
                            recorded);
       continue;
+    }
+    if (collect) {
+      collectListLaunch(kernels[k], arguments.slots(), arguments.size(), shape,
+                        operandStorages(launch, OperandRole::kInput, inputs, outputs),
+                        operandStorages(launch, OperandRole::kOutput, inputs, outputs));
+      continue; // the scope's owner counts the table launch
     }
     deviceTarget().launch(kernels[k]->function, arguments.slots(), shape);
     recordLaunch(launches);

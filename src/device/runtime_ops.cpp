@@ -21,6 +21,7 @@
 #include "device/device.h"
 #include "device/host_view.h"
 #include "device/interim_launch.h"
+#include "device/list_launch.h"
 #include "device/metrics.h"
 #include "tracer/tracer.h"
 #include "tracer/unbacked_results.h"
@@ -161,6 +162,7 @@ const at::Tensor& resize(const at::Tensor& self, at::IntArrayRef size,
                          c10::optional<at::MemoryFormat> memory_format) {
   // Growing moves the bytes to a new block: recorded launches hold the old block's address.
   tracer::sync(tracer::SyncCause::kResize);
+  runPendingListLaunches();
   materializeStorage(self.storage());
   return at::native::resize_(self, size, memory_format);
 }

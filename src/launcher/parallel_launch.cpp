@@ -42,11 +42,19 @@ tbb::task_arena& arenaFor(int threads) {
 
 void runLaunchesInline() { inline_only.store(true); }
 
+bool launchesRunInline() {
+  if (inForkedChild()) runLaunchesInline(); // TBB's workers live in the parent only
+  return inline_only.load();
+}
+
+void runOnLaunchThreads(int threads, const std::function<void()>& work) {
+  arenaFor(threads).execute(work);
+}
+
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape) {
   if (shape.range <= 0) return;
-  if (inForkedChild()) runLaunchesInline(); // TBB's workers live in the parent only
   const int64_t work = shape.range * std::max<int64_t>(shape.work_per_index, 1);
-  if (shape.threads <= 1 || shape.range == 1 || work < kInlineWorkLimit || inline_only.load()) {
+  if (shape.threads <= 1 || shape.range == 1 || work < kInlineWorkLimit || launchesRunInline()) {
     kernel(slots, 0, shape.range);
     return;
   }

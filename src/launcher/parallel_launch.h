@@ -4,6 +4,7 @@
 // intra-op thread count so TBB and PyTorch's OpenMP never oversubscribe the machine.
 
 #include <cstdint>
+#include <functional>
 
 #include "launcher/kernel_abi.h"
 
@@ -19,6 +20,14 @@ struct LaunchShape {
 constexpr int64_t kInlineWorkLimit = 32768;
 
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape);
+
+// Whether launches run inline on the calling thread: after runLaunchesInline(), or in a forked
+// child (which this call notices, and from then on runs every launch inline).
+bool launchesRunInline();
+
+// Runs `work` inside the TBB arena of `threads` threads, whose parallel loops then use at most
+// that many (launchKernel's own arenas).
+void runOnLaunchThreads(int threads, const std::function<void()>& work);
 
 // From now on every launch runs inline on the calling thread. A forked child does this itself
 // (TBB's workers did not survive the fork, and its arenas are not used there).

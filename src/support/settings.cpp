@@ -119,6 +119,8 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               "0: ops do not wait for their compiles", boolean, s);
   readSetting(lookup, "NEURON_EAGER_CALL_CACHE", kBoolean, s.eager_call_cache,
               "1: recurring eager calls replay their plans", boolean, s);
+  readSetting(lookup, "NEURON_LIST_LAUNCHES", kBoolean, s.list_launches,
+              "1: list calls run as one compiled launch", boolean, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
   auto ms = [](const char* raw) { return parseMilliseconds(raw); };

@@ -33,6 +33,7 @@ struct Settings {
   bool interim_launches = true; // NEURON_INTERIM_LAUNCHES: run ops on the CPU while they compile
   bool deterministic = false;   // NEURON_DETERMINISTIC: wait for every compile (reproducible runs)
   bool eager_call_cache = true; // NEURON_EAGER_CALL_CACHE: replay recurring eager calls' plans
+  bool list_launches = true;    // NEURON_LIST_LAUNCHES: a _foreach_* call as one compiled launch
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;

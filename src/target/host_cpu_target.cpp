@@ -52,6 +52,10 @@ void HostCpuTarget::launch(KernelFunction kernel, const int64_t* slots,
   launchKernel(kernel, slots, shape);
 }
 
+void HostCpuTarget::launchTable(const TableEntry* entries, size_t count, int threads) const {
+  launchKernelTable(entries, count, threads);
+}
+
 // std::call_once is pthread_once: a child forked while another thread made the target makes it
 // again instead of waiting forever (a function-local static's guard would).
 const Target& deviceTarget() {

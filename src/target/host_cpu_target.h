@@ -19,6 +19,7 @@ public:
   std::shared_ptr<LoadedCode> link(const std::vector<char>& object,
                                    const std::string& entry) const override;
   void launch(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape) const override;
+  void launchTable(const TableEntry* entries, size_t count, int threads) const override;
 
 private:
   const fusion::CodegenOptions options_;

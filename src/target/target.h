@@ -13,6 +13,7 @@
 #include "fusion/compiler.h"
 #include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
+#include "launcher/table_launch.h"
 
 namespace torchneuron {
 
@@ -70,6 +71,9 @@ public:
   // Runs a linked kernel over [0, shape.range) of its outer dimension.
   virtual void launch(KernelFunction kernel, const int64_t* slots,
                       const LaunchShape& shape) const = 0;
+  // Runs independent kernel calls as one launch on at most `threads` threads
+  // (launcher/table_launch.h).
+  virtual void launchTable(const TableEntry* entries, size_t count, int threads) const = 0;
 
   // lower(), then emitObject().
   ObjectCode compile(const std::string& mlir_module, const std::string& entry) const;

@@ -56,6 +56,7 @@ bool regroupSegment(std::vector<DeferredLaunch>& launches, size_t begin, size_t 
   uint32_t last_root = 0;
   for (size_t i = 0; i < steps; ++i) {
     const uint32_t root = chains.find(static_cast<uint32_t>(i));
+    launches[begin + i].chain = static_cast<uint32_t>(begin) + root; // unique in the batch
     order[i] = {root, static_cast<uint32_t>(i)};
     if (root < last_root) moved = true; // an earlier chain continues after a later one began
     last_root = std::max(last_root, root);

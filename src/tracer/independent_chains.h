@@ -14,6 +14,9 @@
 //
 // The rule is conservative: two steps that only read a common storage (a device tensor every
 // parameter's update reads) are joined too, and then nothing separates their chains.
+//
+// Each step of a regrouped segment gets its chain's id (DeferredLaunch::chain, unique in the
+// batch): the batch runs the fused kernels of consecutive chains as one table launch.
 
 #include <vector>
 
@@ -21,7 +24,7 @@ namespace torchneuron::tracer {
 
 struct DeferredLaunch;
 
-// Reorders `launches` as above. Returns whether any step moved.
+// Reorders `launches` as above and names each step's chain. Returns whether any step moved.
 bool regroupIndependentChains(std::vector<DeferredLaunch>& launches);
 
 } // namespace torchneuron::tracer

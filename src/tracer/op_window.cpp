@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "fusion/window_partition.h"
 #include "target/target.h"
 #include "tracer/independent_chains.h"
 #include "tracer/result_backing.h"
@@ -12,6 +13,49 @@
 #include "tracer/window_fusion.h"
 
 namespace torchneuron::tracer {
+namespace {
+
+// The fused kernels of consecutive independent chains (an optimizer step's parameters), held to
+// run as one table launch (launcher/table_launch.h). Chains are numbered in batch order
+// (independent_chains.h) and a fused group covers a run of them (one chain, or the end of one,
+// several whole ones and the start of another when the partitioner joins equal iteration spaces):
+// a group whose first chain is the table's last continues that chain and runs the table first;
+// any other covers chains no kernel in the table touches.
+class ChainTable {
+public:
+  explicit ChainTable(BatchFusion& fusion) : fusion_(fusion) {}
+
+  void add(const BatchSchedule::FusedLaunch& fused, uint32_t first_chain, uint32_t last_chain) {
+    if (first_chain == last_chain_) run();
+    entries_.push_back({fused.kernel->function, fused.slots.data(), fused.shape.range,
+                        fused.shape.work_per_index});
+    last_chain_ = last_chain;
+    threads_ = fused.shape.threads;
+  }
+
+  void run() {
+    if (entries_.size() > 1) {
+      deviceTarget().launchTable(entries_.data(), entries_.size(), threads_);
+      ++fusion_.table_launches;
+      fusion_.tabled_kernels += static_cast<int64_t>(entries_.size());
+    } else if (entries_.size() == 1) {
+      const TableEntry& only = entries_.front();
+      deviceTarget().launch(only.kernel, only.slots,
+                            LaunchShape{only.range, only.work_per_index, threads_});
+    }
+    entries_.clear();
+    last_chain_ = DeferredLaunch::kNoChain;
+  }
+
+private:
+  BatchFusion& fusion_;
+  std::vector<TableEntry> entries_;
+  uint32_t last_chain_ = DeferredLaunch::kNoChain;
+  int threads_ = 1;
+};
+
+} // namespace
+
 std::string opName(const c10::OperatorHandle& op) {
   const c10::OperatorName& name = op.schema().operator_name();
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
@@ -76,6 +120,7 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
     Running() { detail::running_window = true; }
     ~Running() { detail::running_window = was; }
   } running;
+  ChainTable table(fusion);
   try {
     for (; next < pending.size(); ++next) {
       const DeferredLaunch& launch = pending[next];
@@ -83,17 +128,28 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
       if (action == BatchSchedule::kSkip) continue;
       if (action == BatchSchedule::kFused) {
         const BatchSchedule::FusedLaunch& fused = schedule.fused(next);
-        deviceTarget().launch(fused.kernel->function, fused.slots.data(), fused.shape);
+        const fusion::FusedGroup& group = *fused.group;
+        const uint32_t first_chain = pending[group.first].chain;
+        const uint32_t last_chain = pending[group.first + group.count - 1].chain;
+        if (first_chain == DeferredLaunch::kNoChain) {
+          table.run();
+          deviceTarget().launch(fused.kernel->function, fused.slots.data(), fused.shape);
+          continue;
+        }
+        table.add(fused, first_chain, last_chain);
         continue;
       }
+      table.run();
       if (launch.host_step)
         launch.host_step();
       else
         deviceTarget().launch(launch.kernel->function, launch.slots.data(), launch.shape);
     }
+    table.run();
   } catch (const std::exception& error) {
     dropAfterFailure();
-    const DeferredLaunch& failed = pending[next];
+    // The table's last run comes after the loop: name the batch's last step then.
+    const DeferredLaunch& failed = pending[std::min(next, pending.size() - 1)];
     TORCH_CHECK(false, "[adaptive] a recorded ", (failed.host_step ? "step" : "launch"), " of ",
                 (failed.op ? opName(*failed.op) : std::string("an op")),
                 (failed.where.empty() ? std::string() : " (written at " + failed.where + ")"),

@@ -51,6 +51,11 @@ struct DeferredLaunch {
   c10::SmallVector<const void*, 4> storages;
   c10::SmallVector<int64_t, 4> memref_places;  // RecordedOperands::memref_places
   c10::SmallVector<uint32_t, 4> pointer_slots; // RecordedOperands::pointer_slots
+  // The independent chain the step belongs to, once its batch was regrouped
+  // (independent_chains.h): steps of different chains share no storage, so their fused kernels
+  // run as one table launch. kNoChain: not regrouped.
+  uint32_t chain = kNoChain;
+  static constexpr uint32_t kNoChain = 0xffffffffu;
 };
 
 struct BatchFusion;

@@ -93,6 +93,8 @@ struct Counters {
   int64_t debug_mismatches = 0;
   int64_t fused_kernel_runs = 0;
   int64_t fused_reduction_runs = 0;
+  int64_t fused_table_launches = 0;
+  int64_t fused_kernels_in_tables = 0;
   int64_t launches_saved = 0;
   int64_t dead_launches = 0;
   int64_t partitions_reused = 0;
@@ -167,6 +169,8 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   counters.dead_launches += fusion.dead_launches;
   counters.partitions_reused += fusion.partitions_reused;
   counters.partitions_computed += fusion.partitions_computed;
+  counters.fused_table_launches += fusion.table_launches;
+  counters.fused_kernels_in_tables += fusion.tabled_kernels;
   if (fuse &&
       std::any_of(nodes.begin(), nodes.end(), [](const TrieNode* node) { return !node->fusion; })) {
     auto status =
@@ -822,6 +826,8 @@ AdaptiveStats adaptiveStats() {
   stats.launches_saved = counters.launches_saved;
   stats.fused_kernel_runs = counters.fused_kernel_runs;
   stats.fused_reduction_runs = counters.fused_reduction_runs;
+  stats.fused_table_launches = counters.fused_table_launches;
+  stats.fused_kernels_in_tables = counters.fused_kernels_in_tables;
   stats.dead_launches = counters.dead_launches;
   const UnbackedStats unbacked = unbackedStats();
   stats.unbacked_results_available = unbackedResultsAvailable();

@@ -30,6 +30,8 @@ struct BatchFusion {
   int64_t partitions_computed = 0; // 1: the partitioner ran on it
   std::vector<Hash64> keys;        // the fused kernels the batch's groups need, compiled or not
   bool runs_nothing = false;       // every launch of the batch was dead
+  int64_t table_launches = 0;      // table launches of the fused kernels of independent chains
+  int64_t tabled_kernels = 0;      // the fused kernels they ran
 };
 
 class BatchSchedule {

@@ -59,11 +59,13 @@ def assert_matches_cpu(program, lists, dev, runs=5):
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_foreach_optimizer_steps_match_the_cpu_and_fuse_each_parameters_update(dev, name):
     expected = train(OPTIMIZERS[name], "cpu", steps=6)
-    fused_per_step = []
+    fused_per_step, tables_per_step = [], []
 
     def count(step):
         torchneuron.synchronize()  # one window per step: hot from the third
-        fused_per_step.append(fusion_metrics()["fused_kernel_runs"])
+        m = fusion_metrics()
+        fused_per_step.append(m["fused_kernel_runs"])
+        tables_per_step.append((m["fused_table_launches"], m["fused_kernels_in_tables"]))
 
     got = train(OPTIMIZERS[name], dev, steps=6, after_step=count)
     for p, q in zip(got, expected):
@@ -73,6 +75,10 @@ def test_foreach_optimizer_steps_match_the_cpu_and_fuse_each_parameters_update(d
     if name != "sgd":
         assert last_steps == [len(SHAPES)] * len(last_steps), fused_per_step
         assert fusion_metrics()["launches_saved"] > 0
+        # The parameters' updates, one kernel each, run as one table launch per step.
+        tables = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(tables_per_step[3:],
+                                                               tables_per_step[4:])]
+        assert tables == [(1, len(SHAPES))] * len(tables), tables_per_step
 
 
 def test_lists_that_share_tensors_keep_the_order_of_their_updates(dev):
@@ -125,6 +131,64 @@ def test_results_the_program_still_holds_do_not_split_a_fused_batch(dev):
     for p, q in zip(got, expected):
         assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert fused[3] - fused[2] == len(shapes), fused
+
+
+def test_a_chains_next_fused_kernel_waits_for_the_table_before_it(dev):
+    """Each parameter p and its strided view p[::2] are one chain with two fused kernels (the
+    updates of p, then of the view, which reads and writes p's memory). The fused kernels of
+    different chains share a table launch; a chain's second kernel never joins its first's table:
+    [p0], [q0, p1], [q1, p2], [q2], two table launches of two kernels per step."""
+    torch.manual_seed(0)
+    cpu = [torch.rand(n) + 1 for n in (40, 56, 72)]
+    on_dev = [p.to(dev) for p in cpu]
+
+    def program(ps):
+        qs = [p[::2] for p in ps]
+        torch._foreach_mul_(ps, 2.0)
+        torch._foreach_add_(ps, 1.0)
+        torch._foreach_mul_(qs, 0.25)
+        torch._foreach_add_(qs, 1.0)
+
+    per_step = []
+    for _ in range(5):
+        before = fusion_metrics()
+        program(on_dev)
+        torchneuron.synchronize()
+        program(cpu)
+        after = fusion_metrics()
+        per_step.append(tuple(after[k] - before[k] for k in (
+            "fused_kernel_runs", "fused_table_launches", "fused_kernels_in_tables")))
+    assert per_step[-1] == (6, 2, 4), per_step
+    for got, expected in zip(on_dev, cpu):
+        assert torch.equal(got.cpu(), expected)
+
+
+def test_a_fused_group_over_several_chains_ends_the_table_its_last_chain_continues(dev):
+    """Forty parameters of one shape: the partitioner joins their equal iteration spaces into
+    groups of at most 64 launches, so the first group holds chains 0-20 and the first launch of
+    chain 21, and the second group the rest of chain 21 onwards. The second continues a chain of
+    the first: it runs after it, never beside it in one table launch."""
+    torch.manual_seed(0)
+    cpu = [torch.rand(16) + 1 for _ in range(40)]
+    on_dev = [p.to(dev) for p in cpu]
+
+    def program(ps):
+        torch._foreach_mul_(ps, 2.0)
+        torch._foreach_add_(ps, 1.0)
+        torch._foreach_mul_(ps, 0.5)
+
+    per_step = []
+    for _ in range(5):
+        before = fusion_metrics()
+        program(on_dev)
+        torchneuron.synchronize()
+        program(cpu)
+        after = fusion_metrics()
+        per_step.append(tuple(after[k] - before[k] for k in (
+            "fused_kernel_runs", "fused_table_launches", "fused_kernels_in_tables")))
+    assert per_step[-1] == (2, 0, 0), per_step
+    for got, expected in zip(on_dev, cpu):
+        assert torch.equal(got.cpu(), expected)
 
 
 def test_a_foreach_op_outside_a_hot_window_is_one_library_launch_on_host_views(dev):

@@ -41,6 +41,8 @@ TEST(Settings, BooleansAcceptEveryDocumentedSpelling) {
   }
   for (const char* on : {"1", "true", "True", "yes", "YES", "on", "On"})
     EXPECT_TRUE(parse({{"NEURON_CACHE_RETRY_FAILED", on}}).cache_retry_failed) << on;
+  EXPECT_TRUE(parse({}).list_launches);
+  EXPECT_FALSE(parse({{"NEURON_LIST_LAUNCHES", "0"}}).list_launches);
 }
 
 TEST(Settings, AnUnknownBooleanWarnsNamingVariableAndValueAndKeepsTheDefault) {
