@@ -133,6 +133,21 @@ def test_results_the_program_still_holds_do_not_split_a_fused_batch(dev):
     assert fused[3] - fused[2] == len(shapes), fused
 
 
+def table_counts_per_step(program, on_dev, cpu, steps=5):
+    """Runs `program` on the device lists (one window a step, hot from the third) and on the CPU
+    lists, `steps` times: per step, (fused kernels, table launches, kernels in tables)."""
+    per_step = []
+    for _ in range(steps):
+        before = fusion_metrics()
+        program(on_dev)
+        torchneuron.synchronize()
+        program(cpu)
+        after = fusion_metrics()
+        per_step.append(tuple(after[k] - before[k] for k in (
+            "fused_kernel_runs", "fused_table_launches", "fused_kernels_in_tables")))
+    return per_step
+
+
 def test_a_chains_next_fused_kernel_waits_for_the_table_before_it(dev):
     """Each parameter p and its strided view p[::2] are one chain with two fused kernels (the
     updates of p, then of the view, which reads and writes p's memory). The fused kernels of
@@ -149,15 +164,7 @@ def test_a_chains_next_fused_kernel_waits_for_the_table_before_it(dev):
         torch._foreach_mul_(qs, 0.25)
         torch._foreach_add_(qs, 1.0)
 
-    per_step = []
-    for _ in range(5):
-        before = fusion_metrics()
-        program(on_dev)
-        torchneuron.synchronize()
-        program(cpu)
-        after = fusion_metrics()
-        per_step.append(tuple(after[k] - before[k] for k in (
-            "fused_kernel_runs", "fused_table_launches", "fused_kernels_in_tables")))
+    per_step = table_counts_per_step(program, on_dev, cpu)
     assert per_step[-1] == (6, 2, 4), per_step
     for got, expected in zip(on_dev, cpu):
         assert torch.equal(got.cpu(), expected)
@@ -177,15 +184,7 @@ def test_a_fused_group_over_several_chains_ends_the_table_its_last_chain_continu
         torch._foreach_add_(ps, 1.0)
         torch._foreach_mul_(ps, 0.5)
 
-    per_step = []
-    for _ in range(5):
-        before = fusion_metrics()
-        program(on_dev)
-        torchneuron.synchronize()
-        program(cpu)
-        after = fusion_metrics()
-        per_step.append(tuple(after[k] - before[k] for k in (
-            "fused_kernel_runs", "fused_table_launches", "fused_kernels_in_tables")))
+    per_step = table_counts_per_step(program, on_dev, cpu)
     assert per_step[-1] == (2, 0, 0), per_step
     for got, expected in zip(on_dev, cpu):
         assert torch.equal(got.cpu(), expected)
