@@ -4,12 +4,15 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
 
 #include "support/fork_handlers.h"
+#include "support/settings.h"
 
 namespace torchneuron {
 namespace {
@@ -43,12 +46,34 @@ tbb::task_arena& arenaFor(int threads) {
 void runLaunchesInline() { inline_only.store(true); }
 
 bool launchesRunInline() {
-  if (inForkedChild()) runLaunchesInline(); // TBB's workers live in the parent only
+  // The pools' workers live in the parent only (and libgomp's team is not usable after fork).
+  if (inForkedChild()) runLaunchesInline();
   return inline_only.load();
 }
 
-void runOnLaunchThreads(int threads, const std::function<void()>& work) {
-  arenaFor(threads).execute(work);
+void runParts(int threads, int64_t parts, const std::function<void(int64_t)>& part) {
+  if (settings().launch_pool == LaunchPool::kTbb) {
+    arenaFor(threads).execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<int64_t>(0, parts, 1),
+          [&](const tbb::blocked_range<int64_t>& chunk) {
+            for (int64_t p = chunk.begin(); p < chunk.end(); ++p)
+              part(p);
+          },
+          tbb::simple_partitioner());
+    });
+    return;
+  }
+  if (omp_in_parallel()) { // a launch from inside a parallel region gets no team of its own
+    for (int64_t p = 0; p < parts; ++p)
+      part(p);
+    return;
+  }
+  // Parts are claimed one at a time: a thread the busy machine has not scheduled yet holds
+  // nothing up.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t p = 0; p < parts; ++p)
+    part(p);
 }
 
 void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape& shape) {
@@ -63,13 +88,9 @@ void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape
   const int64_t min_grain = std::max<int64_t>(1, kInlineWorkLimit / per_index);
   const int64_t balanced = shape.range / (4 * static_cast<int64_t>(shape.threads));
   const int64_t grain = std::max(min_grain, balanced);
-  arenaFor(shape.threads).execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, shape.range, grain),
-        [&](const tbb::blocked_range<int64_t>& chunk) {
-          kernel(slots, chunk.begin(), chunk.end());
-        },
-        tbb::simple_partitioner());
+  const int64_t parts = (shape.range + grain - 1) / grain;
+  runParts(shape.threads, parts, [&](int64_t part) {
+    kernel(slots, part * grain, std::min(shape.range, (part + 1) * grain));
   });
 }
 

@@ -1,7 +1,12 @@
 #pragma once
 // Runs a kernel over [0, range) of its outer dimension (DESIGN.md decision 8): inline on the
-// calling thread when the work is small, else split across TBB workers, as many as PyTorch's
-// intra-op thread count so TBB and PyTorch's OpenMP never oversubscribe the machine.
+// calling thread when the work is small, else split into parts run by as many threads as
+// PyTorch's intra-op thread count. The threads are PyTorch's own OpenMP team by default
+// (NEURON_LAUNCH_POOL=openmp): a device step alternates compiled kernels with ATen's CPU kernels
+// (library ops), and ATen's OpenMP workers spin for a while after each of its parallel regions; a
+// second pool's workers (TBB's) then shared two cores with spinning threads, and 2-thread steps
+// ran 2-3x slower than at 1 thread in about half the processes (docs/architecture.md,
+// "Parallelism"). NEURON_LAUNCH_POOL=tbb runs the parts in a TBB arena instead.
 
 #include <cstdint>
 #include <functional>
@@ -25,9 +30,10 @@ void launchKernel(KernelFunction kernel, const int64_t* slots, const LaunchShape
 // child (which this call notices, and from then on runs every launch inline).
 bool launchesRunInline();
 
-// Runs `work` inside the TBB arena of `threads` threads, whose parallel loops then use at most
-// that many (launchKernel's own arenas).
-void runOnLaunchThreads(int threads, const std::function<void()>& work);
+// Runs part(0) ... part(parts - 1), each once, on at most `threads` threads of the launch pool
+// (the calling thread among them); they may run in any order and at once. Inside an OpenMP
+// parallel region they run on the calling thread.
+void runParts(int threads, int64_t parts, const std::function<void(int64_t)>& part);
 
 // From now on every launch runs inline on the calling thread. A forked child does this itself
 // (TBB's workers did not survive the fork, and its arenas are not used there).

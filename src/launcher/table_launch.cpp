@@ -1,8 +1,5 @@
 #include "launcher/table_launch.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -66,18 +63,12 @@ void launchKernelTable(const TableEntry* entries, size_t count, int threads) {
   std::vector<size_t> part_starts;
   cutIntoParts(entries, count, part_work, segments, part_starts);
   const size_t parts = part_starts.size() - 1;
-  runOnLaunchThreads(threads, [&] {
-    tbb::parallel_for(
-        tbb::blocked_range<size_t>(0, parts, 1),
-        [&](const tbb::blocked_range<size_t>& chunk) {
-          for (size_t part = chunk.begin(); part < chunk.end(); ++part)
-            for (size_t s = part_starts[part]; s < part_starts[part + 1]; ++s) {
-              const Segment& segment = segments[s];
-              const TableEntry& entry = entries[segment.entry];
-              entry.kernel(entry.slots, segment.begin, segment.end);
-            }
-        },
-        tbb::simple_partitioner());
+  runParts(threads, static_cast<int64_t>(parts), [&](int64_t part) {
+    for (size_t s = part_starts[part]; s < part_starts[part + 1]; ++s) {
+      const Segment& segment = segments[s];
+      const TableEntry& entry = entries[segment.entry];
+      entry.kernel(entry.slots, segment.begin, segment.end);
+    }
   });
 }
 

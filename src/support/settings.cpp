@@ -121,6 +121,14 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               "1: recurring eager calls replay their plans", boolean, s);
   readSetting(lookup, "NEURON_LIST_LAUNCHES", kBoolean, s.list_launches,
               "1: list calls run as one compiled launch", boolean, s);
+  auto pool = [](const char* raw) -> std::optional<LaunchPool> {
+    const std::string value = raw;
+    if (value == "openmp") return LaunchPool::kOpenMp;
+    if (value == "tbb") return LaunchPool::kTbb;
+    return std::nullopt;
+  };
+  readSetting(lookup, "NEURON_LAUNCH_POOL", "a launch pool ('openmp' or 'tbb')", s.launch_pool,
+              "openmp", pool, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
   auto ms = [](const char* raw) { return parseMilliseconds(raw); };

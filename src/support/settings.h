@@ -21,6 +21,10 @@ namespace torchneuron {
 
 enum class FallbackMode { kWarn, kSilent, kError };
 
+// Whose worker threads run the parts of a parallel launch: PyTorch's OpenMP team (the one its
+// own CPU kernels use), or a TBB arena of the launcher's own.
+enum class LaunchPool { kOpenMp, kTbb };
+
 struct Settings {
   bool cache_enabled = true;                           // NEURON_CACHE
   int64_t cache_max_bytes = 0;                         // NEURON_CACHE_MAX_BYTES; 0: no cap
@@ -34,6 +38,8 @@ struct Settings {
   bool deterministic = false;   // NEURON_DETERMINISTIC: wait for every compile (reproducible runs)
   bool eager_call_cache = true; // NEURON_EAGER_CALL_CACHE: replay recurring eager calls' plans
   bool list_launches = true;    // NEURON_LIST_LAUNCHES: a _foreach_* call as one compiled launch
+  // NEURON_LAUNCH_POOL: the threads that run a parallel launch (launcher/parallel_launch.h).
+  LaunchPool launch_pool = LaunchPool::kOpenMp;
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;

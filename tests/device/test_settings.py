@@ -57,6 +57,8 @@ BAD_KNOBS = [
     ("NEURON_CACHE_MAX_BYTES", "99999999999999999999999"),
     ("NEURON_CACHE_MEMORY_MAX_BYTES", "-1"),
     ("NEURON_WARM_START_MAX_BYTES", "1e23"),
+    ("NEURON_LIST_LAUNCHES", "sometimes"),
+    ("NEURON_LAUNCH_POOL", "fibers"),
 ]
 
 
@@ -137,3 +139,27 @@ def test_warm_start_thread_warning_reaches_python_at_the_next_op(cache_dir):
         f.write("not a profile\n")
     damaged = run(WARM, cache_dir, PHASE="damaged")
     assert damaged.returncode == 0 and damaged.stdout.strip() == "ok", damaged.stderr[-3000:]
+
+
+@pytest.mark.parametrize("pool", ["openmp", "tbb"])
+def test_each_launch_pool_runs_parallel_launches_right(cache_dir, pool):
+    """NEURON_LAUNCH_POOL (launcher/parallel_launch.h) at 2 threads: an elementwise kernel, a
+    reduction and a list launch large enough to be split across threads equal the CPU's."""
+    program = r"""
+import torch, torchneuron
+torch.set_num_threads(2)
+dev = torchneuron.device()
+torch.manual_seed(0)
+x, y = torch.randn(1 << 21), torch.randn(1 << 21)
+xs = [torch.randn(n) for n in (3, 300000, 70000, 1)]
+ds = [t.to(dev) for t in xs]
+torch._foreach_mul_(ds, 1.5)
+torch._foreach_mul_(xs, 1.5)
+checks = [torch.equal((x.to(dev) * y.to(dev) + 1).cpu(), x * y + 1),
+          torch.allclose(x.to(dev).view(512, -1).sum(1).cpu(), x.view(512, -1).sum(1), atol=1e-4),
+          all(torch.equal(d.cpu(), c) for d, c in zip(ds, xs))]
+print("ok" if all(checks) else checks)
+"""
+    done = run(program, cache_dir, NEURON_LAUNCH_POOL=pool, NEURON_INTERIM_LAUNCHES="0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "ok", done.stdout + done.stderr[-2000:]

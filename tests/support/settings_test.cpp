@@ -45,6 +45,17 @@ TEST(Settings, BooleansAcceptEveryDocumentedSpelling) {
   EXPECT_FALSE(parse({{"NEURON_LIST_LAUNCHES", "0"}}).list_launches);
 }
 
+TEST(Settings, TheLaunchPoolIsOpenMpUnlessTbbIsNamed) {
+  EXPECT_EQ(parse({}).launch_pool, LaunchPool::kOpenMp);
+  EXPECT_EQ(parse({{"NEURON_LAUNCH_POOL", "tbb"}}).launch_pool, LaunchPool::kTbb);
+  EXPECT_EQ(parse({{"NEURON_LAUNCH_POOL", "openmp"}}).launch_pool, LaunchPool::kOpenMp);
+  const Settings s = parse({{"NEURON_LAUNCH_POOL", "TBB"}});
+  EXPECT_EQ(s.launch_pool, LaunchPool::kOpenMp);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(s.warnings[0].find("NEURON_LAUNCH_POOL=TBB is not a launch pool"), std::string::npos)
+      << s.warnings[0];
+}
+
 TEST(Settings, AnUnknownBooleanWarnsNamingVariableAndValueAndKeepsTheDefault) {
   const Settings s = parse({{"NEURON_CACHE", "nope"},
                             {"NEURON_WARM_START", "bogus"},
