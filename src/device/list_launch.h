@@ -11,8 +11,10 @@
 // pending ones (so an element op built of two dependent launches stays in order), and so does
 // every other way to device memory on the thread: a host view (fallback, interim and library
 // kernels, copies to the host), a resize, a launch of a plan of several launches. Pending launches
-// hold the storages they touch, so no memory they use is freed and reused before they run. The
-// state is thread-local: a scope sees only its own thread's calls.
+// hold the storages they touch, so no memory they use is freed and reused before they run, and
+// read copies of the CPU numbers they take (plan_executor.cpp: a later element may change one on
+// the host, which no hook sees). The state is thread-local: a scope sees only its own thread's
+// calls.
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/ArrayRef.h>
