@@ -15,6 +15,7 @@
 #include "cache/cache_warnings.h"
 #include "cache/kernel_cache.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -33,7 +34,8 @@ struct Queue {
 
 // Made at first use, never destroyed (the worker may outlive static destruction's start).
 Queue& queue() {
-  static Queue* instance = [] {
+  static MadeOnce<Queue> instance; // fork-safe (made_once.h): the making registers
+  return instance.get([] {
     auto* q = new Queue();
     registerForkHandlers(ForkRank::kBackgroundCompiles,
                          {[] { queue().mutex.lock(); }, [] { queue().mutex.unlock(); },
@@ -47,8 +49,7 @@ Queue& queue() {
                             child.stats.pending = 0;
                           }});
     return q;
-  }();
-  return *instance;
+  });
 }
 
 // The worker's thread is joined at exit before the static destructors of what a compile uses

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cache/directory_trust.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -24,8 +25,8 @@ constexpr size_t kKeyFileTextBytes = 2 * EntryAuthenticator::kKeyBytes;
 // False when libsodium cannot start (no randomness source): then no key can be made, and the
 // persistent tier stays off rather than the process stopping.
 bool initializeSodium() {
-  static const bool ready = sodium_init() >= 0; // thread-safe, once
-  return ready;
+  static MadeOnce<const bool> ready; // fork-safe (made_once.h)
+  return ready.get([] { return new bool(sodium_init() >= 0); });
 }
 
 const char* const kNoSodium = "libsodium cannot initialize (no randomness source)";

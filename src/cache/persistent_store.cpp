@@ -33,6 +33,7 @@
 #include "cache/store_writer.h"
 #include "cache/warm_start_profile.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -151,9 +152,10 @@ public:
 
 rocksdb::Options baseOptions() {
   // Never destroyed: the background writer may still open the database while statics go.
-  static const auto* logger = new std::shared_ptr<rocksdb::Logger>(new DiscardingLogger());
+  static MadeOnce<const std::shared_ptr<rocksdb::Logger>> logger; // fork-safe (made_once.h)
   rocksdb::Options options;
-  options.info_log = *logger;
+  options.info_log =
+      logger.get([] { return new std::shared_ptr<rocksdb::Logger>(new DiscardingLogger()); });
   // Table files are opened on the calling thread: with more, RocksDB starts threads to open
   // them and calls std::terminate when one cannot start (under an address-space limit), where
   // the calling thread would have got a clean error. The cache has few, small tables.
@@ -376,31 +378,42 @@ PersistentStore::~PersistentStore() {
     w->stop(); // its batches use this store: written before it goes
 }
 
-PersistentStore* PersistentStore::fromEnvironment() {
-  static PersistentStore* store = []() -> PersistentStore* {
-    const Settings& settings = cacheSettings();
-    if (!settings.cache_enabled) return nullptr;
-    const std::string directory = defaultCacheDirectory();
-    if (directory.empty()) {
-      warnCacheOnce("trust", "the persistent compile cache is off: HOME is unset and this user has "
-                             "no home directory (set NEURON_CACHE_DIR); kernels compile as usual");
-      return nullptr;
-    }
-    auto candidate = std::make_unique<PersistentStore>(directory, settings.cache_max_bytes);
-    if (candidate->problem().empty()) {
-      warnIfNetworkFilesystem(candidate->directory());
-      return candidate.release();
-    }
-    constexpr const char* kKeyFile = "NEURON_CACHE_KEY_FILE: ";
-    if (candidate->problem().rfind(kKeyFile, 0) == 0) {
-      warnKeyFileRefused(candidate->problem().substr(std::strlen(kKeyFile)));
-      return nullptr;
-    }
-    warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
-                               "; kernels compile as usual");
+namespace {
+
+// The store the environment asks for, or null (warned) when it is off.
+PersistentStore* openFromEnvironment() {
+  const Settings& settings = cacheSettings();
+  if (!settings.cache_enabled) return nullptr;
+  const std::string directory = defaultCacheDirectory();
+  if (directory.empty()) {
+    warnCacheOnce("trust", "the persistent compile cache is off: HOME is unset and this user has "
+                           "no home directory (set NEURON_CACHE_DIR); kernels compile as usual");
     return nullptr;
-  }();
-  return store;
+  }
+  auto candidate = std::make_unique<PersistentStore>(directory, settings.cache_max_bytes);
+  if (candidate->problem().empty()) {
+    warnIfNetworkFilesystem(candidate->directory());
+    return candidate.release();
+  }
+  constexpr const char* kKeyFile = "NEURON_CACHE_KEY_FILE: ";
+  if (candidate->problem().rfind(kKeyFile, 0) == 0) {
+    warnKeyFileRefused(candidate->problem().substr(std::strlen(kKeyFile)));
+    return nullptr;
+  }
+  warnCacheOnce("trust", "the persistent compile cache is off: " + candidate->problem() +
+                             "; kernels compile as usual");
+  return nullptr;
+}
+
+} // namespace
+
+PersistentStore* PersistentStore::fromEnvironment() {
+  // Fork-safe (made_once.h): opening takes locks and time. A child forked while its parent's
+  // thread opened the store opens none (the store is off in a forked child anyway).
+  static MadeOnce<PersistentStore*> store;
+  return store.get([]() -> PersistentStore** {
+    return new PersistentStore*(in_forked_child.load() ? nullptr : openFromEnvironment());
+  });
 }
 
 namespace {

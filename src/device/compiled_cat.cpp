@@ -13,6 +13,7 @@
 #include "device/kernel_operand.h"
 #include "device/plan_executor.h"
 #include "fusion/element_type.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -103,7 +104,9 @@ c10::optional<LaunchPlan> planCat(const std::vector<at::Tensor>& tensors, int64_
 } // namespace
 
 bool runCompiledCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  static LaunchCounter* launches = launchCounter(LaunchKind::kCompiled, "aten::cat");
+  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
+  LaunchCounter* launches =
+      &counter.get([] { return launchCounter(LaunchKind::kCompiled, "aten::cat"); });
   const size_t count = handle.schema().arguments().size();
   auto args = torch::jit::last(*stack, count);
   const std::vector<at::Tensor> tensors = args[0].toTensorVector();

@@ -3,6 +3,7 @@
 #include "device/compiled_ops.h"
 #include "device/device.h"
 #include "device/plan_executor.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -10,17 +11,18 @@ namespace {
 // The copy op's binding: the destination is written in place and any dtype converts to its own.
 // Copies count as compiled launches of aten::copy_.
 const NativeOpBinding& copyBinding() {
-  static const NativeOpBinding binding = [] {
-    NativeOpBinding copy;
+  static MadeOnce<const NativeOpBinding> binding; // fork-safe (made_once.h): it takes a lock
+  return binding.get([] {
+    auto* copy_binding = new NativeOpBinding();
+    NativeOpBinding& copy = *copy_binding;
     copy.op = fusion::findElementwiseOp("copy");
     copy.name = "aten::copy_";
     copy.writes_output = true;
     copy.in_place = true;
     copy.casts_freely = true;
     copy.launches = launchCounter(LaunchKind::kCompiled, copy.name);
-    return copy;
-  }();
-  return binding;
+    return copy_binding;
+  });
 }
 
 BoundCall copyCall(const at::Tensor& src) {

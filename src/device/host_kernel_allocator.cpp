@@ -12,6 +12,8 @@
 
 #include "device/caching_allocator.h"
 #include "device/device.h"
+#include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -27,9 +29,18 @@ struct LentBlocks {
   std::unordered_map<void*, std::unique_ptr<void, c10::DeleterFnPtr>> owner_of;
 };
 
+// Locking: `mutex` is a leaf (nothing else is taken under it), and every thread that frees a
+// raw CPU buffer takes it, whatever it holds: so it ranks above every other lock held across
+// fork() (ForkRank::kLentBlocks), and a child never inherits it locked.
 LentBlocks& lentBlocks() {
-  static auto* blocks = new LentBlocks(); // never destroyed: memory may be freed during exit
-  return *blocks;
+  // Never destroyed: memory may be freed during exit. Fork-safe (made_once.h).
+  static MadeOnce<LentBlocks> blocks;
+  return blocks.get([] {
+    registerForkHandlers(ForkRank::kLentBlocks,
+                         {[] { lentBlocks().mutex.lock(); }, [] { lentBlocks().mutex.unlock(); },
+                          [] { lentBlocks().mutex.unlock(); }});
+    return new LentBlocks();
+  });
 }
 
 c10::DeleterFnPtr replaced_raw_deleter = nullptr;

@@ -6,6 +6,7 @@
 
 #include "device/device.h"
 #include "device/metrics.h"
+#include "support/made_once.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -23,14 +24,19 @@ void runLibraryKernelOnHost(const c10::OperatorHandle& op, torch::jit::Stack* st
 
 const c10::OperatorHandle& convolutionCallOfOverrideable(torch::jit::Stack* /*stack*/) {
   // The two schemas are the same.
-  static const c10::OperatorHandle convolution =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
-  return convolution;
+  static MadeOnce<const c10::OperatorHandle> convolution; // fork-safe (made_once.h)
+  return convolution.get([] {
+    return new c10::OperatorHandle(
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", ""));
+  });
 }
 
 const c10::OperatorHandle& convolutionBackwardCallOfOverrideable(torch::jit::Stack* stack) {
-  static const c10::OperatorHandle convolution_backward =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  static MadeOnce<const c10::OperatorHandle> made; // fork-safe (made_once.h)
+  const c10::OperatorHandle& convolution_backward = made.get([] {
+    return new c10::OperatorHandle(
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", ""));
+  });
   // convolution_backward takes bias_sizes after weight, which the overrideable op lacks: the bias
   // has one value per output channel, so its gradient is needed exactly when output_mask[2] is.
   constexpr size_t kOverrideableArguments = 10;

@@ -18,6 +18,7 @@
 #include "cache/warm_start_profile.h"
 #include "device/caching_allocator.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -68,8 +69,9 @@ struct WarmStart {
 };
 
 WarmStart& state() {
-  static auto* instance = new WarmStart(); // never destroyed: finishWarmStart may run at exit
-  return *instance;
+  // Never destroyed: finishWarmStart may run at exit. Fork-safe (made_once.h).
+  static MadeOnce<WarmStart> instance;
+  return instance.get([] { return new WarmStart(); });
 }
 
 void warmUpProfile(WarmStart& w) {

@@ -40,6 +40,7 @@
 
 #include "support/errors.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron::fusion {
 
@@ -410,8 +411,10 @@ std::string LoweredModule::llvmIR() const {
 // Host queries only: loading a cached kernel needs the host, not an MLIR context. Features are
 // sorted, so the description (part of every persistent key) is canonical.
 const HostCpu& hostCpu() {
-  static const HostCpu host = [] {
-    HostCpu h;
+  static MadeOnce<const HostCpu> host; // fork-safe (made_once.h): the queries take time
+  return host.get([] {
+    auto* made = new HostCpu();
+    HostCpu& h = *made;
     h.triple = llvm::sys::getProcessTriple();
     h.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> features;
@@ -421,9 +424,8 @@ const HostCpu& hostCpu() {
     for (const std::string& feature : features)
       h.features += (h.features.empty() ? "" : ",") + feature;
     h.llvm_version = LLVM_VERSION_STRING;
-    return h;
-  }();
-  return host;
+    return made;
+  });
 }
 
 CodegenDescription describeCodegen(const CodegenOptions& options) {

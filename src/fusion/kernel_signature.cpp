@@ -6,6 +6,7 @@
 
 #include "fusion/op_registry.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron::fusion {
 namespace {
@@ -104,10 +105,12 @@ std::mutex intern_mutex;
 // One table per signature type. Never destroyed: launches may be recorded during static
 // destruction. Bounded by the number of kernels the process plans (one entry per kernel key).
 template <typename Signature> const Signature* intern(const Signature& signature, Hash64 key) {
-  static auto* interned = new std::unordered_map<Hash64, std::unique_ptr<Signature>>();
+  using Table = std::unordered_map<Hash64, std::unique_ptr<Signature>>;
+  static MadeOnce<Table> table; // fork-safe (made_once.h)
+  Table& interned = table.get([] { return new Table(); });
   holdAcrossFork<intern_mutex>(ForkRank::kSignatureIntern);
   std::lock_guard<std::mutex> lock(intern_mutex);
-  std::unique_ptr<Signature>& slot = (*interned)[key];
+  std::unique_ptr<Signature>& slot = interned[key];
   if (!slot) slot = std::make_unique<Signature>(signature);
   return slot.get();
 }

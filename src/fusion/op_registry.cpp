@@ -1,4 +1,5 @@
 #include "fusion/op_registry.h"
+#include "support/made_once.h"
 
 #include <c10/util/Exception.h>
 
@@ -25,8 +26,8 @@ struct Registry {
 };
 
 const Registry& registry() {
-  static const Registry instance;
-  return instance;
+  static MadeOnce<const Registry> instance; // fork-safe (made_once.h); never destroyed
+  return instance.get([] { return new Registry(); });
 }
 
 } // namespace

@@ -1,4 +1,5 @@
 #include "support/settings.h"
+#include "support/made_once.h"
 
 #include <cstdlib>
 #include <limits>
@@ -141,9 +142,11 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
 }
 
 const Settings& settings() {
-  static const Settings* parsed = new Settings(
-      parseSettings([](const char* name) { return static_cast<const char*>(std::getenv(name)); }));
-  return *parsed;
+  static MadeOnce<const Settings> parsed; // fork-safe (made_once.h)
+  return parsed.get([] {
+    return new Settings(parseSettings(
+        [](const char* name) { return static_cast<const char*>(std::getenv(name)); }));
+  });
 }
 
 FallbackMode parseFallbackMode(const char* value) {

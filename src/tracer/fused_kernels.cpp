@@ -15,6 +15,7 @@
 #include "cache/cache_warnings.h"
 #include "fusion/kernel_signature.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron::tracer {
 namespace detail {
@@ -45,7 +46,8 @@ struct Compiles {
 
 // Made at first use, never destroyed (the worker may outlive static destruction's start).
 Compiles& compiles() {
-  static Compiles* instance = [] {
+  static MadeOnce<Compiles> instance; // fork-safe (made_once.h): the making registers
+  return instance.get([] {
     auto* c = new Compiles();
     registerForkHandlers(ForkRank::kFusedCompiles,
                          {[] { compiles().mutex.lock(); }, [] { compiles().mutex.unlock(); },
@@ -63,8 +65,7 @@ Compiles& compiles() {
                             child.stats.queued = 0;
                           }});
     return c;
-  }();
-  return *instance;
+  });
 }
 
 // Compiles one kernel; the result as the entry's new state.

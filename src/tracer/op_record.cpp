@@ -1,4 +1,5 @@
 #include "tracer/op_record.h"
+#include "support/made_once.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -18,7 +19,9 @@ struct SchemaKeys {
 };
 
 const SchemaKeys& schemaKeys(const c10::OperatorHandle& op) {
-  static auto* table = new std::unordered_map<const c10::FunctionSchema*, SchemaKeys>();
+  using Table = std::unordered_map<const c10::FunctionSchema*, SchemaKeys>;
+  static MadeOnce<Table> made; // fork-safe (made_once.h)
+  Table* table = &made.get([] { return new Table(); });
   const c10::FunctionSchema& schema = op.schema();
   auto found = table->find(&schema);
   if (found != table->end()) return found->second;

@@ -25,6 +25,7 @@
 
 #include "support/deterministic_mode.h"
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 #include "tracer/adaptive_settings.h"
 #include "tracer/fused_kernels.h"
 #include "tracer/op_window.h"
@@ -111,15 +112,15 @@ struct TracerState {
 
 // Made at first use, never destroyed: ops may be traced during static destruction.
 TracerState& state() {
-  static TracerState* instance = [] {
+  static MadeOnce<TracerState> instance; // fork-safe (made_once.h): the making registers
+  return instance.get([] {
     // The child re-creates the lock rather than unlocking it: a recursive mutex records its
     // owner's thread id, which the child's thread does not have, so its unlock() would fail.
     registerForkHandlers(ForkRank::kTracerWindow,
                          {[] { window_mutex.lock(); }, [] { window_mutex.unlock(); },
                           [] { new (&window_mutex) std::recursive_mutex(); }});
     return new TracerState();
-  }();
-  return *instance;
+  });
 }
 
 std::unique_lock<std::recursive_mutex> lockWindow() {

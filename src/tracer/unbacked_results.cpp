@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "support/fork_handlers.h"
+#include "support/made_once.h"
 
 namespace torchneuron::tracer {
 namespace {
@@ -32,7 +33,8 @@ struct Reservation {
 
 Reservation& reservation() {
   holdAcrossFork<reservation_mutex>(ForkRank::kUnbackedRange);
-  static Reservation* made = [] {
+  static MadeOnce<Reservation> made; // fork-safe (made_once.h)
+  return made.get([] {
     auto* r = new Reservation(); // never destroyed: storages may die during exit
     // Under an address-space limit (ulimit -v) the reservation would count against it and leave
     // less for real memory: results are then allocated as usual.
@@ -42,8 +44,7 @@ Reservation& reservation() {
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (range != MAP_FAILED) r->base = static_cast<char*>(range);
     return r;
-  }();
-  return *made;
+  });
 }
 
 std::atomic<int64_t> made_count{0};
