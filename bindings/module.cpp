@@ -140,6 +140,7 @@ py::dict adaptiveDict() {
   result["fused_reduction_runs"] = stats.fused_reduction_runs;
   result["fused_table_launches"] = stats.fused_table_launches;
   result["fused_kernels_in_tables"] = stats.fused_kernels_in_tables;
+  result["accumulating_products"] = stats.accumulating_products;
   result["dead_launches"] = stats.dead_launches;
   result["unbacked_results_available"] = stats.unbacked_results_available;
   result["unbacked_results"] = stats.unbacked_results;

@@ -22,6 +22,7 @@
 #include "device/metrics.h"
 #include "device/runtime_ops.h"
 #include "support/made_once.h"
+#include "tracer/accumulating_products.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -58,15 +59,31 @@ bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
 // product's largest cost after Python's), counting one library launch on `launches`. In a hot
 // window of the adaptive tracer the fill is recorded as a step of the window instead, to run when
 // it runs, on the tensors as they are now (matmul's 1-D case squeezes the result of mm in place
-// before).
-template <typename Fill, typename... Operands>
+// before). A product that can add itself into a tensor instead (mm: `accumulate(target,
+// operands...)`; tracer/accumulating_products.h) records that too; the others pass nullptr.
+template <typename Fill, typename Accumulate, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
-                      Fill fill, const Operands&... operands) {
+                      Fill fill, Accumulate accumulate, const Operands&... operands) {
   at::Tensor out = newDeviceTensor(sizes, like.scalar_type());
   if (tracer::deferringLaunches()) {
+    auto frozen_operands = std::make_tuple(tracer::frozenTensor(operands)...);
+    std::shared_ptr<tracer::AccumulatingProduct> product;
+    if constexpr (!std::is_same_v<Accumulate, std::nullptr_t>) {
+      product = std::make_shared<tracer::AccumulatingProduct>();
+      product->add_into = [accumulate, frozen_operands](const at::Tensor& target) {
+        HostKernelAllocationScope allocations_from_the_device;
+        std::apply(
+            [&](const auto&... t) {
+              accumulate(ScopedHostView(target).tensor(), ScopedHostView(t).tensor()...);
+            },
+            frozen_operands);
+      };
+      product->output = tracer::TensorPlace::of(out);
+      for (const at::Tensor* t : {&operands...})
+        product->operands.push_back(t->storage().unsafeGetStorageImpl());
+    }
     tracer::recordHostStep(
-        [fill, frozen_out = tracer::frozenTensor(out),
-         frozen_operands = std::make_tuple(tracer::frozenTensor(operands)...)] {
+        [fill, frozen_out = tracer::frozenTensor(out), frozen_operands] {
           HostKernelAllocationScope allocations_from_the_device;
           std::apply(
               [&](const auto&... t) {
@@ -74,7 +91,7 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
               },
               frozen_operands);
         },
-        {operands...}, {out});
+        {operands...}, {out}, std::move(product));
     recordLaunch(launches);
     return out;
   }
@@ -94,6 +111,9 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
       [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
+      [](at::Tensor& target, const at::Tensor& a, const at::Tensor& b) {
+        at::cpu::addmm_out(target, target, a, b); // gemm with beta = 1
+      },
       self, mat2);
 }
 
@@ -109,7 +129,7 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
       launches, {mat1.size(0), mat2.size(1)}, mat1,
       [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
                     const at::Tensor& b) { at::cpu::addmm_out(out, s, a, b, beta, alpha); },
-      self, mat1, mat2);
+      nullptr, self, mat1, mat2);
 }
 
 at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
@@ -122,7 +142,7 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
       [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
         at::cpu::bmm_out(out, a, b);
       },
-      self, mat2);
+      nullptr, self, mat2);
 }
 
 at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
@@ -138,7 +158,7 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
       [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
                     const at::Tensor& b) { at::cpu::baddbmm_out(out, s, a, b, beta, alpha); },
-      self, batch1, batch2);
+      nullptr, self, batch1, batch2);
 }
 
 // The boxed entry: the fast path above, or the generic library path (mixed devices, wrong

@@ -53,6 +53,7 @@ AdaptiveSettings parseAdaptiveSettings(const std::function<const char*(const cha
   settings.fusion = readBoolean(lookup, "NEURON_ADAPTIVE_FUSION", settings.fusion);
   settings.sync_compiles = readBoolean(lookup, "NEURON_ADAPTIVE_SYNC", settings.sync_compiles);
   settings.unbacked = readBoolean(lookup, "NEURON_ADAPTIVE_UNBACKED", settings.unbacked);
+  settings.accumulate = readBoolean(lookup, "NEURON_ADAPTIVE_ACCUMULATE", settings.accumulate);
   return settings;
 }
 

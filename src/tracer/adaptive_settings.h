@@ -23,6 +23,9 @@ struct AdaptiveSettings {
   // NEURON_ADAPTIVE_UNBACKED: results recorded into a window that runs fused get memory only if
   // something reads them (unbacked_results.h).
   bool unbacked = true;
+  // NEURON_ADAPTIVE_ACCUMULATE: a matrix product whose only use is an in-place add into another
+  // tensor adds itself into it (accumulating_products.h).
+  bool accumulate = true;
 };
 
 // Reads the settings through `lookup` (nullptr: unset); throws std::invalid_argument naming the

@@ -7,6 +7,7 @@
 
 #include "fusion/window_partition.h"
 #include "target/target.h"
+#include "tracer/accumulating_products.h"
 #include "tracer/independent_chains.h"
 #include "tracer/result_backing.h"
 #include "tracer/tracer.h"
@@ -94,7 +95,7 @@ int64_t OpWindow::bytesHeldOnlyHere() const {
   return bytes;
 }
 
-void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
+void OpWindow::runLaunches(bool fuse, bool accumulate, bool wait, BatchFusion& fusion) {
   std::vector<DeferredLaunch> pending;
   pending.swap(launches);
   // A list call's launches come op by op over its lists; each element's chain fuses only once
@@ -104,8 +105,10 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   try {
     if (regroup_chains && fuse) regroupIndependentChains(pending);
     regroup_chains = false;
+    const int64_t folded = accumulate ? foldAccumulatingProducts(pending, held) : 0;
     if (fuse && pending.size() > 1) schedule = BatchSchedule(pending, held, wait, partitions);
     fusion = schedule.summary();
+    fusion.accumulating_products = folded;
     fusion.runs_nothing =
         !pending.empty() && fusion.dead_launches == static_cast<int64_t>(pending.size());
     backResultsTheBatchUses(pending, schedule, held);
@@ -157,7 +160,7 @@ void OpWindow::runLaunches(bool fuse, bool wait, BatchFusion& fusion) {
   }
   held.clear();
   held_host_values.clear();
-  pending_bytes = largest_pending = 0;
+  pending_bytes = largest_pending = product_bytes = 0;
   memory_check_interval = 1;
   calls_until_memory_check = 0;
   // The next window records into the same memory: growing a vector of launches again from
@@ -171,7 +174,7 @@ void OpWindow::dropAfterFailure() {
   backEscapingResults(held);
   held_host_values.clear();
   debug.reset();
-  pending_bytes = largest_pending = 0;
+  pending_bytes = largest_pending = product_bytes = 0;
 }
 
 void OpWindow::resetTrace() {

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "fusion/kernel_signature.h"
 #include "launcher/parallel_launch.h"
 #include "support/hash.h"
+#include "tracer/accumulating_products.h"
 #include "tracer/debug_check.h"
 #include "tracer/op_record.h"
 #include "tracer/partition_memo.h"
@@ -56,6 +58,10 @@ struct DeferredLaunch {
   // run as one table launch. kNoChain: not regrouped.
   uint32_t chain = kNoChain;
   static constexpr uint32_t kNoChain = 0xffffffffu;
+  // A matrix product's step that can add itself into a tensor, and a launch that adds a tensor
+  // into another in place (accumulating_products.h): null for every other step.
+  std::shared_ptr<const AccumulatingProduct> product;
+  std::shared_ptr<const InPlaceAccumulation> accumulation;
 };
 
 struct BatchFusion;
@@ -81,7 +87,11 @@ public:
   std::vector<c10::Storage> held;
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
   int64_t pending_bytes = 0;                // bytes of the results recorded (their storages)
-  int64_t largest_pending = 0;              // the largest of them
+  // Of those, the results of matrix products an in-place add may absorb
+  // (accumulating_products.h): held like the others, but not counted toward the window's byte
+  // limit.
+  int64_t product_bytes = 0;
+  int64_t largest_pending = 0; // the largest of them
   bool regroup_chains = false; // a list call recorded launches: regroup the batch (noteListCall)
   DebugShadow debug;           // the recorded calls' eager twin, under NEURON_ADAPTIVE_DEBUG
   PartitionMemo partitions;    // how batches of each structure were partitioned (fusion)
@@ -91,6 +101,8 @@ public:
     pending_bytes += bytes;
     largest_pending = std::max(largest_pending, bytes);
   }
+  // The bytes toward NEURON_ADAPTIVE_WINDOW_BYTES: the pending results but the products'.
+  int64_t bytesTowardTheLimit() const { return pending_bytes - product_bytes; }
   // Whether a recorded launch not yet run reads or writes `storage`.
   bool touches(const c10::StorageImpl* storage) const;
   // Bytes of the held storages nothing outside the window references (dead tensors' memory the
@@ -106,10 +118,11 @@ public:
 
   // Runs the recorded launches in order, then lets go of what they held. With `fuse`, groups of
   // elementwise launches run as one fused kernel once it is compiled (`wait`: compile it now)
-  // and launches whose results are dead are skipped (window_fusion.h); `fusion` says what was
-  // done, before anything runs. A launch that throws drops the rest (they may read its result)
-  // and rethrows, naming the op.
-  void runLaunches(bool fuse, bool wait, BatchFusion& fusion);
+  // and launches whose results are dead are skipped (window_fusion.h); with `accumulate`,
+  // matrix products add themselves into the in-place adds of their results
+  // (accumulating_products.h). `fusion` says what was done, before anything runs. A launch that
+  // throws drops the rest (they may read its result) and rethrows, naming the op.
+  void runLaunches(bool fuse, bool accumulate, bool wait, BatchFusion& fusion);
   // Forgets the traced state (not the launches) for the next window.
   void resetTrace();
 

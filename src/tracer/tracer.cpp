@@ -96,6 +96,7 @@ struct Counters {
   int64_t fused_reduction_runs = 0;
   int64_t fused_table_launches = 0;
   int64_t fused_kernels_in_tables = 0;
+  int64_t accumulating_products = 0;
   int64_t launches_saved = 0;
   int64_t dead_launches = 0;
   int64_t partitions_reused = 0;
@@ -162,7 +163,7 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
     }
   } give_back{nodes, window.batch_nodes};
   BatchFusion fusion;
-  window.runLaunches(fuse, wait, fusion);
+  window.runLaunches(fuse, fuse && tracer.settings.accumulate, wait, fusion);
   Counters& counters = tracer.counters;
   counters.fused_kernel_runs += fusion.fused_kernels;
   counters.fused_reduction_runs += fusion.fused_reductions;
@@ -172,10 +173,11 @@ void runRecordedLaunchesLocked(TracerState& tracer) {
   counters.partitions_computed += fusion.partitions_computed;
   counters.fused_table_launches += fusion.table_launches;
   counters.fused_kernels_in_tables += fusion.tabled_kernels;
+  counters.accumulating_products += fusion.accumulating_products;
   if (fuse &&
       std::any_of(nodes.begin(), nodes.end(), [](const TrieNode* node) { return !node->fusion; })) {
-    auto status =
-        std::make_shared<const WindowFusionStatus>(std::move(fusion.keys), fusion.runs_nothing);
+    auto status = std::make_shared<const WindowFusionStatus>(
+        std::move(fusion.keys), fusion.runs_nothing || fusion.accumulating_products > 0);
     for (const TrieNode* node : nodes)
       if (!node->fusion) node->fusion = status;
   }
@@ -330,6 +332,37 @@ bool worthDeferring(int64_t min_bytes, c10::ArrayRef<c10::IValue> args) {
   return min_bytes == 0 || touchesTensorOver(args, min_bytes);
 }
 
+// A call too small to defer that adds a result the window has not computed yet into a tensor in
+// place (autograd accumulating a bias's gradient) is recorded into the batch rather than run
+// after it, untraced: it takes no op record, so the window's signature is what it would be. Run
+// eagerly, it would run the batch first and part a weight gradient's product from its own
+// accumulation, which autograd often issues after the bias's (accumulating_products.h). Returns
+// what the kernel returned, or nothing when the call is not such a call (or the window will not
+// run fused): then it runs as any small call.
+std::optional<bool> recordSmallAccumulation(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                            CompiledKernelFunction kernel) {
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
+  if (!detail::launches_recorded.load(std::memory_order_acquire) ||
+      !isInPlaceAccumulation(op, args))
+    return std::nullopt;
+  auto lock = lockWindow();
+  TracerState& tracer = state();
+  const OpWindow& window = tracer.window;
+  if (!tracer.settings.accumulate || tracer.settings.debug || !recordingFused(tracer) ||
+      !window.touches(args[1].toTensor().storage().unsafeGetStorageImpl()))
+    return std::nullopt;
+  ++traced_call_depth;
+  detail::deferring = true;
+  deferred_op = &op;
+  struct Restore {
+    ~Restore() {
+      detail::deferring = false;
+      --traced_call_depth;
+    }
+  } restore;
+  return kernel(op, stack);
+}
+
 // Notes the call's results as outputs of this step (their storages' source for later records).
 void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t returns = op.schema().returns().size();
@@ -468,7 +501,10 @@ void endWindowAtLimits(TracerState& tracer) {
     if (ops >= window.cut_at) return syncLocked(tracer, SyncCause::kOpLimit, nullptr);
   }
   if (!recordingFused(tracer)) {
-    if (window.pending_bytes >= tracer.settings.window_bytes)
+    // Products' results, which do not count toward the limit, are still bounded (by the fused
+    // batches' bound: a loop of products nothing adds anywhere ends its windows there).
+    if (window.bytesTowardTheLimit() >= tracer.settings.window_bytes ||
+        window.pending_bytes >= std::max(tracer.settings.window_bytes, kFusedBatchBytes))
       syncLocked(tracer, SyncCause::kByteLimit, nullptr);
     return;
   }
@@ -602,6 +638,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // in metrics()["adaptive"].
   if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
                       torch::jit::last(*stack, op.schema().arguments().size()))) {
+    if (std::optional<bool> ran = recordSmallAccumulation(op, stack, kernel)) return *ran;
     runRecordedLaunches();
     auto run_eager = state().hooks.run_eager; // set once, before any device call
     ++traced_call_depth;
@@ -631,6 +668,11 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   const auto kernel_start = timed ? std::chrono::steady_clock::now() : start;
   if (defer) deferred_op = &op;
+  // An in-place add that an earlier product may absorb (accumulating_products.h), noted on its
+  // one launch.
+  std::shared_ptr<const InPlaceAccumulation> accumulation =
+      defer ? inPlaceAccumulationOf(op, args) : nullptr;
+  const size_t launches_before = window.launches.size();
   bool ran;
   {
     ++traced_call_depth;
@@ -650,6 +692,11 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   const int64_t kernel_ns = timed ? nanosecondsSince(kernel_start) : 0;
   if (!ran) return false;
+  if (accumulation && window.launches.size() == launches_before + 1 &&
+      !window.launches.back().host_step &&
+      window.launches.back().output_storage ==
+          accumulation->target.storage().unsafeGetStorageImpl())
+    window.launches.back().accumulation = std::move(accumulation);
   debug.finish(tracer, op, *stack);
   if (!window.pinned) noteOutputs(window, op, *stack);
   if (defer) ++counters.ops_deferred;
@@ -703,7 +750,8 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 }
 
 void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
-                    at::ArrayRef<at::Tensor> outputs) {
+                    at::ArrayRef<at::Tensor> outputs,
+                    std::shared_ptr<const AccumulatingProduct> product) {
   auto lock = lockWindow();
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
@@ -713,13 +761,22 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
     window.held.push_back(t.storage());
     launch.storages.push_back(t.storage().unsafeGetStorageImpl());
   }
+  // A product's result does not count toward the window's byte limit when an in-place add may
+  // absorb it (accumulating_products.h): the limit would otherwise end a window between a weight
+  // gradient's product and its accumulation, whatever its size (the limit keeps recorded
+  // elementwise results near a core's L2; a product's result is BLAS's, as large as it is). It
+  // still counts toward the memory bounds (endWindowAtLimits, runLaunchesAtMemoryBound).
+  const bool toward_the_limit = !(product && tracer.settings.accumulate && tracer.settings.fusion);
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
-    window.notePending(static_cast<int64_t>(t.storage().nbytes()));
+    const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+    window.notePending(bytes);
+    if (!toward_the_limit) window.product_bytes += bytes;
     launch.storages.push_back(t.storage().unsafeGetStorageImpl());
   }
   launch.host_step = std::move(step);
+  launch.product = std::move(product);
   if (deferred_op != nullptr) launch.op = *deferred_op;
   window.launches.push_back(std::move(launch));
   ++tracer.counters.launches_recorded;
@@ -829,6 +886,7 @@ AdaptiveStats adaptiveStats() {
   stats.fused_reduction_runs = counters.fused_reduction_runs;
   stats.fused_table_launches = counters.fused_table_launches;
   stats.fused_kernels_in_tables = counters.fused_kernels_in_tables;
+  stats.accumulating_products = counters.accumulating_products;
   stats.dead_launches = counters.dead_launches;
   const UnbackedStats unbacked = unbackedStats();
   stats.unbacked_results_available = unbackedResultsAvailable();

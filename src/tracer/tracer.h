@@ -91,12 +91,16 @@ using LibraryKernelFunction = void (*)(const c10::OperatorHandle& op, torch::jit
 void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                       LibraryKernelFunction kernel);
 
+struct AccumulatingProduct;
+
 // Records a library step of the window: `step` runs when the window runs, in order with the
 // launches, and may use host views of device memory. It owns (captures by value) the tensors it
 // reads and writes; `inputs` and `outputs` name them for the window (held storages, pending
-// bytes, which later eager steps must wait for).
+// bytes, which later eager steps must wait for). A matrix product passes `product`, what it needs
+// to add itself into a tensor instead (accumulating_products.h).
 void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
-                    at::ArrayRef<at::Tensor> outputs);
+                    at::ArrayRef<at::Tensor> outputs,
+                    std::shared_ptr<const AccumulatingProduct> product = nullptr);
 
 // A library kernel that runs eagerly inside a traced library call: nothing is recorded while it
 // lives. It reaches device memory only through host views, and each one first runs the recorded
@@ -210,6 +214,8 @@ struct AdaptiveStats {
   // one launch for many), and the fused kernels they ran.
   int64_t fused_table_launches = 0;
   int64_t fused_kernels_in_tables = 0;
+  // Matrix products that added into a tensor in place of a later add (accumulating_products.h).
+  int64_t accumulating_products = 0;
   int64_t dead_launches = 0; // recorded launches skipped: nothing could read their result
   // Results recorded without memory (unbacked_results.h), those given memory when their window
   // ran, and those unbacked now; the rest died never allocated.

@@ -63,7 +63,7 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
 
 bool WindowFusionStatus::ready() const {
   if (ready_ || failed_) return ready_;
-  if (keys_.empty()) return ready_ = runs_nothing_;
+  if (keys_.empty()) return ready_ = saves_without_kernels_;
   for (Hash64 key : keys_) {
     const FusedKernelState state = fusedKernelState(key);
     if (state == FusedKernelState::kFailed) failed_ = true;

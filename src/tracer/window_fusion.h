@@ -22,16 +22,17 @@ class PartitionMemo;
 
 // What fusion did with one batch (metrics()["adaptive"], and the trie nodes' fusion status).
 struct BatchFusion {
-  int64_t fused_kernels = 0;       // fused kernels run
-  int64_t fused_reductions = 0;    // those of them that were a reduction with its prologue
-  int64_t launches_saved = 0;      // recorded launches not run (replaced by them, or dead)
-  int64_t dead_launches = 0;       // skipped: their results are dead
-  int64_t partitions_reused = 0;   // 1: the batch's partition was remembered (partition_memo.h)
-  int64_t partitions_computed = 0; // 1: the partitioner ran on it
-  std::vector<Hash64> keys;        // the fused kernels the batch's groups need, compiled or not
-  bool runs_nothing = false;       // every launch of the batch was dead
-  int64_t table_launches = 0;      // table launches of the fused kernels of independent chains
-  int64_t tabled_kernels = 0;      // the fused kernels they ran
+  int64_t fused_kernels = 0;         // fused kernels run
+  int64_t fused_reductions = 0;      // those of them that were a reduction with its prologue
+  int64_t launches_saved = 0;        // recorded launches not run (replaced by them, or dead)
+  int64_t dead_launches = 0;         // skipped: their results are dead
+  int64_t partitions_reused = 0;     // 1: the batch's partition was remembered (partition_memo.h)
+  int64_t partitions_computed = 0;   // 1: the partitioner ran on it
+  std::vector<Hash64> keys;          // the fused kernels the batch's groups need, compiled or not
+  bool runs_nothing = false;         // every launch of the batch was dead
+  int64_t table_launches = 0;        // table launches of the fused kernels of independent chains
+  int64_t tabled_kernels = 0;        // the fused kernels they ran
+  int64_t accumulating_products = 0; // products added into a tensor (accumulating_products.h)
 };
 
 class BatchSchedule {
@@ -81,17 +82,18 @@ private:
 // the tracer records everything once to find out (the probe).
 class WindowFusionStatus {
 public:
-  // `keys`: the fused kernels its batch needed; `runs_nothing`: every launch of its batch was
-  // dead (a program that drops what it computed), so it needs none and skips everything.
-  WindowFusionStatus(std::vector<Hash64> keys, bool runs_nothing)
-      : keys_(std::move(keys)), runs_nothing_(runs_nothing) {}
-  // The window has fused kernels and all of them are compiled, or runs nothing at all. Asks the
-  // compile table until they are; a failed compile makes it false for good.
+  // `keys`: the fused kernels its batch needed; `saves_without_kernels`: it saves work with
+  // none, because every launch of its batch was dead (a program that drops what it computed)
+  // or a product added itself into a tensor (accumulating_products.h).
+  WindowFusionStatus(std::vector<Hash64> keys, bool saves_without_kernels)
+      : keys_(std::move(keys)), saves_without_kernels_(saves_without_kernels) {}
+  // The window has fused kernels and all of them are compiled, or saves work without any. Asks
+  // the compile table until they are; a failed compile makes it false for good.
   bool ready() const;
 
 private:
   std::vector<Hash64> keys_;
-  bool runs_nothing_ = false;
+  bool saves_without_kernels_ = false;
   mutable bool ready_ = false;
   mutable bool failed_ = false;
 };

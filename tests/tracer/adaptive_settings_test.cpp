@@ -44,7 +44,8 @@ TEST(AdaptiveSettings, ReadsEveryVariable) {
                                            {"NEURON_ADAPTIVE_WINDOW_BYTES", "16M"},
                                            {"NEURON_ADAPTIVE_MIN_BYTES", "0"},
                                            {"NEURON_ADAPTIVE_EXPLAIN", "1"},
-                                           {"NEURON_ADAPTIVE_UNBACKED", "off"}});
+                                           {"NEURON_ADAPTIVE_UNBACKED", "off"},
+                                           {"NEURON_ADAPTIVE_ACCUMULATE", "0"}});
   EXPECT_TRUE(settings.enabled);
   EXPECT_EQ(settings.threshold, 5);
   EXPECT_EQ(settings.window_ops, 64);
@@ -52,6 +53,8 @@ TEST(AdaptiveSettings, ReadsEveryVariable) {
   EXPECT_EQ(settings.min_bytes, 0);
   EXPECT_TRUE(settings.explain);
   EXPECT_FALSE(settings.unbacked);
+  EXPECT_FALSE(settings.accumulate);
+  EXPECT_TRUE(parse({}).accumulate);
 }
 
 TEST(AdaptiveSettings, AMalformedOrOutOfRangeValueNamesTheVariableAndTheValue) {
@@ -65,6 +68,8 @@ TEST(AdaptiveSettings, AMalformedOrOutOfRangeValueNamesTheVariableAndTheValue) {
   EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_MIN_BYTES", "-1"}}).find("NEURON_ADAPTIVE_MIN_BYTES='-1'"),
             std::string::npos);
   EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_UNBACKED", "2"}}).find("NEURON_ADAPTIVE_UNBACKED='2'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"NEURON_ADAPTIVE_ACCUMULATE", "x"}}).find("NEURON_ADAPTIVE_ACCUMULATE='x'"),
             std::string::npos);
 }
 
