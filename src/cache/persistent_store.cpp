@@ -409,7 +409,8 @@ PersistentStore* openFromEnvironment() {
 
 PersistentStore* PersistentStore::fromEnvironment() {
   // Fork-safe (made_once.h): opening takes locks and time. A child forked while its parent's
-  // thread opened the store opens none (the store is off in a forked child anyway).
+  // thread opened the store opens none once the store's fork handler exists (the store is off
+  // in a forked child anyway); forked before that, it opens one as a fresh process would.
   static MadeOnce<PersistentStore*> store;
   return store.get([]() -> PersistentStore** {
     return new PersistentStore*(in_forked_child.load() ? nullptr : openFromEnvironment());

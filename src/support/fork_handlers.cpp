@@ -39,7 +39,7 @@ template <void (*ForkHandlers::*kStep)()> void releaseInReverse(const Registered
 }
 
 void prepare() {
-  settings(); // its function-local static is made before the fork, never during it
+  settings();                            // made before the fork, never during it
   static Registered snapshot[kCapacity]; // only the forking thread touches it, under the fork
   for (;;) {
     int taken;

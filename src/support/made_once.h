@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <type_traits>
 
 namespace torchneuron {
 
@@ -39,5 +40,9 @@ private:
   std::once_flag once_;
   std::atomic<T*> object_{nullptr};
 };
+
+// A member with a destructor would give every `static MadeOnce` a guard (and an exit-time
+// destructor) again.
+static_assert(std::is_trivially_destructible_v<MadeOnce<int>>);
 
 } // namespace torchneuron

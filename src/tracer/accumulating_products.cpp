@@ -58,6 +58,9 @@ size_t accumulationOf(const std::vector<DeferredLaunch>& launches, size_t i,
   const InPlaceAccumulation& add = *launches[j].accumulation;
   if (!(add.source == product.output)) return none;
   const void* target = add.target.storage().unsafeGetStorageImpl();
+  // `x.add_(x.mm(w))`: gemm would write the memory it still reads.
+  if (std::find(product.operands.begin(), product.operands.end(), target) != product.operands.end())
+    return none;
   for (size_t k = i + 1; k < j; ++k)
     if (touches(launches[k], target)) return none;
   for (size_t k = j + 1; k < launches.size(); ++k)

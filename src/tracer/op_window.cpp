@@ -160,6 +160,7 @@ void OpWindow::runLaunches(bool fuse, bool accumulate, bool wait, BatchFusion& f
   }
   held.clear();
   held_host_values.clear();
+  product_results.clear();
   pending_bytes = largest_pending = product_bytes = 0;
   memory_check_interval = 1;
   calls_until_memory_check = 0;
@@ -173,6 +174,7 @@ void OpWindow::dropAfterFailure() {
   // A result the program holds keeps its storage usable, whatever the steps left in it.
   backEscapingResults(held);
   held_host_values.clear();
+  product_results.clear();
   debug.reset();
   pending_bytes = largest_pending = product_bytes = 0;
 }

@@ -86,7 +86,10 @@ public:
   std::vector<DeferredLaunch> launches;
   std::vector<c10::Storage> held;
   std::vector<at::Tensor> held_host_values; // copies of CPU numbers the kernels read
-  int64_t pending_bytes = 0;                // bytes of the results recorded (their storages)
+  // The storages of the recorded products' results an in-place add may absorb
+  // (accumulating_products.h): only an add of one of them is noted as an accumulation.
+  c10::SmallVector<const void*, 8> product_results;
+  int64_t pending_bytes = 0; // bytes of the results recorded (their storages)
   // Of those, the results of matrix products an in-place add may absorb
   // (accumulating_products.h): held like the others, but not counted toward the window's byte
   // limit.

@@ -332,37 +332,6 @@ bool worthDeferring(int64_t min_bytes, c10::ArrayRef<c10::IValue> args) {
   return min_bytes == 0 || touchesTensorOver(args, min_bytes);
 }
 
-// A call too small to defer that adds a result the window has not computed yet into a tensor in
-// place (autograd accumulating a bias's gradient) is recorded into the batch rather than run
-// after it, untraced: it takes no op record, so the window's signature is what it would be. Run
-// eagerly, it would run the batch first and part a weight gradient's product from its own
-// accumulation, which autograd often issues after the bias's (accumulating_products.h). Returns
-// what the kernel returned, or nothing when the call is not such a call (or the window will not
-// run fused): then it runs as any small call.
-std::optional<bool> recordSmallAccumulation(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                                            CompiledKernelFunction kernel) {
-  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
-  if (!detail::launches_recorded.load(std::memory_order_acquire) ||
-      !isInPlaceAccumulation(op, args))
-    return std::nullopt;
-  auto lock = lockWindow();
-  TracerState& tracer = state();
-  const OpWindow& window = tracer.window;
-  if (!tracer.settings.accumulate || tracer.settings.debug || !recordingFused(tracer) ||
-      !window.touches(args[1].toTensor().storage().unsafeGetStorageImpl()))
-    return std::nullopt;
-  ++traced_call_depth;
-  detail::deferring = true;
-  deferred_op = &op;
-  struct Restore {
-    ~Restore() {
-      detail::deferring = false;
-      --traced_call_depth;
-    }
-  } restore;
-  return kernel(op, stack);
-}
-
 // Notes the call's results as outputs of this step (their storages' source for later records).
 void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t returns = op.schema().returns().size();
@@ -485,6 +454,50 @@ TracedCallStart beginTracedCall() {
   syncAtEndOfBackward();
   runLaunchesAtMemoryBound(state());
   return begun;
+}
+
+// The accumulation `op` performs (accumulating_products.h) when it adds the result of a product
+// recorded in this window, or null.
+std::shared_ptr<const InPlaceAccumulation> accumulationOfAProduct(const OpWindow& window,
+                                                                  const c10::OperatorHandle& op,
+                                                                  c10::ArrayRef<c10::IValue> args) {
+  if (!isInPlaceAccumulation(op, args)) return nullptr;
+  const void* source = args[1].toTensor().storage().unsafeGetStorageImpl();
+  if (std::find(window.product_results.begin(), window.product_results.end(), source) ==
+      window.product_results.end())
+    return nullptr;
+  return inPlaceAccumulationOf(op, args);
+}
+
+// A call too small to defer that adds a result the window has not computed yet into a tensor in
+// place (autograd accumulating a bias's gradient) is recorded into the batch rather than run
+// after it, untraced: it takes no op record, so the window's signature is what it would be. Run
+// eagerly, it would run the batch first and part a weight gradient's product from its own
+// accumulation, which autograd often issues after the bias's (accumulating_products.h). Returns
+// what the kernel returned, or nothing when the call is not such a call (or the window will not
+// run fused): then it runs as any small call.
+std::optional<bool> recordSmallAccumulation(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                            CompiledKernelFunction kernel) {
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, op.schema().arguments().size());
+  if (!detail::launches_recorded.load(std::memory_order_acquire) ||
+      detail::debugging.load(std::memory_order_relaxed) || !isInPlaceAccumulation(op, args))
+    return std::nullopt;
+  TracedCallStart begun = beginTracedCall(); // the end of a backward pass ends its window first
+  TracerState& tracer = state();
+  const OpWindow& window = tracer.window;
+  if (!tracer.settings.accumulate || tracer.settings.debug || !recordingFused(tracer) ||
+      !window.touches(args[1].toTensor().storage().unsafeGetStorageImpl()))
+    return std::nullopt;
+  ++traced_call_depth;
+  detail::deferring = true;
+  deferred_op = &op;
+  struct Restore {
+    ~Restore() {
+      detail::deferring = false;
+      --traced_call_depth;
+    }
+  } restore;
+  return kernel(op, stack);
 }
 
 // A window that reached NEURON_ADAPTIVE_WINDOW ops (or the next whole loop iteration after
@@ -668,10 +681,10 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   const auto kernel_start = timed ? std::chrono::steady_clock::now() : start;
   if (defer) deferred_op = &op;
-  // An in-place add that an earlier product may absorb (accumulating_products.h), noted on its
-  // one launch.
+  // An in-place add of a recorded product's result, which the product may absorb
+  // (accumulating_products.h), noted on its one launch.
   std::shared_ptr<const InPlaceAccumulation> accumulation =
-      defer ? inPlaceAccumulationOf(op, args) : nullptr;
+      defer && !window.product_results.empty() ? accumulationOfAProduct(window, op, args) : nullptr;
   const size_t launches_before = window.launches.size();
   bool ran;
   {
@@ -766,15 +779,19 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
   // gradient's product and its accumulation, whatever its size (the limit keeps recorded
   // elementwise results near a core's L2; a product's result is BLAS's, as large as it is). It
   // still counts toward the memory bounds (endWindowAtLimits, runLaunchesAtMemoryBound).
-  const bool toward_the_limit = !(product && tracer.settings.accumulate && tracer.settings.fusion);
+  const bool absorbable = product && tracer.settings.accumulate && tracer.settings.fusion;
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.has_storage()) continue;
     window.held.push_back(t.storage());
     const auto bytes = static_cast<int64_t>(t.storage().nbytes());
     window.notePending(bytes);
-    if (!toward_the_limit) window.product_bytes += bytes;
+    if (absorbable) {
+      window.product_bytes += bytes;
+      window.product_results.push_back(t.storage().unsafeGetStorageImpl());
+    }
     launch.storages.push_back(t.storage().unsafeGetStorageImpl());
   }
+  if (!absorbable) product.reset();
   launch.host_step = std::move(step);
   launch.product = std::move(product);
   if (deferred_op != nullptr) launch.op = *deferred_op;

@@ -84,6 +84,19 @@ def test_a_target_touched_between_the_product_and_the_add_is_not_joined(dev):
     assert run_on_both(program, dev) == 0
 
 
+def test_a_product_added_into_one_of_its_own_operands_is_not_joined(dev):
+    """`x += x @ w`: gemm would write the memory it still reads."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(256, 256, generator=generator)
+    w = torch.randn(256, 256, generator=generator) / 256
+    device_x, device_w = x.to(dev), w.to(dev)
+    for _ in range(STEPS):
+        x += x @ w
+        device_x += device_x @ device_w
+        assert_close(device_x.cpu(), x, rtol=1e-4, atol=1e-4)
+    assert fusion_metrics()["accumulating_products"] == 0
+
+
 def test_an_add_with_alpha_other_than_one_is_not_joined(dev):
     def program(target, a, b):
         target.add_(a.mm(b), alpha=2)
