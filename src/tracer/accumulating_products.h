@@ -12,8 +12,10 @@
 // is about to run, foldAccumulatingProducts joins the two where that cannot change a result:
 // the add is the first later step that touches the product's storage, no step between them
 // touches the target, no later step touches the product, and nothing outside the window holds
-// the product (its storage is dead). Rounding differs from the two steps' only as the order of
-// the additions does: gemm adds each dot product into the target.
+// the product (its storage is dead), and the target is none of the product's operands (gemm
+// would write what it reads). Rounding differs from the two steps' only as the order of the
+// additions does: gemm adds each dot product into the target. A batch that fails between the two
+// steps leaves the target accumulated (the add's own step would not have run).
 //
 // Locking: under the tracer's window lock, like the batch.
 
