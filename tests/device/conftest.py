@@ -52,6 +52,21 @@ def assert_child_check_passes(check):
     assert status == 0 and report == b"ok", report
 
 
+def last_lines_under_settings(program, variable, values, timeout=300):
+    """Runs the Python `program` in a fresh process once per value of the environment
+    `variable`; asserts each exits cleanly and returns {value: the last line it printed}."""
+    import subprocess
+    import sys
+    lines = {}
+    for value in values:
+        env = dict(os.environ, **{variable: value})
+        run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        assert run.returncode == 0, run.stderr
+        lines[value] = run.stdout.strip().splitlines()[-1]
+    return lines
+
+
 def assert_same(device_tensor, cpu_tensor, **kwargs):
     import torch
     import torchneuron

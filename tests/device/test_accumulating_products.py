@@ -5,12 +5,9 @@ in-place add into another tensor (autograd accumulating a weight's gradient) add
 say whether the pair was joined, and each refusal is a case where joining would give a wrong
 result (the product read again or kept, the target touched in between, alpha other than 1)."""
 
-import os
-import subprocess
-import sys
-
 import torch
 import torchneuron
+from conftest import last_lines_under_settings
 from torch.testing import assert_close
 
 # The fusion tests' fixture: adaptive mode with fusion, compiles awaited, fresh counters.
@@ -164,12 +161,6 @@ for _ in range(6):
     target.cpu()
 print(torchneuron.metrics()["adaptive"]["accumulating_products"])
 """
-    counts = {}
-    for value in ("0", "1"):
-        env = dict(os.environ, NEURON_ADAPTIVE_ACCUMULATE=value)
-        run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert run.returncode == 0, run.stderr
-        counts[value] = int(run.stdout.split()[-1])
-    assert counts["0"] == 0
-    assert counts["1"] > 0
+    counts = last_lines_under_settings(program, "NEURON_ADAPTIVE_ACCUMULATE", ("0", "1"))
+    assert int(counts["0"]) == 0
+    assert int(counts["1"]) > 0

@@ -3,15 +3,13 @@ same argument metadata and numbers replays its captured plans without planning. 
 gives a call whose replay of an earlier capture would be wrong (a number baked into the plan, a
 broadcast, an overlap ATen refuses, the default dtype, an out= resize) and checks the result
 against the CPU or ATen's error, after the cache has captured and replayed the earlier call."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 import torchneuron
+from conftest import last_lines_under_settings
 
 dev = torchneuron.device()
 
@@ -186,13 +184,8 @@ def test_training_matches_with_the_cache_off():
                           "cache": torchneuron.metrics()["eager_call_cache"]}))
     """)
     import json
-    runs = {}
-    for setting in ("1", "0"):
-        env = dict(os.environ, NEURON_EAGER_CALL_CACHE=setting)
-        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        runs[setting] = json.loads(out.stdout.strip().splitlines()[-1])
+    runs = {setting: json.loads(line) for setting, line in
+            last_lines_under_settings(program, "NEURON_EAGER_CALL_CACHE", ("1", "0")).items()}
     assert runs["1"]["params"] == runs["0"]["params"]
     assert runs["1"]["cache"]["replays"] > 0
     assert runs["0"]["cache"] == {"enabled": False, "replays": 0, "captures": 0,
