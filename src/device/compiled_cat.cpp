@@ -13,7 +13,6 @@
 #include "device/kernel_operand.h"
 #include "device/plan_executor.h"
 #include "fusion/element_type.h"
-#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -104,9 +103,8 @@ c10::optional<LaunchPlan> planCat(const std::vector<at::Tensor>& tensors, int64_
 } // namespace
 
 bool runCompiledCat(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kCompiled, "aten::cat"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kCompiled, "aten::cat");
   const size_t count = handle.schema().arguments().size();
   auto args = torch::jit::last(*stack, count);
   const std::vector<at::Tensor> tensors = args[0].toTensorVector();

@@ -10,7 +10,6 @@
 #include "device/compiled_ops.h"
 #include "device/device.h"
 #include "device/reduction_launch.h"
-#include "support/made_once.h"
 
 namespace torchneuron {
 namespace {
@@ -80,9 +79,8 @@ c10::optional<TensorList> run(const char* op, TensorList inputs, int64_t dim,
 } // namespace
 
 bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kCompiled, "aten::native_layer_norm");
   auto args = torch::jit::last(*stack, 5);
   const at::Tensor input = args[0].toTensor();
   const std::vector<int64_t> normalized_shape = args[1].toIntVector();
@@ -109,9 +107,8 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
 }
 
 bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches = &counter.get(
-      [] { return launchCounter(LaunchKind::kCompiled, "aten::native_layer_norm_backward"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kCompiled, "aten::native_layer_norm_backward");
   auto args = torch::jit::last(*stack, 8);
   const at::Tensor grad_out = args[0].toTensor(), input = args[1].toTensor();
   const std::vector<int64_t> normalized_shape = args[2].toIntVector();

@@ -21,7 +21,6 @@
 #include "device/library_ops.h"
 #include "device/metrics.h"
 #include "device/runtime_ops.h"
-#include "support/made_once.h"
 #include "tracer/accumulating_products.h"
 #include "tracer/tracer.h"
 
@@ -105,9 +104,8 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
 
 at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 2) || !productShapesAgree(self, mat2)) return at::Tensor();
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::mm"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::mm");
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
       [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
@@ -122,9 +120,8 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   if (!plainOperands({&self, &mat1, &mat2}, 2) || !productShapesAgree(mat1, mat2) ||
       !expandsTo(self, {mat1.size(0), mat2.size(1)}))
     return at::Tensor();
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::addmm"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::addmm");
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
       [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
@@ -134,9 +131,8 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
 
 at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 3) || !productShapesAgree(self, mat2)) return at::Tensor();
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::bmm"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::bmm");
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
       [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
@@ -151,9 +147,8 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   if (!plainOperands({&self, &batch1, &batch2}, 3) || !productShapesAgree(batch1, batch2) ||
       !expandsTo(self, {batch1.size(0), batch1.size(1), batch2.size(2)}))
     return at::Tensor();
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::baddbmm"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
       [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,

@@ -15,7 +15,6 @@
 #include "device/library_ops.h"
 #include "device/metrics.h"
 #include "device/runtime_ops.h"
-#include "support/made_once.h"
 #include "tracer/tracer.h"
 
 namespace torchneuron {
@@ -73,9 +72,8 @@ void runLibraryNllLossForward(const c10::OperatorHandle& op, torch::jit::Stack* 
                                   ScopedHostView(self).tensor(), ScopedHostView(target).tensor(),
                                   host_weight.tensor(), reduction, ignore_index);
   }
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::nll_loss_forward"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::nll_loss_forward");
   recordLaunch(launches);
   torch::jit::drop(*stack, kArguments);
   torch::jit::push(*stack, std::move(output), std::move(total_weight));
@@ -107,9 +105,8 @@ void runLibraryNllLossBackward(const c10::OperatorHandle& op, torch::jit::Stack*
         ScopedHostView(self).tensor(), ScopedHostView(target).tensor(), host_weight.tensor(),
         reduction, ignore_index, ScopedHostView(total_weight).tensor());
   }
-  static MadeOnce<LaunchCounter> counter; // not a static pointer: fork-safe (made_once.h)
-  LaunchCounter* launches =
-      &counter.get([] { return launchCounter(LaunchKind::kLibrary, "aten::nll_loss_backward"); });
+  static SiteLaunchCounter site;
+  LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::nll_loss_backward");
   recordLaunch(launches);
   torch::jit::drop(*stack, kArguments);
   torch::jit::push(*stack, std::move(grad_input));

@@ -152,9 +152,6 @@ private:
 
 namespace {
 thread_local PendingListLaunches thread_list_launches;
-} // namespace
-
-namespace {
 // -1: NEURON_LIST_LAUNCHES decides; 0 or 1: setListLaunches() did.
 std::atomic<int> list_launches_override{-1};
 } // namespace

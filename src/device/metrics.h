@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "support/made_once.h"
+
 namespace c10 {
 class OperatorHandle;
 }
@@ -23,6 +25,19 @@ const char* launchKindName(LaunchKind kind);
 // process; kernels look theirs up once and count without a lock.
 using LaunchCounter = std::atomic<int64_t>;
 LaunchCounter* launchCounter(LaunchKind kind, const std::string& op_name);
+
+// One call site's launch counter, looked up at its first use and kept: `static
+// SiteLaunchCounter site;` then `site.get(kind, name)`. Fork-safe where a static pointer is not
+// (support/made_once.h): the lookup takes the table's lock, which fork() holds.
+class SiteLaunchCounter {
+public:
+  LaunchCounter* get(LaunchKind kind, const char* op_name) {
+    return &made_.get([&] { return launchCounter(kind, op_name); });
+  }
+
+private:
+  MadeOnce<LaunchCounter> made_;
+};
 
 inline void recordLaunch(LaunchCounter* counter) {
   counter->fetch_add(1, std::memory_order_relaxed);

@@ -101,11 +101,15 @@ bool isInPlaceAccumulation(const c10::OperatorHandle& op, c10::ArrayRef<c10::IVa
          isOne(args[2].toScalar());
 }
 
-std::shared_ptr<const InPlaceAccumulation> inPlaceAccumulationOf(const c10::OperatorHandle& op,
-                                                                 c10::ArrayRef<c10::IValue> args) {
+std::shared_ptr<const InPlaceAccumulation>
+inPlaceAccumulationOf(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                      c10::ArrayRef<const void*> product_results) {
   if (!isInPlaceAccumulation(op, args)) return nullptr;
   const at::Tensor& target = args[0].toTensor();
   const at::Tensor& source = args[1].toTensor();
+  if (std::find(product_results.begin(), product_results.end(),
+                source.storage().unsafeGetStorageImpl()) == product_results.end())
+    return nullptr;
   auto accumulation = std::make_shared<InPlaceAccumulation>();
   accumulation->target = frozenTensor(target);
   accumulation->source = TensorPlace::of(source);

@@ -63,9 +63,11 @@ struct InPlaceAccumulation {
 // comparison for any other op.
 bool isInPlaceAccumulation(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
-// The accumulation `op` performs (isInPlaceAccumulation), or null.
-std::shared_ptr<const InPlaceAccumulation> inPlaceAccumulationOf(const c10::OperatorHandle& op,
-                                                                 c10::ArrayRef<c10::IValue> args);
+// The accumulation `op` performs (isInPlaceAccumulation) when what it adds lies in one of
+// `product_results` (the storages of the products' results recorded in the window), or null.
+std::shared_ptr<const InPlaceAccumulation>
+inPlaceAccumulationOf(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                      c10::ArrayRef<const void*> product_results);
 
 // Joins each accumulating product of `launches` with the in-place accumulation of its result
 // where the header's conditions hold: the product's step adds into the target and the

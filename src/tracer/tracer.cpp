@@ -456,19 +456,6 @@ TracedCallStart beginTracedCall() {
   return begun;
 }
 
-// The accumulation `op` performs (accumulating_products.h) when it adds the result of a product
-// recorded in this window, or null.
-std::shared_ptr<const InPlaceAccumulation> accumulationOfAProduct(const OpWindow& window,
-                                                                  const c10::OperatorHandle& op,
-                                                                  c10::ArrayRef<c10::IValue> args) {
-  if (!isInPlaceAccumulation(op, args)) return nullptr;
-  const void* source = args[1].toTensor().storage().unsafeGetStorageImpl();
-  if (std::find(window.product_results.begin(), window.product_results.end(), source) ==
-      window.product_results.end())
-    return nullptr;
-  return inPlaceAccumulationOf(op, args);
-}
-
 // A call too small to defer that adds a result the window has not computed yet into a tensor in
 // place (autograd accumulating a bias's gradient) is recorded into the batch rather than run
 // after it, untraced: it takes no op record, so the window's signature is what it would be. Run
@@ -684,7 +671,9 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // An in-place add of a recorded product's result, which the product may absorb
   // (accumulating_products.h), noted on its one launch.
   std::shared_ptr<const InPlaceAccumulation> accumulation =
-      defer && !window.product_results.empty() ? accumulationOfAProduct(window, op, args) : nullptr;
+      defer && !window.product_results.empty()
+          ? inPlaceAccumulationOf(op, args, window.product_results)
+          : nullptr;
   const size_t launches_before = window.launches.size();
   bool ran;
   {
