@@ -17,12 +17,12 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 # The device's side times its kernels: an op's first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
+from alternating import per_call_us  # noqa: E402
 
 LISTS = {
     "200x1K": [1000] * 200,
@@ -35,20 +35,6 @@ OPS = {
     "_foreach_mul_.Scalar": lambda p, g: torch._foreach_mul_(p, 0.9999),
     "_foreach_addcmul_.Scalar": lambda p, g: torch._foreach_addcmul_(p, g, g, 1e-3),
 }
-
-
-def per_call_us(op, args, calls, sync):
-    # PyTorch's OpenMP workers spin for a while after a parallel region (and OpenBLAS's after a
-    # product): a block that starts while they spin shares the cores with them. Each block starts
-    # on quiet cores, the one before it having settled.
-    time.sleep(0.05)
-    op(*args)
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        op(*args)
-    sync()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main(argv):

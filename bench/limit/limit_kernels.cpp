@@ -104,6 +104,28 @@ void linear(const float* x, const float* w, float* y, int64_t rows, int64_t widt
   cblas_sgemm(101, 111, 112, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
 }
 
+// One row of 2x2 windows: `top` is the window row's first input row, `first` its place in the
+// plane. Conditional expressions, not branches: they vectorize (stride-2 loads split by
+// shuffles), where random data would mispredict branches half the time.
+void maxPoolRow(const float* __restrict top, int64_t width, int64_t first, int64_t out_w,
+                float* __restrict out, int64_t* __restrict indices) {
+  const float* __restrict bottom = top + width;
+  for (int64_t j = 0; j < out_w; ++j) {
+    const int64_t at = first + 2 * j;
+    float best = top[2 * j];
+    int64_t best_at = at;
+    const float b = top[2 * j + 1], c = bottom[2 * j], d = bottom[2 * j + 1];
+    best_at = b > best ? at + 1 : best_at;
+    best = b > best ? b : best;
+    best_at = c > best ? at + width : best_at;
+    best = c > best ? c : best;
+    best_at = d > best ? at + width + 1 : best_at;
+    best = d > best ? d : best;
+    out[j] = best;
+    indices[j] = best_at;
+  }
+}
+
 } // namespace
 
 extern "C" {
@@ -126,6 +148,18 @@ void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols
   parallelFor(rows, rowGrain(cols), threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       softmaxRow(x + i * cols, out + i * cols, cols);
+  });
+}
+
+void neuron_limit_max_pool2x2(const float* x, float* out, int64_t* indices, int64_t planes,
+                              int64_t height, int64_t width, int threads) {
+  const int64_t out_h = height / 2, out_w = width / 2, rows = planes * out_h;
+  parallelFor(rows, rowGrain(out_w * 4), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t plane = row / out_h, first = 2 * (row % out_h) * width;
+      maxPoolRow(x + plane * height * width + first, width, first, out_w, out + row * out_w,
+                 indices + row * out_w);
+    }
   });
 }
 

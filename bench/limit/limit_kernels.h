@@ -30,6 +30,14 @@ void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols
 // width (weights[l] row-major out x in, as nn.Linear keeps them; biases[l]), tanh_gelu after
 // each but the last. The matmuls are OpenBLAS's sgemm (what PyTorch's mm calls here), the bias
 // and GELU one fused pass over each hidden result. `hidden` holds 2 * batch * width floats.
+// out[p, i, j] = the largest of the 2x2 window at (2 i, 2 j) of plane p (height x width, the
+// planes contiguous; windows past an odd edge dropped, as max_pool2d's floor mode), and
+// indices[p, i, j] its place in the plane (row * width + column): the first of equal maxima, as
+// max_pool2d_with_indices (under -ffast-math a NaN's place is not ATen's; the bench's inputs have
+// none).
+void neuron_limit_max_pool2x2(const float* x, float* out, int64_t* indices, int64_t planes,
+                              int64_t height, int64_t width, int threads);
+
 void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
                            int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
                            int threads);

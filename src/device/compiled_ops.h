@@ -31,6 +31,10 @@ bool runCompiledCat(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// max_pool2d_with_indices as a compiled reduction over windows (compiled_pooling.cpp): contiguous
+// float and double input, no padding, every window inside the input; it declines other calls.
+bool runCompiledMaxPool2d(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Copies `src` into `dst` (both on the device, src broadcastable to dst, any kernel dtypes) with
 // a compiled kernel (copy_plan.h), counted under aten::copy_; false when the kernels do not
 // cover it (the caller copies otherwise).

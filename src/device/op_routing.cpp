@@ -63,8 +63,8 @@ void registerDeviceKernel(torch::Library& aten, const std::string& schema_name,
   aten.impl(schema_name.c_str(), std::move(kernel));
 }
 
-template <Route route, auto kernel = nullptr> torch::CppFunction routed() {
-  return torch::CppFunction::makeFromBoxedFunction<&routeOp<route, kernel>>();
+template <Route route, auto kernel = nullptr, auto declined = nullptr> torch::CppFunction routed() {
+  return torch::CppFunction::makeFromBoxedFunction<&routeOp<route, kernel, declined>>();
 }
 
 // A library op that runs as another op (`rewrite` turns its stack into that op's and names it).
@@ -169,7 +169,7 @@ constexpr const char* kTrainingOps[] = {
     "native_batch_norm", "native_batch_norm_backward", "native_group_norm",
     "native_group_norm_backward",
     // pooling
-    "max_pool2d_with_indices", "max_pool2d_with_indices.out", "max_pool2d_with_indices_backward",
+    "max_pool2d_with_indices.out", "max_pool2d_with_indices_backward",
     "max_pool2d_with_indices_backward.grad_input", "max_pool3d_with_indices",
     "max_pool3d_with_indices.out", "max_pool3d_with_indices_backward",
     "max_pool3d_with_indices_backward.grad_input", "avg_pool2d", "avg_pool2d.out",
@@ -270,6 +270,10 @@ void registerCompiledOps(torch::Library& aten) {
                        routed<Route::kCompiled, &runCompiledLayerNorm>());
   registerDeviceKernel(aten, "native_layer_norm_backward",
                        routed<Route::kCompiled, &runCompiledLayerNormBackward>());
+  // Its other calls (padding, ceil_mode windows past the input, other dtypes) keep the library
+  // kernel they had before the compiled one.
+  registerDeviceKernel(aten, "max_pool2d_with_indices",
+                       routed<Route::kCompiled, &runCompiledMaxPool2d, &runLibraryKernelOnHost>());
 }
 
 // 4. Composite ops with a CPU kernel (native_layer_norm's siblings native_group_norm, addr,

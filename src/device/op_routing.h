@@ -43,15 +43,18 @@ using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack*
 void warnAutocastDoesNotApply();
 
 // routeOp's call of its route, once autocast is handled.
-template <Route route, auto kernel = nullptr>
+template <Route route, auto kernel = nullptr, auto declined = nullptr>
 void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The per-call decision for every boxed device op. The route and its kernel are fixed when the
 // op is registered, so a call costs one direct call: no lookup, no allocation. In adaptive mode
 // (tracer/tracer.h) compiled and library calls go through the tracer, which runs them eagerly or
 // records them into the op window; the fallback is a sync point (runCpuFallback): the window
-// runs before it touches device memory.
-template <Route route, auto kernel = nullptr>
+// runs before it touches device memory. A compiled route given a library kernel as `declined`
+// runs the calls its kernel declines on that library route instead of the fallback (an op whose
+// compiled kernel covers only some calls, max_pool2d_with_indices: the rest keep ATen's kernel
+// on device memory, without the fallback's warning and sync).
+template <Route route, auto kernel = nullptr, auto declined = nullptr>
 void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Autocast is on when one of its keys is not excluded (they are by default); a thread-local read.
   if (C10_UNLIKELY(!c10::impl::tls_local_dispatch_key_set().excluded_.isSupersetOf(
@@ -60,13 +63,13 @@ void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // The op runs in its tensors' own dtypes, as the warning says, also where it runs a CPU
     // kernel on host views (which CPU autocast would otherwise cast).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    routeCall<route, kernel>(op, stack);
+    routeCall<route, kernel, declined>(op, stack);
     return;
   }
-  routeCall<route, kernel>(op, stack);
+  routeCall<route, kernel, declined>(op, stack);
 }
 
-template <Route route, auto kernel>
+template <Route route, auto kernel, auto declined>
 void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if constexpr (route == Route::kCompiled) {
     static_assert(std::is_same_v<decltype(kernel), CompiledKernel>);
@@ -79,20 +82,29 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       interim = scope.requested();
     }
     // A capture under way (plan_replay.h) cannot replay a CPU kernel run inside its call.
+    if constexpr (!std::is_same_v<decltype(declined), std::nullptr_t>) {
+      static_assert(std::is_same_v<decltype(declined), LibraryKernel>);
+      if (!interim) {
+        routeCall<Route::kLibrary, declined>(op, stack);
+        return;
+      }
+    }
     invalidateCallCapture();
     if (interim)
       runInterimOnHost(op, stack);
     else
       runCpuFallback(op, stack);
   } else if constexpr (route == Route::kLibrary) {
-    static_assert(std::is_same_v<decltype(kernel), LibraryKernel>);
+    static_assert(std::is_same_v<decltype(kernel), LibraryKernel> &&
+                  std::is_same_v<decltype(declined), std::nullptr_t>);
     invalidateCallCapture();
     if (tracer::adaptiveEnabled())
       tracer::traceLibraryCall(op, stack, kernel);
     else
       kernel(op, stack);
   } else {
-    static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t>);
+    static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t> &&
+                  std::is_same_v<decltype(declined), std::nullptr_t>);
     invalidateCallCapture();
     runCpuFallback(op, stack);
   }

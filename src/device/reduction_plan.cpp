@@ -126,6 +126,10 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   fusion::ReductionSignature& signature = launch.reduction;
   signature.op = call.op;
   signature.constants = call.constants;
+  if (call.op->static_window) {
+    signature.constants.append(red.sizes.begin(), red.sizes.end());
+    signature.constants.push_back(kept.strides[num_outputs].back());
+  }
   signature.compute = call.compute;
   for (const at::Tensor& t : call.inputs)
     signature.inputs.push_back(t.scalar_type());

@@ -9,6 +9,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -199,6 +200,18 @@ struct CompilerState {
     mlir::registerAllPasses(); // once: the state is made once, under compiler_mutex
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
+    keepConditionalMoves();
+  }
+
+  // x86's cmov converter turns a select whose value is cheaper than its condition into a branch
+  // when it expects the branch to predict well (its own example is a running arg-max). A
+  // kernel's selects depend on tensor data: in a max pool's scalar remainder the branches
+  // mispredicted about half the time and made the kernel 4x slower than its vectorized part.
+  // The option is LLVM's, process-wide; no other LLVM user runs in this process's compiles.
+  static void keepConditionalMoves() {
+    llvm::StringMap<llvm::cl::Option*>& options = llvm::cl::getRegisteredOptions();
+    const auto found = options.find("x86-cmov-converter");
+    if (found != options.end()) found->second->addOccurrence(0, "x86-cmov-converter", "false");
   }
 
   mlir::MLIRContext& mlirContext() {

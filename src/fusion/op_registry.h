@@ -157,7 +157,17 @@ struct ReductionOp {
   int num_outputs = 1;
   bool row_output = false;  // outputs have the input's shape (softmax), not the reduced shape
   bool needs_index = false; // combine gets the element's linear index within the row (i64)
-  int num_params = 0;       // run-time scalars (a correction, an order p, an epsilon)
+  // With needs_index: the index is instead the element's offset in elements from input 0's
+  // first element, through input 0's strides (a pooling window's element, whose place in the
+  // input the op derives from it). Input 0 must be read from memory: no prologue fusion.
+  bool index_is_input_offset = false;
+  // The kernel has its window's shape as constants, which the plan appends to the signature's
+  // constants after the op's own: the reduced dimensions' sizes, then input 0's stride along the
+  // innermost kept dimension (the step from one window to the next). A pooling window of fixed
+  // size and step unrolls into straight-line code, and LLVM vectorizes across windows (strided
+  // loads of a known step), at one kernel per window shape.
+  bool static_window = false;
+  int num_params = 0; // run-time scalars (a correction, an order p, an epsilon)
   ReductionRule rule;
   std::function<std::vector<Value>(ReduceContext&, int pass)> init;
   std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,

@@ -50,7 +50,8 @@ public:
     }
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
-                                               s.inner[s.outputs.size() + i], classifiedDim()));
+                                               s.inner[s.outputs.size() + i], classifiedDim(),
+                                               k_ - 1, i == 0 ? windowStep() : 0));
     if (prologue_ != nullptr) preparePrologue();
     stores_row_values_ = op_.row_output && op_.store_pass >= 0 && op_.row_stats == 0 &&
                          !s.outputs.empty() && storageType(s.outputs[0]).mlir == compute_.mlir;
@@ -82,11 +83,17 @@ public:
     const auto [shape_memref, shape_type] = shapeMemref();
     for (int d = 1; d < k_ + m_; ++d) {
       const std::string name = d < k_ ? "%K" + std::to_string(d) : "%R" + std::to_string(d - k_);
+      if (d >= k_ && op_.static_window) {
+        const int64_t size = s_.constants[s_.constants.size() - m_ - 1 + (d - k_)];
+        e_.line(name + " = arith.constant " + std::to_string(size) + " : index");
+        continue;
+      }
       e_.line("%dim" + std::to_string(d) + " = arith.constant " + std::to_string(d) + " : index");
       e_.line(name + " = memref.dim " + shape_memref + ", %dim" + std::to_string(d) + " : " +
               shape_type);
     }
     convertMemberParams();
+    if (op_.index_is_input_offset) emitInputStrides();
     ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()},
                           {}, {}};
     for (size_t i = 0; i < params; ++i)
@@ -274,6 +281,48 @@ private:
     return Value{cast, {NumberKind::kSigned, 64, "i64"}};
   }
 
+  // ReductionOp::static_window: input 0's stride along the innermost kept dimension, the last
+  // of the signature's constants (0: none).
+  int64_t windowStep() const {
+    if (!op_.static_window) return 0;
+    TORCH_INTERNAL_ASSERT(s_.constants.size() >= static_cast<size_t>(m_) + 1, "[fusion] ", op_.name,
+                          " has no window constants");
+    return s_.constants.back();
+  }
+
+  // Input 0's strides, once, before the loops (%xs#d), for inputOffset.
+  void emitInputStrides() {
+    TORCH_INTERNAL_ASSERT(fromMemory(0), "[fusion] ", op_.name, " needs input 0 from memory");
+    const int rank = k_ + m_;
+    std::string results = "%xb, %xo",
+                types = "memref<" + storageType(s_.inputs[0]).mlir + ">, index";
+    results += ", %xz:" + std::to_string(rank) + ", %xs:" + std::to_string(rank);
+    for (int d = 0; d < 2 * rank; ++d)
+      types += ", index";
+    e_.line(results + " = memref.extract_strided_metadata %x0 : " + input_types_[0] + " -> " +
+            types);
+  }
+
+  // The current element's offset from input 0's first element, in elements (i64).
+  Value inputOffset(const std::string& prefix) {
+    const std::vector<std::string> indices = allIndices(prefix);
+    std::string offset;
+    for (size_t d = 0; d < indices.size(); ++d) {
+      const std::string term = e_.freshName();
+      e_.line(term + " = arith.muli " + indices[d] + ", %xs#" + std::to_string(d) + " : index");
+      if (offset.empty()) {
+        offset = term;
+        continue;
+      }
+      const std::string sum = e_.freshName();
+      e_.line(sum + " = arith.addi " + offset + ", " + term + " : index");
+      offset = sum;
+    }
+    const std::string cast = e_.freshName();
+    e_.line(cast + " = arith.index_cast " + offset + " : index to i64");
+    return Value{cast, {NumberKind::kSigned, 64, "i64"}};
+  }
+
   std::vector<Value> emitPass(ReduceContext& context, int pass) {
     std::vector<Value> accumulators = op_.init(context, pass);
     const std::string tag = "%P" + std::to_string(pass) + "_";
@@ -303,7 +352,9 @@ private:
       store(value, "%o0", output_types_[0], s_.outputs[0], allIndices(prefix));
       updated = op_.combine_stored(context, accumulators, value);
     } else {
-      const Value index = op_.needs_index ? linearIndex(prefix) : Value{};
+      const Value index = !op_.needs_index            ? Value{}
+                          : op_.index_is_input_offset ? inputOffset(prefix)
+                                                      : linearIndex(prefix);
       updated = op_.combine(context, pass, accumulators, x, index);
     }
     for (int j = m_ - 1; j >= 0; --j) {

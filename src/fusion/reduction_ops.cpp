@@ -111,6 +111,58 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
   return op;
 }
 
+// A max pool's windows as reduced dimensions (device/compiled_pooling.cpp): ATen's rule,
+// `val > max || isnan(val)` from the window's first element on, so the first of equal maxima and
+// the last NaN win, and a window of -inf gives its first element. The index is the element's
+// place in its input plane: its offset in the contiguous input modulo the plane's size (param 0,
+// H * W). The window's shape is constant (static_window).
+ReductionOp maxPoolWindow() {
+  ReductionOp op;
+  op.name = "max_pool_window";
+  op.rule = atenRule(ReductionResult::kValuesAndIndices, {}); // internal: no ATen overload
+  op.rule.floats_only = true;
+  op.rule.bool_input = false;
+  op.rule.exact_in_half = true;
+  op.rule.needs_elements = true;
+  op.needs_index = true;
+  op.index_is_input_offset = true;
+  op.static_window = true;
+  op.num_outputs = 2;
+  op.num_params = 1;
+  // Accumulators: the maximum, its offset, and whether an element was seen (a flag of its own,
+  // not a sentinel offset: in the unrolled window it is a constant after the first element, so
+  // the later elements' selects do not wait on a test of the offset).
+  op.init = [](ReduceContext& c, int) {
+    const ElementType i64{NumberKind::kSigned, 64, "i64"};
+    return Values{lowest(c.emit, c.compute), c.emit.intConstant(0, i64),
+                  c.emit.intConstant(0, boolType())};
+  };
+  op.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value& offset) {
+    ScalarEmitter& e = c.emit;
+    const Value first = e.binary("arith.xori", acc[2], e.intConstant(1, boolType()));
+    const Value take =
+        e.binary("arith.ori", first, e.binary("arith.ori", e.gt(x[0], acc[0]), e.isNan(x[0])));
+    return Values{e.select(take, x[0], acc[0]), e.select(take, offset, acc[1]),
+                  e.intConstant(1, boolType())};
+  };
+  op.finish = [](ReduceContext& c, const Values&) {
+    ScalarEmitter& e = c.emit;
+    // offset mod plane without an integer division per window: the quotient through f64 (exact
+    // to within one for offsets below 2^52), then the remainder corrected into [0, plane).
+    const Value& offset = c.results[0][1];
+    const ElementType f64{NumberKind::kFloat, 64, "f64"};
+    const Value plane = e.convert(c.params[0], offset.type);
+    const Value inverse = e.div(e.floatConstant(1, f64), e.convert(c.params[0], f64));
+    const Value quotient = e.convert(e.mul(e.convert(offset, f64), inverse), offset.type);
+    Value rest = e.sub(offset, e.mul(quotient, plane));
+    const Value zero = e.intConstant(0, offset.type);
+    rest = e.select(e.compare("slt", rest, zero), e.add(rest, plane), rest);
+    rest = e.select(e.compare("sge", rest, plane), e.sub(rest, plane), rest);
+    return Values{c.results[0][0], rest};
+  };
+  return op;
+}
+
 ReductionOp boolean(const char* name, bool all, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
@@ -404,6 +456,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ops.push_back(argExtremum("argmin", false, false, {"argmin", "argmin.out"}));
   ops.push_back(argExtremum("max", true, true, {"max.dim", "max.dim_max"}));
   ops.push_back(argExtremum("min", false, true, {"min.dim", "min.dim_min"}));
+  ops.push_back(maxPoolWindow());
   ops.push_back(boolean("all", true, {"all", "all.dim", "all.out", "all.all_out"}));
   ops.push_back(boolean("any", false, {"any", "any.dim", "any.out", "any.all_out"}));
   ops.push_back(variance("var", false, {"var.correction", "var.correction_out"}));

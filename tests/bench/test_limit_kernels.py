@@ -32,6 +32,7 @@ def limit():
     lib.neuron_limit_layer_norm_residual.argtypes = [p, p, p, p, p, i64, i64, f32, i32]
     lib.neuron_limit_softmax.argtypes = [p, p, i64, i64, i32]
     lib.neuron_limit_gelu_mlp.argtypes = [p, p, p, i64, i64, i64, p, p, i32]
+    lib.neuron_limit_max_pool2x2.argtypes = [p, p, p, i64, i64, i64, i32]
     return lib
 
 
@@ -98,6 +99,21 @@ def test_gelu_mlp_accumulates_the_steps(limit, layers, batch, width, threads):
         limit.neuron_limit_gelu_mlp(ptr(state["x"]), weights, biases, layers, batch, width,
                                     ptr(hidden), ptr(state["sum"]), threads)
     close(workload, state["sum"], reference["sum"])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("shape", [(64, 64, 24, 24), (3, 5, 7, 9), (2, 1, 2, 34), (1, 600, 8, 8)])
+def test_max_pool_is_the_cpus_max_pool2d_with_indices(limit, shape, threads):
+    """bench/max_pool.py's limit: maxima and indices exactly as ATen's (ties included)."""
+    x = torch.randn(*shape)
+    x[..., ::3, ::2] = 0.5  # equal maxima in some windows: the first one's index
+    n, c, h, w = shape
+    out = torch.empty(n, c, h // 2, w // 2)
+    indices = torch.empty(out.shape, dtype=torch.long)
+    limit.neuron_limit_max_pool2x2(ptr(x), ptr(out), ctypes.c_void_p(indices.data_ptr()), n * c,
+                                   h, w, threads)
+    values, expected_indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    assert torch.equal(out, values) and torch.equal(indices, expected_indices)
 
 
 def test_loops_call_vector_math_and_leave_the_float_mode_alone(limit):

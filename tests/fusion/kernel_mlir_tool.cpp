@@ -1,7 +1,7 @@
 // Prints a registry op's kernel for FileCheck tests:
 //   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> --
 //   <inputs...> [constants...] neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute>
-//   <kept> <reduced> <output...> -- <inputs...> [column]
+//   <kept> <reduced> <output...> -- <inputs...> [constants <value>...] [column]
 //     (column: column order, inputs contiguous in their innermost kept dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 //   neuron_kernel_mlir <mode> fused <rank> <member>...
@@ -141,8 +141,11 @@ int main(int argc, char** argv) {
       while (args.at(i) != "--")
         s.outputs.push_back(dtypeNamed(args.at(i++)));
       ++i;
-      while (i < args.size() && args.at(i) != "column")
+      while (i < args.size() && args.at(i) != "column" && args.at(i) != "constants")
         s.inputs.push_back(dtypeNamed(args.at(i++)));
+      if (i < args.size() && args.at(i) == "constants")
+        for (++i; i < args.size() && args.at(i) != "column"; ++i)
+          s.constants.push_back(std::stoll(args.at(i)));
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
       s.column_order = i < args.size(); // inputs contiguous along their innermost kept dim
       std::cout << emit(mode, buildReductionKernel(s));

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""max_pool2d_with_indices, 2x2 windows with step 2, in one process: the device's compiled kernel
+(src/device/compiled_pooling.cpp; `device`) against stock PyTorch's CPU kernel (`stock`, ATen's
+max_pool2d_with_indices, which is also what the device's library route ran before the compiled
+kernel) and against the limit, one hand-written C++ loop (bench/limit/limit_kernels.h,
+neuron_limit_max_pool2x2, -O3 -march=native -ffast-math). Blocks alternate the three
+(bench/alternating.py). Allocation differs as it does for a user: stock allocates its two
+results every call (glibc malloc), the device from its caching allocator, the limit writes into
+buffers it reuses. Shapes: cnn-mnist-train's pool (bench/workloads.py; 12 windows a row, so
+the vectorized loop leaves a remainder), one whose rows fill whole vectors, and a wide one.
+Prints one JSON object: per shape the medians over the rounds of the time per call in
+microseconds, nanoseconds per window, and stock's and the limit's time over the device's.
+
+    /usr/bin/python3 bench/max_pool.py [--threads 1] [--rounds 9]
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+# The device's side times its kernel: the first call waits for its compile.
+os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
+import torchneuron  # noqa: E402
+from alternating import per_call_us  # noqa: E402
+
+SHAPES = {"cnn-mnist 64x64x24x24": (64, 64, 24, 24), "64x64x32x32": (64, 64, 32, 32),
+          "16x64x56x56": (16, 64, 56, 56)}
+BUILD = os.environ.get("NEURON_BUILD_DIR",
+                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+
+
+def limit_library():
+    path = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: build the project first (make build)")
+    lib = ctypes.CDLL(path)
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    lib.neuron_limit_max_pool2x2.argtypes = [p, p, p, i64, i64, i64, i32]
+    return lib
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args(argv)
+    if min(args.threads, args.rounds) < 1:
+        parser.error("--threads and --rounds must be positive")
+    torch.set_num_threads(args.threads)
+    torchneuron.set_adaptive(False)
+    lib = limit_library()
+    device = torchneuron.device()
+    torch.manual_seed(0)
+    pool = lambda x: F.max_pool2d(x, 2, return_indices=True)  # noqa: E731
+    results = {}
+    for name, shape in SHAPES.items():
+        x = torch.randn(*shape)
+        n, c, h, w = shape
+        out = torch.empty(n, c, h // 2, w // 2)
+        indices = torch.empty(out.shape, dtype=torch.long)
+
+        def limit(x=x, out=out, indices=indices, planes=n * c, h=h, w=w):
+            lib.neuron_limit_max_pool2x2(x.data_ptr(), out.data_ptr(), indices.data_ptr(),
+                                         planes, h, w, args.threads)
+
+        limit()
+        expected = pool(x)
+        got = pool(x.to(device))
+        for a, b in ((out, expected[0]), (indices, expected[1]), (got[0].cpu(), expected[0]),
+                     (got[1].cpu(), expected[1])):
+            if not torch.equal(a, b):
+                sys.exit(f"{name}: a path's result differs from stock's")
+        calls = max(5, (1 << 25) // x.numel())
+        times = {"stock": [], "device": [], "limit": []}
+        for _ in range(args.rounds):
+            times["stock"].append(per_call_us(pool, (x,), calls, lambda: None))
+            times["device"].append(
+                per_call_us(pool, (x.to(device),), calls, torchneuron.synchronize))
+            times["limit"].append(per_call_us(limit, (), calls, lambda: None))
+        medians = {path: statistics.median(t) for path, t in times.items()}
+        windows = out.numel()
+        results[name] = {
+            **{f"{path}_us": round(us, 1) for path, us in medians.items()},
+            **{f"{path}_ns_per_window": round(us * 1e3 / windows, 2) for path, us in medians.items()},
+            "stock_over_device": round(medians["stock"] / medians["device"], 2),
+            "limit_over_device": round(medians["limit"] / medians["device"], 2)}
+    print(json.dumps({"threads": args.threads, "rounds": args.rounds, "results": results},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
