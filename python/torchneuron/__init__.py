@@ -47,6 +47,10 @@ atexit.register(_C.flush_store_writes)
 # Kernels still compiling in the background (interim launches ran their ops on the CPU
 # meanwhile) are finished first, so that they are stored and the next run does not start cold.
 atexit.register(_C.wait_for_background_compiles)
+# So are the adaptive tracer's fused kernels (registered last, it runs first): a compile still
+# under way when the library's own exit handler ran used to store its kernel after Python had
+# gone, past flush_store_writes.
+atexit.register(_C.wait_for_fused_compiles)
 
 DEVICE_TYPE = "privateuseone"
 
