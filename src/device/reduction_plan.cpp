@@ -127,6 +127,9 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   signature.op = call.op;
   signature.constants = call.constants;
   if (call.op->static_window) {
+    // Every input steps alike between windows (the kernel's memref types say so).
+    for (size_t i = num_outputs; i < num_outputs + call.inputs.size(); ++i)
+      if (kept.strides[i].back() != kept.strides[num_outputs].back()) return c10::nullopt;
     signature.constants.append(red.sizes.begin(), red.sizes.end());
     signature.constants.push_back(kept.strides[num_outputs].back());
   }

@@ -163,9 +163,9 @@ struct ReductionOp {
   bool index_is_input_offset = false;
   // The kernel has its window's shape as constants, which the plan appends to the signature's
   // constants after the op's own: the reduced dimensions' sizes, then input 0's stride along the
-  // innermost kept dimension (the step from one window to the next). A pooling window of fixed
-  // size and step unrolls into straight-line code, and LLVM vectorizes across windows (strided
-  // loads of a known step), at one kernel per window shape.
+  // innermost kept dimension (the step from one window to the next; every input must have it). A
+  // pooling window of fixed size and step unrolls into straight-line code, and LLVM vectorizes
+  // across windows (strided loads of a known step), at one kernel per window shape.
   bool static_window = false;
   int num_params = 0; // run-time scalars (a correction, an order p, an epsilon)
   ReductionRule rule;

@@ -51,7 +51,7 @@ public:
     for (size_t i = 0; i < s.inputs.size(); ++i)
       input_types_.push_back(stridedMemrefType(k_ + m_, storageType(s.inputs[i]).mlir,
                                                s.inner[s.outputs.size() + i], classifiedDim(),
-                                               k_ - 1, i == 0 ? windowStep() : 0));
+                                               k_ - 1, windowStep()));
     if (prologue_ != nullptr) preparePrologue();
     stores_row_values_ = op_.row_output && op_.store_pass >= 0 && op_.row_stats == 0 &&
                          !s.outputs.empty() && storageType(s.outputs[0]).mlir == compute_.mlir;

@@ -163,6 +163,46 @@ ReductionOp maxPoolWindow() {
   return op;
 }
 
+// A max pool over windows of a plane padded with -inf (device/compiled_pooling.cpp): input 0 the
+// values, input 1 each element's place in the unpadded plane, -1 on the padding. Padding is
+// skipped, as ATen's clipped windows skip it: the window starts at its first element inside the
+// input, and -inf never beats an element after it; then max_pool_window's rule. The result's
+// index is the chosen element's place.
+ReductionOp maxPoolWindowMasked() {
+  ReductionOp op;
+  op.name = "max_pool_window_masked";
+  op.rule = atenRule(ReductionResult::kValuesAndIndices, {}); // internal: no ATen overload
+  op.rule.inputs = {"self", "places"};
+  op.rule.floats_only = true;
+  op.rule.bool_input = false;
+  op.rule.exact_in_half = true;
+  op.rule.needs_elements = true;
+  op.static_window = true;
+  op.num_outputs = 2;
+  // Accumulators: the maximum, its place (in the compute type, as the places come), and whether
+  // an element of the input was seen.
+  op.init = [](ReduceContext& c, int) {
+    return Values{lowest(c.emit, c.compute), c.emit.floatConstant(-1, c.compute),
+                  c.emit.intConstant(0, boolType())};
+  };
+  op.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value inside = e.compare("oge", x[1], e.floatConstant(0, x[1].type));
+    const Value first = e.binary("arith.xori", acc[2], e.intConstant(1, boolType()));
+    // Padding (-inf, never NaN) is taken only while nothing inside was seen, and the first
+    // element inside then replaces it.
+    const Value take =
+        e.binary("arith.ori", first, e.binary("arith.ori", e.gt(x[0], acc[0]), e.isNan(x[0])));
+    return Values{e.select(take, x[0], acc[0]), e.select(take, x[1], acc[1]),
+                  e.binary("arith.ori", acc[2], inside)};
+  };
+  op.finish = [](ReduceContext& c, const Values&) {
+    const ElementType i64{NumberKind::kSigned, 64, "i64"};
+    return Values{c.results[0][0], c.emit.convert(c.results[0][1], i64)};
+  };
+  return op;
+}
+
 ReductionOp boolean(const char* name, bool all, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
@@ -457,6 +497,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   ops.push_back(argExtremum("max", true, true, {"max.dim", "max.dim_max"}));
   ops.push_back(argExtremum("min", false, true, {"min.dim", "min.dim_min"}));
   ops.push_back(maxPoolWindow());
+  ops.push_back(maxPoolWindowMasked());
   ops.push_back(boolean("all", true, {"all", "all.dim", "all.out", "all.all_out"}));
   ops.push_back(boolean("any", false, {"any", "any.dim", "any.out", "any.all_out"}));
   ops.push_back(variance("var", false, {"var.correction", "var.correction_out"}));

@@ -205,8 +205,9 @@ public:
   bool tryAttachReduction(size_t index, const PartitionLaunch& launch) {
     const ReductionSignature& r = *launch.reduction;
     if (r.column_order || members_.empty() || r.inputs.empty()) return false;
-    // An index through input 0's strides needs input 0 in memory (ReductionOp).
-    if (r.op->index_is_input_offset) return false;
+    // An index through input 0's strides needs input 0 in memory (ReductionOp); a window's
+    // elements are a view no member's iteration matches.
+    if (r.op->index_is_input_offset || r.op->static_window) return false;
     ParsedReduction parsed = parseReduction(launch, static_cast<uint32_t>(index));
     // The two spaces: the group's iteration and the reduction's kept + reduced dimensions.
     const c10::ArrayRef<int64_t> group_sizes(space_);

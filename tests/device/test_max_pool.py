@@ -1,7 +1,8 @@
 """max_pool2d_with_indices as a compiled kernel (src/device/compiled_pooling.cpp): the maxima and
-their indices exactly as the CPU's, ties, NaN and -inf included, over the window shapes it covers;
-the calls it declines (padding, windows past the input, other layouts and dtypes, ATen's errors)
-keep the library route, with the CPU's results and errors and no fallback."""
+their indices exactly as the CPU's, ties, NaN and -inf included, over the window shapes it covers,
+padded and ceil_mode windows included; the calls it declines (other layouts and dtypes, padded
+float32 planes of 2^24 elements, ATen's errors) keep the library route, with the CPU's results and
+errors and no fallback."""
 
 import copy
 
@@ -56,6 +57,12 @@ WINDOWS = {
     "global_7x7": ((4, 96, 7, 7), (7,), {}),  # many planes: the remainder's rounding
     "ceil_mode_fits": ((2, 3, 10, 10), (2,), {"ceil_mode": True}),
     "three_dims": ((5, 6, 6), (2, 3), {}),
+    # Padded: the input copied into a plane padded with -inf, a plane of places beside it.
+    "padded_3x3_stride_2": ((2, 3, 7, 6), (3, 2, 1), {}),
+    "resnet_stem": ((2, 64, 56, 56), (3, 2, 1), {}),
+    "padded_uneven": ((2, 3, 10, 11), ((3, 5), (2, 3), (1, 2), (2, 1)), {}),
+    "ceil_mode_past_the_input": ((2, 3, 9, 9), (2,), {"ceil_mode": True}),
+    "padded_ceil_mode": ((3, 10, 11), ((3, 5), (2, 3), (1, 2), (2, 1)), {"ceil_mode": True}),
 }
 
 
@@ -83,6 +90,7 @@ def test_nan_wins_and_the_last_nan_of_a_window_is_its_index(dev):
     x[1, 0, 5, 5] = float("nan")
     assert compiled(pool_on_both(x, dev, 2)) == 1
     assert compiled(pool_on_both(x, dev, 3, 1)) == 1
+    assert compiled(pool_on_both(x, dev, 3, 2, 1)) == 1  # padded
 
 
 def test_windows_of_minus_infinity_give_their_first_element(dev):
@@ -90,12 +98,15 @@ def test_windows_of_minus_infinity_give_their_first_element(dev):
     x[1, 2, 4, 5] = 1
     assert compiled(pool_on_both(x, dev, 2)) == 1
     assert compiled(pool_on_both(x, dev, (3, 2), (1, 2), 0, (1, 2))) == 1
+    # Padded: the first element inside the input, not the padding's -inf before it.
+    assert compiled(pool_on_both(x, dev, 3, 2, 1)) == 1
+    assert compiled(pool_on_both(x, dev, 3, 2, 1, 2)) == 1
+    assert compiled(pool_on_both(x, dev, 2, ceil_mode=True, stride=4)) == 1
 
 
 DECLINED = {
-    "padding": (lambda: torch.randn(2, 3, 7, 6, generator=g), (3, 2, 1), {}),
-    "ceil_mode_past_the_input": (lambda: torch.randn(2, 3, 9, 9, generator=g), (2,),
-                                 {"ceil_mode": True}),
+    # Places from 2^24 on are not exact in float32: a padded plane that large is declined.
+    "padded_plane_of_2^24": (lambda: torch.randn(1, 1, 4096, 4096, generator=g), (3, 2, 1), {}),
     "channels_last": (lambda: torch.randn(2, 3, 8, 8, generator=g).to(
         memory_format=torch.channels_last), (2,), {}),
     "transposed": (lambda: torch.randn(2, 3, 8, 6, generator=g).transpose(2, 3), (2,), {}),
@@ -143,16 +154,18 @@ def test_half_raises_the_cpus_error(dev):
     assert str(device_error.value) == str(cpu_error.value)
 
 
-def test_gradients_flow_through_the_compiled_indices(dev):
+@pytest.mark.parametrize("args", [(2,), (3, 2, 1)], ids=["2x2", "padded_3x3"])
+def test_gradients_flow_through_the_compiled_indices(dev, args):
     x = torch.randn(4, 3, 12, 10, generator=g)
     x[0, 0, :2, :2] = 1.5  # ties: the gradient goes to the first
-    weights = torch.randn(4, 3, 6, 5, generator=g)
     x_cpu = x.clone().requires_grad_()
     x_dev = x.to(dev).requires_grad_()
     before = ops_now()
-    (F.max_pool2d(x_dev, 2) * weights.to(dev)).sum().backward()
+    out = F.max_pool2d(x_dev, *args)
+    weights = torch.randn(out.shape, generator=g)
+    (out * weights.to(dev)).sum().backward()
     launched = launched_since(before)
-    (F.max_pool2d(x_cpu, 2) * weights).sum().backward()
+    (F.max_pool2d(x_cpu, *args) * weights).sum().backward()
     assert compiled(launched) == 1
     assert_same(x_dev.grad, x_cpu.grad, rtol=0, atol=0)
 
