@@ -94,7 +94,8 @@ int ReductionSignature::outputRank(size_t o) const {
 }
 
 bool columnOrderSupported(const ReductionOp& op) {
-  return op.passes == 1 && !op.row_output && !op.needs_index;
+  // A window's loops are unrolled over its constant shape instead (static_window).
+  return op.passes == 1 && !op.row_output && !op.needs_index && !op.static_window;
 }
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }

@@ -63,6 +63,7 @@ WINDOWS = {
     "padded_uneven": ((2, 3, 10, 11), ((3, 5), (2, 3), (1, 2), (2, 1)), {}),
     "ceil_mode_past_the_input": ((2, 3, 9, 9), (2,), {"ceil_mode": True}),
     "padded_ceil_mode": ((3, 10, 11), ((3, 5), (2, 3), (1, 2), (2, 1)), {"ceil_mode": True}),
+    "padded_dilated_step_1": ((2, 3, 9, 30), (3, 1, 1, 2), {}),  # windows interleave in a row
 }
 
 
