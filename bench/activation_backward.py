@@ -9,7 +9,6 @@ the rounds, time per call in microseconds and the device's time over stock's.
 
     /usr/bin/python3 bench/activation_backward.py [--threads 1] [--rounds 9]
 """
-import argparse
 import json
 import os
 import statistics
@@ -20,6 +19,7 @@ import torch
 # The device's side times its kernels: an op's first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
+from alternating import threads_and_rounds  # noqa: E402
 
 # Each writes a preallocated output (out=), so that the kernels are compared, not the allocators
 # (stock's C library maps and faults in a fresh 64 MB result at every call).
@@ -41,13 +41,7 @@ def per_call_us(op, args, calls):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args(argv)
-    if min(args.threads, args.rounds) < 1:
-        parser.error("--threads and --rounds must be positive")
-    torch.set_num_threads(args.threads)
+    args = threads_and_rounds(__doc__, argv)
     torch.manual_seed(0)
     device = torchneuron.device()
     results = {}

@@ -1,7 +1,23 @@
-"""Timing one call in blocks that alternate with other paths in the same process (the in-process
-micro benchmarks: list_launches.py, max_pool.py), so that the machine's noise falls on all of
-them alike."""
+"""The in-process micro benchmarks' shared parts (activation_backward.py, list_launches.py,
+max_pool.py): their command line, and timing one call in blocks that alternate with other paths
+in the same process, so that the machine's noise falls on all of them alike."""
+import argparse
 import time
+
+import torch
+
+
+def threads_and_rounds(description, argv, rounds=9):
+    """Parses --threads (default 1) and --rounds (default `rounds`), both positive, and runs torch
+    on that many threads. `description`: the script's docstring."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    args = parser.parse_args(argv)
+    if min(args.threads, args.rounds) < 1:
+        parser.error("--threads and --rounds must be positive")
+    torch.set_num_threads(args.threads)
+    return args
 
 
 def per_call_us(op, args, calls, sync):

@@ -12,7 +12,6 @@ each device path's (above 1: the device is faster).
 
     /usr/bin/python3 bench/list_launches.py [--threads 1] [--rounds 9]
 """
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import torch
 # The device's side times its kernels: an op's first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
-from alternating import per_call_us  # noqa: E402
+from alternating import per_call_us, threads_and_rounds  # noqa: E402
 
 LISTS = {
     "200x1K": [1000] * 200,
@@ -38,13 +37,7 @@ OPS = {
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args(argv)
-    if min(args.threads, args.rounds) < 1:
-        parser.error("--threads and --rounds must be positive")
-    torch.set_num_threads(args.threads)
+    args = threads_and_rounds(__doc__, argv)
     torchneuron.set_adaptive(False)
     torch.manual_seed(0)
     device = torchneuron.device()

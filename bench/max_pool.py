@@ -15,7 +15,6 @@ device's.
 
     /usr/bin/python3 bench/max_pool.py [--threads 1] [--rounds 9]
 """
-import argparse
 import ctypes
 import json
 import os
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 # The device's side times its kernel: the first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
-from alternating import per_call_us  # noqa: E402
+from alternating import per_call_us, threads_and_rounds  # noqa: E402
 
 # name: (input shape, max_pool2d's kernel, stride, padding)
 POOLS = {"cnn-mnist 64x64x24x24": ((64, 64, 24, 24), 2, 2, 0),
@@ -49,13 +48,7 @@ def limit_library():
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args(argv)
-    if min(args.threads, args.rounds) < 1:
-        parser.error("--threads and --rounds must be positive")
-    torch.set_num_threads(args.threads)
+    args = threads_and_rounds(__doc__, argv)
     torchneuron.set_adaptive(False)
     lib = limit_library()
     device = torchneuron.device()
