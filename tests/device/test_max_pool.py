@@ -108,6 +108,15 @@ def test_windows_of_minus_infinity_give_their_first_element(dev):
 DECLINED = {
     # Places from 2^24 on are not exact in float32: a padded plane that large is declined.
     "padded_plane_of_2^24": (lambda: torch.randn(1, 1, 4096, 4096, generator=g), (3, 2, 1), {}),
+    # Windows with no element inside the input (padding 1, dilation 5): ATen gives them a place
+    # outside the plane.
+    "windows_all_padding": (lambda: torch.tensor([[[[1., 2, 3, 4, 5]] * 4]]), (2, 1, 1, 5), {}),
+    "window_all_padding_3d": (lambda: torch.tensor([[[7.]]]), ((2, 1), 1, (1, 0), (2, 1)), {}),
+    # Contiguous, but ATen sees channels-last strides (size-1 channels) and keeps that format.
+    "ambiguous_channels_last": (lambda: torch.empty(2, 1, 4, 4, memory_format=torch.channels_last)
+                                .copy_(torch.randn(2, 1, 4, 4, generator=g)), (2,), {}),
+    # One padded window a plane: declined before the padded copy is made.
+    "one_padded_window": (lambda: torch.randn(2, 3, 2, 2, generator=g), (3, 2, 1), {}),
     "channels_last": (lambda: torch.randn(2, 3, 8, 8, generator=g).to(
         memory_format=torch.channels_last), (2,), {}),
     "transposed": (lambda: torch.randn(2, 3, 8, 6, generator=g).transpose(2, 3), (2,), {}),
@@ -130,6 +139,10 @@ BAD = {
     "window_larger_than_input": ((2, 3, 3, 3), (4,), {}),
     "padding_over_half_the_kernel": ((2, 3, 8, 8), (2, 2, 2), {}),
     "five_dims": ((1, 2, 3, 8, 8), (2,), {}),
+    # ATen narrows each argument to int and raises past it.
+    "stride_past_int": ((1, 1, 4, 4), (2, 2**31), {}),
+    "dilation_past_int": ((1, 1, 4, 4), (1, 1, 0, 2**31), {}),
+    "huge_dilation": ((1, 1, 4, 4), ((5, 1), 1, 0, (2**62, 1)), {}),
 }
 
 
