@@ -111,27 +111,40 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
   return op;
 }
 
-// A max pool's windows as reduced dimensions (device/compiled_pooling.cpp): ATen's rule,
-// `val > max || isnan(val)` from the window's first element on, so the first of equal maxima and
-// the last NaN win, and a window of -inf gives its first element. The index is the element's
-// place in its input plane: its offset in the contiguous input modulo the plane's size (param 0,
-// H * W). The window's shape is constant (static_window).
-ReductionOp maxPoolWindow() {
+// The parts of the two max pool reductions below (device/compiled_pooling.cpp) that are the
+// same: an internal op (no ATen overload) with the maxima and their int64 places as results, over
+// a window of constant shape (static_window), accumulating the maximum, where it was, and
+// whether the window's start was seen.
+ReductionOp windowMaximum(const char* name) {
   ReductionOp op;
-  op.name = "max_pool_window";
-  op.rule = atenRule(ReductionResult::kValuesAndIndices, {}); // internal: no ATen overload
+  op.name = name;
+  op.rule = atenRule(ReductionResult::kValuesAndIndices, {});
   op.rule.floats_only = true;
   op.rule.bool_input = false;
   op.rule.exact_in_half = true;
   op.rule.needs_elements = true;
-  op.needs_index = true;
-  op.index_is_input_offset = true;
   op.static_window = true;
   op.num_outputs = 2;
+  return op;
+}
+
+// ATen's rule for taking element `x` over the maximum so far: `val > max || isnan(val)`, from the
+// window's start on (`seen`: the start was passed). The start is a flag of its own, not a sentinel
+// place: in the unrolled window it is a constant after the first element, so the later elements'
+// selects do not wait on a test of the place.
+Value takesElement(ScalarEmitter& e, const Value& x, const Value& maximum, const Value& seen) {
+  const Value first = e.binary("arith.xori", seen, e.intConstant(1, boolType()));
+  return e.binary("arith.ori", first, e.binary("arith.ori", e.gt(x, maximum), e.isNan(x)));
+}
+
+// A max pool's windows as reduced dimensions: the first of equal maxima and the last NaN win, and
+// a window of -inf gives its first element. The index is the element's place in its input plane:
+// its offset in the contiguous input modulo the plane's size (param 0, H * W).
+ReductionOp maxPoolWindow() {
+  ReductionOp op = windowMaximum("max_pool_window");
+  op.needs_index = true;
+  op.index_is_input_offset = true;
   op.num_params = 1;
-  // Accumulators: the maximum, its offset, and whether an element was seen (a flag of its own,
-  // not a sentinel offset: in the unrolled window it is a constant after the first element, so
-  // the later elements' selects do not wait on a test of the offset).
   op.init = [](ReduceContext& c, int) {
     const ElementType i64{NumberKind::kSigned, 64, "i64"};
     return Values{lowest(c.emit, c.compute), c.emit.intConstant(0, i64),
@@ -139,9 +152,7 @@ ReductionOp maxPoolWindow() {
   };
   op.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value& offset) {
     ScalarEmitter& e = c.emit;
-    const Value first = e.binary("arith.xori", acc[2], e.intConstant(1, boolType()));
-    const Value take =
-        e.binary("arith.ori", first, e.binary("arith.ori", e.gt(x[0], acc[0]), e.isNan(x[0])));
+    const Value take = takesElement(e, x[0], acc[0], acc[2]);
     return Values{e.select(take, x[0], acc[0]), e.select(take, offset, acc[1]),
                   e.intConstant(1, boolType())};
   };
@@ -163,24 +174,15 @@ ReductionOp maxPoolWindow() {
   return op;
 }
 
-// A max pool over windows of a plane padded with -inf (device/compiled_pooling.cpp): input 0 the
-// values, input 1 each element's place in the unpadded plane, -1 on the padding. Padding is
-// skipped, as ATen's clipped windows skip it: the window starts at its first element inside the
-// input, and -inf never beats an element after it; then max_pool_window's rule. The result's
-// index is the chosen element's place.
+// A max pool over windows of a plane padded with -inf: input 0 the values, input 1 each element's
+// place in the unpadded plane, -1 on the padding. Padding is skipped, as ATen's clipped windows
+// skip it: the window starts at its first element inside the input (padding, -inf and never NaN,
+// is taken only before it, and never beats an element after it); then max_pool_window's rule.
+// The result's index is the chosen element's place, accumulated in the compute type as the
+// places come.
 ReductionOp maxPoolWindowMasked() {
-  ReductionOp op;
-  op.name = "max_pool_window_masked";
-  op.rule = atenRule(ReductionResult::kValuesAndIndices, {}); // internal: no ATen overload
+  ReductionOp op = windowMaximum("max_pool_window_masked");
   op.rule.inputs = {"self", "places"};
-  op.rule.floats_only = true;
-  op.rule.bool_input = false;
-  op.rule.exact_in_half = true;
-  op.rule.needs_elements = true;
-  op.static_window = true;
-  op.num_outputs = 2;
-  // Accumulators: the maximum, its place (in the compute type, as the places come), and whether
-  // an element of the input was seen.
   op.init = [](ReduceContext& c, int) {
     return Values{lowest(c.emit, c.compute), c.emit.floatConstant(-1, c.compute),
                   c.emit.intConstant(0, boolType())};
@@ -188,11 +190,7 @@ ReductionOp maxPoolWindowMasked() {
   op.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
     const Value inside = e.compare("oge", x[1], e.floatConstant(0, x[1].type));
-    const Value first = e.binary("arith.xori", acc[2], e.intConstant(1, boolType()));
-    // Padding (-inf, never NaN) is taken only while nothing inside was seen, and the first
-    // element inside then replaces it.
-    const Value take =
-        e.binary("arith.ori", first, e.binary("arith.ori", e.gt(x[0], acc[0]), e.isNan(x[0])));
+    const Value take = takesElement(e, x[0], acc[0], acc[2]);
     return Values{e.select(take, x[0], acc[0]), e.select(take, x[1], acc[1]),
                   e.binary("arith.ori", acc[2], inside)};
   };
