@@ -147,9 +147,9 @@ def main():
     else:
         print("warm start: no profile of an earlier run of this script yet; this run leaves one, so "
               "the next starts with its kernels linked and its memory faulted in")
-    print("\nElementwise ops, reductions, softmax, layer norm and copies run as compiled "
-          "MLIR/LLVM kernels; matmul, convolution, pooling, batch norm and the loss as library "
-          "kernels (OpenBLAS/oneDNN/ATen's CPU kernels on device memory). "
+    print("\nElementwise ops, reductions, softmax, layer norm, max pooling and copies run as "
+          "compiled MLIR/LLVM kernels; matmul, convolution, pooling's backward, batch norm and "
+          "the loss as library kernels (OpenBLAS/oneDNN/ATen's CPU kernels on device memory). "
           "`make bench` measures each workload against stock PyTorch.")
     return 0 if agree else 1
 
