@@ -270,8 +270,8 @@ void registerCompiledOps(torch::Library& aten) {
                        routed<Route::kCompiled, &runCompiledLayerNorm>());
   registerDeviceKernel(aten, "native_layer_norm_backward",
                        routed<Route::kCompiled, &runCompiledLayerNormBackward>());
-  // Its other calls (padding, ceil_mode windows past the input, other dtypes) keep the library
-  // kernel they had before the compiled one.
+  // The calls its kernel declines (other layouts and dtypes, windows with no element inside the
+  // input, ATen's errors; compiled_pooling.cpp) keep the library kernel they had before it.
   registerDeviceKernel(aten, "max_pool2d_with_indices",
                        routed<Route::kCompiled, &runCompiledMaxPool2d, &runLibraryKernelOnHost>());
 }
