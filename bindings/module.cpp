@@ -21,6 +21,7 @@
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/eager_call_cache.h"
+#include "device/generator_fork.h"
 #include "device/list_launch.h"
 #include "device/metrics.h"
 #include "device/warm_start.h"
@@ -410,6 +411,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   defaultWarningHandler();
+  torchneuron::holdCpuGeneratorAcrossFork(); // a fork while a thread draws random numbers
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);

@@ -1,9 +1,10 @@
 """fork() while other threads compile (DESIGN.md hazard "fork()"; docs/architecture.md, "Threads
 and fork"): 20 forks, each child runs device ops, compiling one kernel itself, and exits; no child
 may hang. The scenario runs in a process of its own (fork_while_compiling.py) with an empty
-persistent cache of its own, so the threads' kernels really compile. The one fork hang this
-scenario ever caught (a lazy registration under a lock fork() waited for, about 1 run in 30) has
-a deterministic test of its own (tests/support/fork_handlers_test.cpp)."""
+persistent cache of its own, so the threads' kernels really compile. The fork hangs this scenario
+caught each have a deterministic test of their own: a lazy registration under a lock fork()
+waited for (tests/support/fork_handlers_test.cpp), and a thread inside torch.rand holding
+PyTorch's CPU generator (tests/device/generator_fork_test.cpp)."""
 
 import json
 import os
@@ -33,5 +34,6 @@ def test_twenty_forks_while_threads_compile_leave_no_child_hung():
         f"{CHILD_TIMEOUT_S} s)")
     assert result["failed"] == [], f"children failed (iteration, report, exit code): " \
                                    f"{result['failed']}"
+    assert result["thread_errors"] == [], f"a compiling thread raised: {result['thread_errors']}"
     # The forks overlapped real compiles.
     assert result["compiles_during_forks"] > 0
