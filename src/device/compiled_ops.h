@@ -31,6 +31,12 @@ bool runCompiledCat(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// native_batch_norm and native_batch_norm_backward (compiled_batch_norm.cpp): float and double,
+// training as a row-wise kernel per channel, evaluation as elementwise kernels; they decline
+// other calls.
+bool runCompiledBatchNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledBatchNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // max_pool2d_with_indices as a compiled reduction over windows (compiled_pooling.cpp): contiguous
 // float and double input, no padding, every window inside the input; it declines other calls.
 bool runCompiledMaxPool2d(const c10::OperatorHandle& op, torch::jit::Stack* stack);

@@ -166,8 +166,7 @@ constexpr const char* kTrainingOps[] = {
     "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
     "multilabel_margin_loss_backward.grad_input",
     // normalization
-    "native_batch_norm", "native_batch_norm_backward", "native_group_norm",
-    "native_group_norm_backward",
+    "native_group_norm", "native_group_norm_backward",
     // pooling
     "max_pool2d_with_indices.out", "max_pool2d_with_indices_backward",
     "max_pool2d_with_indices_backward.grad_input", "max_pool3d_with_indices",
@@ -274,6 +273,13 @@ void registerCompiledOps(torch::Library& aten) {
   // input, ATen's errors; compiled_pooling.cpp) keep the library kernel they had before it.
   registerDeviceKernel(aten, "max_pool2d_with_indices",
                        routed<Route::kCompiled, &runCompiledMaxPool2d, &runLibraryKernelOnHost>());
+  // Likewise (compiled_batch_norm.cpp: other dtypes, parameters of another dtype, training rows
+  // of one element).
+  registerDeviceKernel(aten, "native_batch_norm",
+                       routed<Route::kCompiled, &runCompiledBatchNorm, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "native_batch_norm_backward",
+      routed<Route::kCompiled, &runCompiledBatchNormBackward, &runLibraryKernelOnHost>());
 }
 
 // 4. Composite ops with a CPU kernel (native_layer_norm's siblings native_group_norm, addr,

@@ -463,6 +463,53 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   };
   param_grads.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
   ops.push_back(param_grads);
+
+  // Batch norm's training forward (device/compiled_batch_norm.cpp), one row per channel: the row
+  // is every element of the channel, reduced over all other dimensions. inputs: x, weight, bias
+  // (per channel, broadcast); outputs: mean, invstd and the unbiased variance (per channel, for
+  // the running statistics; rows of at least two elements), then y; params: eps. Unlike layer
+  // norm's float32 rows it always sums in the wide type (f64), as ATen's batch norm does: a
+  // channel's row is the whole batch, tens of thousands of elements.
+  ReductionOp batch_norm = variance("batch_norm", false, {});
+  batch_norm.rule = layerNormRule();
+  batch_norm.num_outputs = 4;
+  batch_norm.row_output = true;
+  batch_norm.row_stats = 3;
+  batch_norm.finish_row = [](ReduceContext& c) {
+    ScalarEmitter& e = c.emit;
+    const Value squares = c.results[1][0];
+    const Value var = e.maximum(e.div(squares, c.count), e.floatConstant(0, c.wide));
+    const Value eps = e.convert(c.params[0], c.wide);
+    const Value invstd = e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, eps)));
+    const Value unbiased = e.div(squares, e.sub(c.count, e.floatConstant(1, c.wide)));
+    return Values{meanAfterFirstPass(c), invstd, unbiased};
+  };
+  batch_norm.finish = forward.finish;
+  ops.push_back(batch_norm);
+
+  // Its training backward in one kernel over the same rows, so dy and x are read twice per
+  // channel (in cache the second time) instead of three times: inputs dy, x, mean, invstd,
+  // weight; outputs sum(dy * xhat) and sum(dy) per channel (the weight and bias gradients), then
+  // dx = invstd * weight * (dy - sum(dy)/N - xhat * sum(dy * xhat)/N), all in the wide type.
+  ReductionOp batch_norm_backward;
+  batch_norm_backward.name = "batch_norm_backward";
+  batch_norm_backward.rule = layerNormRule();
+  batch_norm_backward.num_outputs = 3;
+  batch_norm_backward.row_output = true;
+  batch_norm_backward.row_stats = 2;
+  batch_norm_backward.init = param_grads.init;
+  batch_norm_backward.combine = param_grads.combine;
+  batch_norm_backward.finish_row = [](ReduceContext& c) { return c.results[0]; };
+  batch_norm_backward.finish = [](ReduceContext& c, const Values& x) {
+    ScalarEmitter& e = c.emit;
+    const Value dy = e.convert(x[0], c.wide), invstd = e.convert(x[3], c.wide);
+    const Value xhat = e.mul(e.sub(e.convert(x[1], c.wide), e.convert(x[2], c.wide)), invstd);
+    const Value mean_dy = e.div(c.results[0][1], c.count);
+    const Value mean_dy_xhat = e.div(c.results[0][0], c.count);
+    const Value centered = e.sub(e.sub(dy, mean_dy), e.mul(xhat, mean_dy_xhat));
+    return Values{e.mul(e.mul(invstd, e.convert(x[4], c.wide)), centered)};
+  };
+  ops.push_back(batch_norm_backward);
 }
 
 } // namespace

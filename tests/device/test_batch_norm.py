@@ -1,0 +1,224 @@
+"""native_batch_norm and its backward as compiled kernels (src/device/compiled_batch_norm.cpp): a
+channel's statistics, the normalized output, the running statistics and the gradients as the
+CPU's (its float32 sums are float64 here, as ATen's are), in training and evaluation, with and
+without weight, bias and running statistics, in any layout; the calls it declines (half and
+bfloat16, parameters of another dtype, training rows of one element) keep the library route with
+the CPU's results and errors; evaluation without running statistics is an error naming them,
+where ATen's CPU kernel crashes."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchneuron
+
+from conftest import assert_same
+
+
+def ops_now():
+    return {kind: dict(ops) for kind, ops in torchneuron.metrics()["ops"].items()}
+
+
+def launched_since(before):
+    after = torchneuron.metrics()["ops"]
+    return {kind: {op: n - before[kind].get(op, 0) for op, n in ops.items()
+                   if n != before[kind].get(op, 0)}
+            for kind, ops in after.items()}
+
+
+g = torch.Generator().manual_seed(0)
+
+
+def batch(shape, dtype=torch.float32, scale=3.0, shift=1.0):
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def normalize_on_both(dev, x, training, affine=True, stats=True, momentum=0.1, eps=1e-5,
+                      tolerance=None):
+    """Batch-normalizes x forward and backward on the CPU and on the device; asserts equal
+    outputs, running statistics and gradients (and the output's strides); returns the device's
+    launches by kind."""
+    channels = x.shape[1]
+    params = [batch((channels,), x.dtype) if affine else None for _ in range(2)]
+    running = [batch((channels,), x.dtype, 1.0, 0.0), batch((channels,), x.dtype, 0.5, 1.5).abs()]
+    if not stats:
+        running = [None, None]
+
+    def run(device):
+        leaf = lambda t: None if t is None else t.detach().to(device).requires_grad_()  # noqa: E731
+        xs, weight, bias = leaf(x), leaf(params[0]), leaf(params[1])
+        mean, var = [None if t is None else t.to(device) for t in running]
+        y = F.batch_norm(xs, mean, var, weight, bias, training, momentum, eps)
+        y.backward(torch.linspace(-2, 2, y.numel(), dtype=x.dtype).view(y.shape).to(device))
+        return y, [t for t in (mean, var) if t is not None], [
+            t.grad for t in (xs, weight, bias) if t is not None]
+
+    before = ops_now()
+    y, running_dev, grads_dev = run(dev)
+    torchneuron.synchronize()
+    launched = launched_since(before)
+    y_cpu, running_cpu, grads_cpu = run("cpu")
+    tol = tolerance or ({"rtol": 1e-5, "atol": 2e-5} if x.dtype == torch.float32 else {})
+    assert y.stride() == y_cpu.stride()
+    assert_same(y.detach(), y_cpu.detach(), **tol)
+    for d, c in zip(running_dev + grads_dev, running_cpu + grads_cpu):
+        assert_same(d, c, **tol)
+    assert launched["fallback"] == {}
+    return launched
+
+
+def compiled(launched):
+    return {op for op in launched["compiled"] if "batch_norm" in op}
+
+
+SHAPES = {
+    "nchw": (8, 4, 6, 6),
+    "linear": (32, 5),
+    "sequence": (4, 3, 10),
+    "volumes": (2, 3, 4, 3, 5),
+    "one_channel": (16, 1, 3, 3),
+}
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_batch_norm_forward_and_backward_match_the_cpu(dev, shape, training, dtype):
+    launched = normalize_on_both(dev, batch(shape, dtype), training)
+    if training:
+        assert compiled(launched) == {"aten::native_batch_norm",
+                                      "aten::native_batch_norm_backward"}, launched
+    else:  # evaluation: a scale and a shift, then elementwise kernels; backward one reduction
+        assert "aten::native_batch_norm_backward" in compiled(launched), launched
+    assert not any("batch_norm" in op for op in launched["library"]), launched
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+@pytest.mark.parametrize("affine,stats", [(False, True), (True, False), (False, False)],
+                         ids=["no_affine", "no_running_stats", "neither"])
+def test_absent_parameters_and_statistics(dev, training, affine, stats):
+    if not training and not stats:
+        pytest.skip("evaluation needs running statistics (test_eval_without_running_statistics)")
+    normalize_on_both(dev, batch((6, 3, 4, 4)), training, affine=affine, stats=stats)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_channels_last_and_strided_inputs_keep_the_cpu_layout(dev, training):
+    x = batch((6, 5, 7, 4)).to(memory_format=torch.channels_last)
+    normalize_on_both(dev, x, training)
+    normalize_on_both(dev, batch((6, 10, 7, 4))[:, ::2], training)  # channels strided
+    normalize_on_both(dev, batch((6, 5, 4, 7)).transpose(2, 3), training)
+
+
+def test_momentum_and_eps_are_used(dev):
+    normalize_on_both(dev, batch((8, 3, 5)), True, momentum=0.7, eps=0.5)
+    normalize_on_both(dev, batch((8, 3, 5)), False, eps=2.0)
+
+
+def test_channels_far_from_zero_keep_their_precision(dev):
+    # Mean 1000, deviation 1: a float32 sum of squares around zero would lose the variance.
+    x = batch((64, 3, 8, 8), torch.float32, scale=1.0, shift=1000.0)
+    y = F.batch_norm(x.to(dev), None, None, training=True)
+    exact = F.batch_norm(x.double(), None, None, training=True)
+    assert (y.cpu().double() - exact).abs().max() < 1e-3
+    cpu_error = (F.batch_norm(x, None, None, training=True).double() - exact).abs().max()
+    assert (y.cpu().double() - exact).abs().max() <= max(cpu_error, 1e-5)
+
+
+def test_one_element_rows_keep_the_library_route(dev):
+    # A training row of one element: ATen's running variance is NaN (0/0); the device declines.
+    x, mean, var = batch((1, 4)), torch.zeros(4), torch.ones(4)
+    mean_d, var_d = mean.to(dev), var.to(dev)
+    before = ops_now()
+    y = torch.native_batch_norm(x.to(dev), None, None, mean_d, var_d, True, 0.1, 1e-5)[0]
+    launched = launched_since(before)
+    y_cpu = torch.native_batch_norm(x, None, None, mean, var, True, 0.1, 1e-5)[0]
+    assert_same(y, y_cpu, atol=1e-5, rtol=0)
+    assert_same(var_d, var, equal_nan=True)
+    assert_same(mean_d, mean)
+    assert launched["library"] == {"aten::native_batch_norm": 1} and launched["fallback"] == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_half_precision_keeps_the_library_route(dev, dtype):
+    x = batch((4, 3, 5), torch.bfloat16 if dtype == torch.bfloat16 else torch.float32)
+    if dtype == torch.float16:
+        with pytest.raises(RuntimeError) as cpu_error:
+            F.batch_norm(x.half(), None, None, training=True)
+        with pytest.raises(RuntimeError) as dev_error:
+            F.batch_norm(x.half().to(dev), None, None, training=True)
+        assert str(dev_error.value) == str(cpu_error.value)
+        return
+    before = ops_now()
+    y = F.batch_norm(x.to(dev), None, None, training=True)
+    launched = launched_since(before)
+    assert_same(y, F.batch_norm(x, None, None, training=True), rtol=0, atol=0)
+    assert launched["library"] == {"aten::native_batch_norm": 1} and launched["fallback"] == {}
+
+
+def test_parameters_of_another_dtype_raise_the_cpus_error(dev):
+    x = batch((4, 3, 5), torch.float64)
+    weight = torch.ones(3)  # float32
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.native_batch_norm(x, weight, None, None, None, True, 0.1, 1e-5)
+    with pytest.raises(RuntimeError) as dev_error:
+        torch.native_batch_norm(x.to(dev), weight.to(dev), None, None, None, True, 0.1, 1e-5)
+    assert str(dev_error.value) == str(cpu_error.value)
+
+
+def test_eval_without_running_statistics_is_an_error_naming_them(dev):
+    # ATen's CPU kernel dereferences the missing tensors (a segmentation fault in 1.13).
+    x = batch((4, 3, 5)).to(dev)
+    with pytest.raises(RuntimeError, match="running_mean and running_var must be given"):
+        torch.native_batch_norm(x, None, None, None, None, False, 0.1, 1e-5)
+
+
+def test_parameter_gradients_alone(dev):
+    # Only the weight and bias need gradients (a frozen input): no input gradient is computed.
+    x = batch((8, 3, 4))
+    weight, bias = batch((3,)).requires_grad_(), batch((3,)).requires_grad_()
+    w_d, b_d = [t.detach().to(dev).requires_grad_() for t in (weight, bias)]
+    F.batch_norm(x, None, None, weight, bias, training=True).square().sum().backward()
+    F.batch_norm(x.to(dev), None, None, w_d, b_d, training=True).square().sum().backward()
+    assert_same(w_d.grad, weight.grad, rtol=1e-5, atol=2e-5)
+    assert_same(b_d.grad, bias.grad, rtol=1e-5, atol=2e-5)
+
+
+def test_double_backward_matches_the_cpu(dev):
+    x = batch((6, 3, 4), torch.float64).requires_grad_()
+    weight = batch((3,), torch.float64).requires_grad_()
+    x_d, w_d = [t.detach().to(dev).requires_grad_() for t in (x, weight)]
+
+    def second_order(x, weight):
+        y = F.batch_norm(x, None, None, weight, None, training=True)
+        (gx,) = torch.autograd.grad(y.pow(3).sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.square().sum(), (x, weight))
+
+    for d, c in zip(second_order(x_d, w_d), second_order(x, weight)):
+        assert_same(d, c, rtol=1e-7, atol=1e-9)
+
+
+def test_a_batch_norm_network_trains_as_on_the_cpu(dev):
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(2, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
+                             nn.Flatten(), nn.Linear(4 * 4 * 4, 3), nn.BatchNorm1d(3))
+
+    cpu, device = net(), net().to(dev)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cpu, device)]
+    before = ops_now()
+    for step in range(4):
+        x = batch((8, 2, 6, 6))
+        for model, opt, place in ((cpu, opts[0], "cpu"), (device, opts[1], dev)):
+            opt.zero_grad()
+            model(x.to(place)).square().mean().backward()
+            opt.step()
+    launched = launched_since(before)
+    for d, c in zip(device.state_dict().values(), cpu.state_dict().values()):
+        assert_same(d, c, rtol=1e-4, atol=1e-5)
+    assert compiled(launched) == {"aten::native_batch_norm", "aten::native_batch_norm_backward"}
+    assert launched["fallback"] == {}
+    device.eval()
+    cpu.eval()
+    x = batch((5, 2, 6, 6))
+    assert_same(device(x.to(dev)), cpu(x), rtol=1e-5, atol=1e-5)
