@@ -163,6 +163,73 @@ void neuron_limit_max_pool2x2(const float* x, float* out, int64_t* indices, int6
   });
 }
 
+void neuron_limit_batch_norm(const float* x, const float* weight, const float* bias, float* out,
+                             float* mean, float* invstd, int64_t n, int64_t channels,
+                             int64_t plane, float eps, int threads) {
+  const int64_t stride = channels * plane, count = n * plane;
+  parallelFor(channels, rowGrain(count), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = x + i * stride + c * plane;
+        for (int64_t j = 0; j < plane; ++j)
+          total += row[j];
+      }
+      const double mu = total / static_cast<double>(count);
+      double squares = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = x + i * stride + c * plane;
+        for (int64_t j = 0; j < plane; ++j) {
+          const double d = row[j] - mu;
+          squares += d * d;
+        }
+      }
+      const float m = static_cast<float>(mu);
+      const float r = static_cast<float>(1.0 / sqrt(squares / static_cast<double>(count) + eps));
+      mean[c] = m;
+      invstd[c] = r;
+      const float scale = r * weight[c], shift = bias[c];
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = x + i * stride + c * plane;
+        float* y = out + i * stride + c * plane;
+        for (int64_t j = 0; j < plane; ++j)
+          y[j] = (row[j] - m) * scale + shift;
+      }
+    }
+  });
+}
+
+void neuron_limit_batch_norm_backward(const float* dy, const float* x, const float* mean,
+                                      const float* invstd, const float* weight, float* dx,
+                                      float* grad_weight, float* grad_bias, int64_t n,
+                                      int64_t channels, int64_t plane, int threads) {
+  const int64_t stride = channels * plane, count = n * plane;
+  parallelFor(channels, rowGrain(count), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const float m = mean[c], r = invstd[c];
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float *g = dy + i * stride + c * plane, *row = x + i * stride + c * plane;
+        for (int64_t j = 0; j < plane; ++j) {
+          sum_dy += g[j];
+          sum_dy_xhat += static_cast<double>(g[j]) * ((row[j] - m) * r);
+        }
+      }
+      grad_bias[c] = static_cast<float>(sum_dy);
+      grad_weight[c] = static_cast<float>(sum_dy_xhat);
+      const float mean_dy = static_cast<float>(sum_dy / static_cast<double>(count));
+      const float mean_dy_xhat = static_cast<float>(sum_dy_xhat / static_cast<double>(count));
+      const float scale = r * weight[c];
+      for (int64_t i = 0; i < n; ++i) {
+        const float *g = dy + i * stride + c * plane, *row = x + i * stride + c * plane;
+        float* out = dx + i * stride + c * plane;
+        for (int64_t j = 0; j < plane; ++j)
+          out[j] = scale * (g[j] - mean_dy - (row[j] - m) * r * mean_dy_xhat);
+      }
+    }
+  });
+}
+
 void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
                            int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
                            int threads) {

@@ -38,6 +38,21 @@ void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols
 void neuron_limit_max_pool2x2(const float* x, float* out, int64_t* indices, int64_t planes,
                               int64_t height, int64_t width, int threads);
 
+// Batch norm in training over x of shape [n, channels, plane] (contiguous): per channel the mean
+// and biased variance (sums in double, as ATen's), invstd = 1 / sqrt(var + eps), and
+// out = (x - mean) * invstd * weight + bias; `mean` and `invstd` receive the channel's statistics.
+void neuron_limit_batch_norm(const float* x, const float* weight, const float* bias, float* out,
+                             float* mean, float* invstd, int64_t n, int64_t channels,
+                             int64_t plane, float eps, int threads);
+
+// Its backward: per channel sum(dy) and sum(dy * xhat) (xhat = (x - mean) * invstd, sums in
+// double) into grad_bias and grad_weight, and dx = invstd * weight * (dy - sum(dy) / N - xhat *
+// sum(dy * xhat) / N), N = n * plane.
+void neuron_limit_batch_norm_backward(const float* dy, const float* x, const float* mean,
+                                      const float* invstd, const float* weight, float* dx,
+                                      float* grad_weight, float* grad_bias, int64_t n,
+                                      int64_t channels, int64_t plane, int threads);
+
 void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
                            int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
                            int threads);

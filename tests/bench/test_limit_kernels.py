@@ -33,6 +33,8 @@ def limit():
     lib.neuron_limit_softmax.argtypes = [p, p, i64, i64, i32]
     lib.neuron_limit_gelu_mlp.argtypes = [p, p, p, i64, i64, i64, p, p, i32]
     lib.neuron_limit_max_pool2x2.argtypes = [p, p, p, i64, i64, i64, i32]
+    lib.neuron_limit_batch_norm.argtypes = [p, p, p, p, p, p, i64, i64, i64, f32, i32]
+    lib.neuron_limit_batch_norm_backward.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, i32]
     return lib
 
 
@@ -114,6 +116,29 @@ def test_max_pool_is_the_cpus_max_pool2d_with_indices(limit, shape, threads):
                                    h, w, threads)
     values, expected_indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
     assert torch.equal(out, values) and torch.equal(indices, expected_indices)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("shape", [(16, 64, 14, 14), (3, 5, 7, 9), (64, 3, 1, 1)])
+def test_batch_norm_is_the_cpus_native_batch_norm_and_its_backward(limit, shape, threads):
+    """bench/batch_norm.py's limit: the training forward and backward as ATen's."""
+    n, c, h, w = shape
+    x, dy = torch.randn(*shape) * 2 + 1, torch.randn(*shape)
+    weight, bias = torch.randn(c), torch.randn(c)
+    out, mean, invstd = torch.empty(shape), torch.empty(c), torch.empty(c)
+    limit.neuron_limit_batch_norm(ptr(x), ptr(weight), ptr(bias), ptr(out), ptr(mean),
+                                  ptr(invstd), n, c, h * w, 1e-5, threads)
+    expected = torch.native_batch_norm(x, weight, bias, None, None, True, 0.1, 1e-5)
+    for got, want in zip((out, mean, invstd), expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+    dx, grad_weight, grad_bias = torch.empty(shape), torch.empty(c), torch.empty(c)
+    limit.neuron_limit_batch_norm_backward(ptr(dy), ptr(x), ptr(mean), ptr(invstd), ptr(weight),
+                                           ptr(dx), ptr(grad_weight), ptr(grad_bias), n, c,
+                                           h * w, threads)
+    expected = torch.ops.aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd,
+                                                         True, 1e-5, [True, True, True])
+    for got, want in zip((dx, grad_weight, grad_bias), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_loops_call_vector_math_and_leave_the_float_mode_alone(limit):
