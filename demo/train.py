@@ -147,8 +147,8 @@ def main():
     else:
         print("warm start: no profile of an earlier run of this script yet; this run leaves one, so "
               "the next starts with its kernels linked and its memory faulted in")
-    print("\nElementwise ops, reductions, softmax, layer norm, max pooling and copies run as "
-          "compiled MLIR/LLVM kernels; matmul, convolution, pooling's backward, batch norm and "
+    print("\nElementwise ops, reductions, softmax, layer norm, batch norm, max pooling and "
+          "copies run as compiled MLIR/LLVM kernels; matmul, convolution, pooling's backward and "
           "the loss as library kernels (OpenBLAS/oneDNN/ATen's CPU kernels on device memory). "
           "`make bench` measures each workload against stock PyTorch.")
     return 0 if agree else 1
