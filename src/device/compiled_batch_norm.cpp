@@ -7,11 +7,15 @@
 // scale and a shift per channel, then one elementwise kernel, as ATen does. Backward: one
 // row-wise kernel ("batch_norm_backward": the weight and bias gradients per channel, then the
 // input gradient), or in evaluation an elementwise product and layer norm's parameter-gradient
-// reduction over the same rows.
+// reduction over the same rows. Results are laid out as ATen 1.13's.
 //
-// Declined (the library route runs ATen's kernel): dtypes but float32/float64, parameters of
-// another dtype or device, inputs of fewer than two dimensions or no elements, and training
-// rows of one element (ATen's running variance is NaN there).
+// Declined (the library route runs ATen's kernel): dtypes but float32/float64, per-channel
+// tensors of another dtype, device or shape than [C], inputs of fewer than two dimensions,
+// training rows of one element (ATen's running variance is NaN there) and running statistics
+// that share memory with the input, weight or bias (ATen updates them before it normalizes).
+// Inputs with no elements, on which ATen's CPU kernels divide by zero (SIGFPE), get empty
+// results (evaluation, backward) or an error naming the shape (training); evaluation without
+// running statistics, which ATen's CPU kernel dereferences, an error naming them.
 
 #include <ATen/ATen.h>
 
@@ -22,20 +26,69 @@
 namespace torchneuron {
 namespace {
 
+using PerChannel = std::initializer_list<const c10::optional<at::Tensor>*>;
+
 bool isParameter(const c10::optional<at::Tensor>& t) { return t && t->defined(); }
 
-// Whether the kernels cover `input` with these per-channel tensors (absent ones allowed).
-bool supported(const at::Tensor& input,
-               std::initializer_list<const c10::optional<at::Tensor>*> per_channel) {
+// Whether the kernels cover `input` with these per-channel tensors (absent ones allowed): one
+// dimension of the input's channel count each (ATen's kernels read them as such; a [C, 1] weight
+// would broadcast in the elementwise ops here), on the device in the input's dtype.
+bool supported(const at::Tensor& input, PerChannel per_channel) {
   const at::ScalarType dtype = input.scalar_type();
   if (input.device().type() != kNeuronDeviceType || input.layout() != at::kStrided) return false;
   if (dtype != at::kFloat && dtype != at::kDouble) return false;
   if (input.dim() < 2 || input.numel() == 0) return false;
   for (const c10::optional<at::Tensor>* t : per_channel)
-    if (isParameter(*t) && ((*t)->device() != input.device() || (*t)->scalar_type() != dtype ||
-                            (*t)->numel() != input.size(1) || (*t)->layout() != at::kStrided))
+    if (isParameter(*t) &&
+        ((*t)->device() != input.device() || (*t)->scalar_type() != dtype || (*t)->dim() != 1 ||
+         (*t)->size(0) != input.size(1) || (*t)->layout() != at::kStrided))
       return false;
   return true;
+}
+
+bool sharesMemory(const c10::optional<at::Tensor>& a, const c10::optional<at::Tensor>& b) {
+  return isParameter(a) && isParameter(b) && a->storage().is_alias_of(b->storage());
+}
+
+// ATen's test for its contiguous kernels: contiguous in the default or a channels-last format.
+bool denseInSomeFormat(const at::Tensor& t) {
+  return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
+         (t.dim() == 5 && t.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+}
+
+// An element result laid out as ATen 1.13 lays out batch norm's. Its contiguous kernels (taken
+// when `dense`) give the input's own dense format, where a tensor that is both (size-1
+// dimensions) counts as contiguous; the others give the input's suggested format. The two
+// differ for tensors whose size-1 dimensions make them channels-last-contiguous while the
+// suggestion is the default format.
+at::Tensor elementResult(const at::Tensor& input, bool dense) {
+  at::MemoryFormat format = input.suggest_memory_format();
+  if (dense && input.is_contiguous())
+    format = at::MemoryFormat::Contiguous;
+  else if (dense)
+    format = input.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  return at::empty_like(input, format);
+}
+
+// The forward's output: dense when the input is and every per-channel tensor is contiguous.
+at::Tensor forwardResult(const at::Tensor& input, PerChannel per_channel) {
+  bool dense = denseInSomeFormat(input);
+  for (const c10::optional<at::Tensor>* t : per_channel)
+    dense = dense && (!isParameter(*t) || (*t)->is_contiguous());
+  return elementResult(input, dense);
+}
+
+// The backward's input gradient: dense when input and gradient are, in one suggested format.
+at::Tensor inputGradient(const at::Tensor& input, const at::Tensor& grad_out) {
+  return elementResult(input,
+                       denseInSomeFormat(input) && denseInSomeFormat(grad_out) &&
+                           input.suggest_memory_format() == grad_out.suggest_memory_format());
+}
+
+// A device input with no elements, whole enough for ATen's checks to have nothing to say.
+bool emptyDeviceInput(const at::Tensor& input) {
+  return input.device().type() == kNeuronDeviceType && input.layout() == at::kStrided &&
+         input.dim() >= 2 && input.numel() == 0;
 }
 
 // The dimensions a channel's row reduces over: all but 1.
@@ -68,11 +121,6 @@ c10::optional<TensorList> run(const char* op, TensorList inputs, TensorList outp
   return launchReduction(call, launches);
 }
 
-// An element result laid out as ATen lays out batch norm's (the input's suggested format).
-at::Tensor elementResult(const at::Tensor& input) {
-  return at::empty_like(input, input.suggest_memory_format());
-}
-
 at::Tensor channelResult(const at::Tensor& input) {
   return at::empty({input.size(1)}, input.options());
 }
@@ -95,8 +143,24 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
               "(training=False); got running_mean ",
               isParameter(running_mean) ? "defined" : "None", " and running_var ",
               isParameter(running_var) ? "defined" : "None");
-  if (!supported(input, {&weight, &bias, &running_mean, &running_var})) return false;
+  if (emptyDeviceInput(input)) {
+    TORCH_CHECK(!training,
+                "native_batch_norm: training needs at least one element per channel; got an "
+                "input of shape ",
+                input.sizes());
+    torch::jit::drop(*stack, 8);
+    torch::jit::push(*stack, at::empty_like(input), at::empty({0}, input.options()),
+                     at::empty({0}, input.options()));
+    return true;
+  }
+  const PerChannel per_channel = {&weight, &bias, &running_mean, &running_var};
+  if (!supported(input, per_channel)) return false;
   if (training && input.numel() / input.size(1) < 2) return false;
+  const c10::optional<at::Tensor> self = input;
+  for (const c10::optional<at::Tensor>* stat : {&running_mean, &running_var})
+    if (training &&
+        (sharesMemory(*stat, self) || sharesMemory(*stat, weight) || sharesMemory(*stat, bias)))
+      return false;
 
   if (!training) {
     const at::Tensor invstd = at::rsqrt(*running_var + eps);
@@ -105,17 +169,17 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
         isParameter(bias) ? *bias - *running_mean * scale : -(*running_mean * scale);
     std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
     shape[1] = input.size(1);
-    at::Tensor output = elementResult(input);
+    at::Tensor output = forwardResult(input, per_channel);
     at::addcmul_out(output, shift.view(shape), input, scale.view(shape));
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, output, at::empty({0}, input.options()),
                      at::empty({0}, input.options()));
     return true;
   }
-  auto out =
-      run("batch_norm", {input, perChannel(weight, 1, input), perChannel(bias, 0, input)},
-          {channelResult(input), channelResult(input), channelResult(input), elementResult(input)},
-          {eps}, launches);
+  auto out = run("batch_norm", {input, perChannel(weight, 1, input), perChannel(bias, 0, input)},
+                 {channelResult(input), channelResult(input), channelResult(input),
+                  forwardResult(input, per_channel)},
+                 {eps}, launches);
   if (!out) return false;
   const at::Tensor &mean = (*out)[0], &invstd = (*out)[1], &unbiased_var = (*out)[2];
   // As ATen: running = momentum * batch statistic + (1 - momentum) * running.
@@ -139,6 +203,14 @@ bool runCompiledBatchNormBackward(const c10::OperatorHandle& handle, torch::jit:
   const bool training = args[7].toBool();
   const double eps = args[8].toDouble();
   const std::vector<bool> mask = args[9].toBoolList().vec();
+  if (emptyDeviceInput(input) && grad_out.sizes() == input.sizes()) { // sums of nothing: 0
+    const int64_t channels = input.size(1);
+    torch::jit::drop(*stack, 10);
+    torch::jit::push(*stack, mask[0] ? at::empty_like(input) : at::Tensor(),
+                     mask[1] ? at::zeros({channels}, input.options()) : at::Tensor(),
+                     mask[2] ? at::zeros({channels}, input.options()) : at::Tensor());
+    return true;
+  }
   // In evaluation the saved statistics are empty ([0]) and unused.
   const c10::optional<at::Tensor> none;
   if (!supported(input, {&weight, &running_mean, &running_var, training ? &save_mean : &none,
@@ -161,10 +233,10 @@ bool runCompiledBatchNormBackward(const c10::OperatorHandle& handle, torch::jit:
   const at::Tensor invstd_rows = perChannel(invstd, 1, input);
   at::Tensor grad_input, grad_weight, grad_bias;
   if (mask[0] && training) { // one kernel: the input gradient and both parameter gradients
-    auto result =
-        run("batch_norm_backward",
-            {grad_out, input, mean_rows, invstd_rows, perChannel(weight, 1, input)},
-            {channelResult(input), channelResult(input), elementResult(input)}, {}, launches);
+    auto result = run("batch_norm_backward",
+                      {grad_out, input, mean_rows, invstd_rows, perChannel(weight, 1, input)},
+                      {channelResult(input), channelResult(input), inputGradient(input, grad_out)},
+                      {}, launches);
     if (!result) return false;
     torch::jit::drop(*stack, 10);
     torch::jit::push(*stack, (*result)[2],
@@ -174,7 +246,7 @@ bool runCompiledBatchNormBackward(const c10::OperatorHandle& handle, torch::jit:
   }
   if (mask[0]) { // evaluation: the statistics are constants, dx = dy * invstd * weight
     const at::Tensor scale = isParameter(weight) ? invstd * *weight : invstd;
-    grad_input = elementResult(input);
+    grad_input = inputGradient(input, grad_out);
     at::mul_out(grad_input, grad_out, perChannel(scale, 1, input));
   }
   if (mask[1] || mask[2]) {

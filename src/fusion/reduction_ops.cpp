@@ -467,22 +467,39 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // Batch norm's training forward (device/compiled_batch_norm.cpp), one row per channel: the row
   // is every element of the channel, reduced over all other dimensions. inputs: x, weight, bias
   // (per channel, broadcast); outputs: mean, invstd and the unbiased variance (per channel, for
-  // the running statistics; rows of at least two elements), then y; params: eps. Unlike layer
-  // norm's float32 rows it always sums in the wide type (f64), as ATen's batch norm does: a
-  // channel's row is the whole batch, tens of thousands of elements.
-  ReductionOp batch_norm = variance("batch_norm", false, {});
+  // the running statistics; rows of at least two elements), then y; params: eps. As ATen's batch
+  // norm: the mean is the f64 sum over the count (float64 too: var()'s running mean would turn a
+  // channel's +inf into NaN where ATen's mean is inf), then the sum of squared deviations, in f64
+  // for float32 as well (a channel's row is the whole batch, tens of thousands of elements); and
+  // invstd is 0 where the variance and eps are both 0 (ATen's InvStd), not 1 / 0.
+  ReductionOp batch_norm;
+  batch_norm.name = "batch_norm";
+  batch_norm.passes = 2;
+  batch_norm.num_params = 1;
   batch_norm.rule = layerNormRule();
   batch_norm.num_outputs = 4;
   batch_norm.row_output = true;
   batch_norm.row_stats = 3;
+  batch_norm.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
+  batch_norm.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x,
+                          const Value&) {
+    ScalarEmitter& e = c.emit;
+    const Value wide = e.convert(x[0], c.wide);
+    if (pass == 0) return Values{e.accumulate(acc[0], wide)};
+    const Value deviation = e.sub(wide, e.div(c.results[0][0], c.count));
+    return Values{e.accumulate(acc[0], e.mul(deviation, deviation))};
+  };
   batch_norm.finish_row = [](ReduceContext& c) {
     ScalarEmitter& e = c.emit;
-    const Value squares = c.results[1][0];
-    const Value var = e.maximum(e.div(squares, c.count), e.floatConstant(0, c.wide));
+    const Value squares = c.results[1][0], zero = e.floatConstant(0, c.wide);
+    const Value var = e.maximum(e.div(squares, c.count), zero);
     const Value eps = e.convert(c.params[0], c.wide);
-    const Value invstd = e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, eps)));
+    const Value defined =
+        e.binary("arith.ori", e.compare("une", var, zero), e.compare("une", eps, zero));
+    const Value invstd = e.select(
+        defined, e.div(e.floatConstant(1, c.wide), e.unary("math.sqrt", e.add(var, eps))), zero);
     const Value unbiased = e.div(squares, e.sub(c.count, e.floatConstant(1, c.wide)));
-    return Values{meanAfterFirstPass(c), invstd, unbiased};
+    return Values{e.div(c.results[0][0], c.count), invstd, unbiased};
   };
   batch_norm.finish = forward.finish;
   ops.push_back(batch_norm);
