@@ -164,8 +164,8 @@ void neuron_limit_max_pool2x2(const float* x, float* out, int64_t* indices, int6
 }
 
 void neuron_limit_batch_norm(const float* x, const float* weight, const float* bias, float* out,
-                             float* mean, float* invstd, int64_t n, int64_t channels,
-                             int64_t plane, float eps, int threads) {
+                             float* mean, float* invstd, int64_t n, int64_t channels, int64_t plane,
+                             float eps, int threads) {
   const int64_t stride = channels * plane, count = n * plane;
   parallelFor(channels, rowGrain(count), threads, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
