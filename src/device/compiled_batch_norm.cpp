@@ -11,11 +11,14 @@
 //
 // Declined (the library route runs ATen's kernel): dtypes but float32/float64, per-channel
 // tensors of another dtype, device or shape than [C], inputs of fewer than two dimensions,
-// training rows of one element (ATen's running variance is NaN there) and running statistics
-// that share memory with the input, weight or bias (ATen updates them before it normalizes).
+// inputs whose channel rows run contiguously for fewer than 32 elements (channels-last,
+// BatchNorm1d's [N, C], planes of 4 x 4: contiguousRun), training rows of one element (ATen's
+// running variance is NaN there) and running statistics that share memory with the input,
+// weight or bias (ATen updates them before it normalizes) or with themselves (expanded).
 // Inputs with no elements, on which ATen's CPU kernels divide by zero (SIGFPE), get empty
 // results (evaluation, backward) or an error naming the shape (training); evaluation without
-// running statistics, which ATen's CPU kernel dereferences, an error naming them.
+// running statistics, which ATen's CPU kernels dereference, an error naming them (forward and
+// backward).
 
 #include <ATen/ATen.h>
 
@@ -30,6 +33,27 @@ using PerChannel = std::initializer_list<const c10::optional<at::Tensor>*>;
 
 bool isParameter(const c10::optional<at::Tensor>& t) { return t && t->defined(); }
 
+// The elements a channel's row runs through contiguously: the reduced dimension of stride 1 and
+// those that continue it. The row kernel walks each run with a vectorized loop whose bound is a
+// run-time value; runs much shorter than its vector width leave it to the scalar remainder, and
+// no run at all (channels innermost: channels-last, BatchNorm1d's [N, C]) strides every element,
+// BatchNorm1d over [256, 1024] 30x slower than ATen's kernel. Such inputs take ATen's kernel.
+constexpr int64_t kShortestRun = 32;
+
+int64_t contiguousRun(const at::Tensor& input) {
+  int64_t run = 1;
+  for (bool extended = true; extended;) {
+    extended = false;
+    for (int64_t d = 0; d < input.dim(); ++d)
+      if (d != 1 && input.size(d) > 1 && input.stride(d) == run) {
+        run *= input.size(d);
+        extended = true;
+        break;
+      }
+  }
+  return run;
+}
+
 // Whether the kernels cover `input` with these per-channel tensors (absent ones allowed): one
 // dimension of the input's channel count each (ATen's kernels read them as such; a [C, 1] weight
 // would broadcast in the elementwise ops here), on the device in the input's dtype.
@@ -37,13 +61,30 @@ bool supported(const at::Tensor& input, PerChannel per_channel) {
   const at::ScalarType dtype = input.scalar_type();
   if (input.device().type() != kNeuronDeviceType || input.layout() != at::kStrided) return false;
   if (dtype != at::kFloat && dtype != at::kDouble) return false;
-  if (input.dim() < 2 || input.numel() == 0) return false;
+  if (input.dim() < 2 || input.numel() == 0 || contiguousRun(input) < kShortestRun) return false;
   for (const c10::optional<at::Tensor>* t : per_channel)
     if (isParameter(*t) &&
         ((*t)->device() != input.device() || (*t)->scalar_type() != dtype || (*t)->dim() != 1 ||
          (*t)->size(0) != input.size(1) || (*t)->layout() != at::kStrided))
       return false;
   return true;
+}
+
+// Running statistics the in-place update cannot write (expanded, overlapping themselves).
+bool writable(const c10::optional<at::Tensor>& stat) {
+  return !isParameter(stat) || at::has_internal_overlap(*stat) == at::MemOverlap::No;
+}
+
+// Evaluation normalizes with the running statistics: ATen's CPU kernels dereference missing ones
+// (a crash); the device names the problem.
+void checkEvaluationStatistics(const char* op, bool training,
+                               const c10::optional<at::Tensor>& running_mean,
+                               const c10::optional<at::Tensor>& running_var) {
+  TORCH_CHECK(training || (isParameter(running_mean) && isParameter(running_var)), "[device] ", op,
+              ": running_mean and running_var must be given in evaluation mode (training=False); "
+              "got running_mean ",
+              isParameter(running_mean) ? "defined" : "None", " and running_var ",
+              isParameter(running_var) ? "defined" : "None");
 }
 
 bool sharesMemory(const c10::optional<at::Tensor>& a, const c10::optional<at::Tensor>& b) {
@@ -110,15 +151,9 @@ at::Tensor perChannel(const c10::optional<at::Tensor>& t, double absent, const a
 
 c10::optional<TensorList> run(const char* op, TensorList inputs, TensorList outputs,
                               c10::SmallVector<double, 2> params, LaunchCounter* launches) {
-  ReductionCall call;
-  call.op = fusion::findReductionOp(op);
-  call.dims = rowDims(inputs[0]);
-  call.compute = inputs[0].scalar_type();
-  call.output_dtypes.assign(call.op->num_outputs, call.compute);
-  call.inputs = std::move(inputs);
-  call.outputs = std::move(outputs);
-  call.params = std::move(params);
-  return launchReduction(call, launches);
+  c10::SmallVector<int64_t, 6> dims = rowDims(inputs[0]);
+  return launchNamedReduction(op, std::move(inputs), std::move(dims), std::move(outputs),
+                              std::move(params), launches);
 }
 
 at::Tensor channelResult(const at::Tensor& input) {
@@ -137,17 +172,13 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   auto running_var = args[4].toOptional<at::Tensor>();
   const bool training = args[5].toBool();
   const double momentum = args[6].toDouble(), eps = args[7].toDouble();
-  // ATen's CPU kernel dereferences them (a crash); the device names the problem.
-  TORCH_CHECK(training || (isParameter(running_mean) && isParameter(running_var)),
-              "native_batch_norm: running_mean and running_var must be given in evaluation mode "
-              "(training=False); got running_mean ",
-              isParameter(running_mean) ? "defined" : "None", " and running_var ",
-              isParameter(running_var) ? "defined" : "None");
+  checkEvaluationStatistics("native_batch_norm", training, running_mean, running_var);
   if (emptyDeviceInput(input)) {
-    TORCH_CHECK(!training,
-                "native_batch_norm: training needs at least one element per channel; got an "
-                "input of shape ",
-                input.sizes());
+    TORCH_CHECK(
+        !training,
+        "[device] native_batch_norm: training needs at least one element per channel; got an "
+        "input of shape ",
+        input.sizes());
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, at::empty_like(input), at::empty({0}, input.options()),
                      at::empty({0}, input.options()));
@@ -161,6 +192,7 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
     if (training &&
         (sharesMemory(*stat, self) || sharesMemory(*stat, weight) || sharesMemory(*stat, bias)))
       return false;
+  if (training && (!writable(running_mean) || !writable(running_var))) return false;
 
   if (!training) {
     const at::Tensor invstd = at::rsqrt(*running_var + eps);
@@ -203,6 +235,7 @@ bool runCompiledBatchNormBackward(const c10::OperatorHandle& handle, torch::jit:
   const bool training = args[7].toBool();
   const double eps = args[8].toDouble();
   const std::vector<bool> mask = args[9].toBoolList().vec();
+  checkEvaluationStatistics("native_batch_norm_backward", training, running_mean, running_var);
   if (emptyDeviceInput(input) && grad_out.sizes() == input.sizes()) { // sums of nothing: 0
     const int64_t channels = input.size(1);
     torch::jit::drop(*stack, 10);

@@ -66,14 +66,7 @@ at::Tensor perRow(const at::Tensor& t, const Rows& rows) {
 
 c10::optional<TensorList> run(const char* op, TensorList inputs, int64_t dim,
                               c10::SmallVector<double, 2> params, LaunchCounter* launches) {
-  ReductionCall call;
-  call.op = fusion::findReductionOp(op);
-  call.inputs = std::move(inputs);
-  call.dims = {dim};
-  call.compute = call.inputs[0].scalar_type();
-  call.output_dtypes.assign(call.op->num_outputs, call.compute);
-  call.params = std::move(params);
-  return launchReduction(call, launches);
+  return launchNamedReduction(op, std::move(inputs), {dim}, {}, std::move(params), launches);
 }
 
 } // namespace

@@ -31,9 +31,10 @@ bool runCompiledCat(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// native_batch_norm and native_batch_norm_backward (compiled_batch_norm.cpp): float and double,
-// training as a row-wise kernel per channel, evaluation as elementwise kernels; they decline
-// other calls.
+// native_batch_norm and native_batch_norm_backward (compiled_batch_norm.cpp): float and double
+// inputs whose channels run contiguously, training as a row-wise kernel per channel each way,
+// evaluation's forward as elementwise kernels and its backward as a product and a reduction;
+// they decline other calls.
 bool runCompiledBatchNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledBatchNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

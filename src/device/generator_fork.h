@@ -6,7 +6,9 @@
 // PyTorch registers no fork handler for it: a thread inside `torch.rand` when another thread
 // forks (a DataLoader starting its workers while a second thread initializes weights) leaves the
 // mutex locked in the child for ever, and the child's first random op hangs. This holds the mutex
-// across fork() (ForkRank::kCpuGenerator): fork() waits for the draw in progress.
+// across fork() (ForkRank::kCpuGenerator): fork() waits for the draw in progress. Only the default
+// generator: a thread drawing from a torch.Generator of its own when another thread forks can
+// still leave that one locked in the child, as in stock PyTorch.
 
 namespace torchneuron {
 

@@ -273,8 +273,8 @@ void registerCompiledOps(torch::Library& aten) {
   // input, ATen's errors; compiled_pooling.cpp) keep the library kernel they had before it.
   registerDeviceKernel(aten, "max_pool2d_with_indices",
                        routed<Route::kCompiled, &runCompiledMaxPool2d, &runLibraryKernelOnHost>());
-  // Likewise (compiled_batch_norm.cpp: other dtypes, parameters of another dtype, training rows
-  // of one element).
+  // Likewise (compiled_batch_norm.cpp, its header lists them: other dtypes and shapes, channels
+  // whose elements run contiguously for fewer than 32, aliased running statistics, ...).
   registerDeviceKernel(aten, "native_batch_norm",
                        routed<Route::kCompiled, &runCompiledBatchNorm, &runLibraryKernelOnHost>());
   registerDeviceKernel(

@@ -192,4 +192,21 @@ c10::optional<TensorList> launchReduction(const ReductionCall& call, LaunchCount
   return executePlan(*plan, call.inputs, call.outputs, launches);
 }
 
+c10::optional<TensorList> launchNamedReduction(const char* op, TensorList inputs,
+                                               c10::SmallVector<int64_t, 6> dims,
+                                               TensorList outputs,
+                                               c10::SmallVector<double, 2> params,
+                                               LaunchCounter* launches) {
+  ReductionCall call;
+  call.op = fusion::findReductionOp(op);
+  TORCH_INTERNAL_ASSERT(call.op != nullptr, "[device] no registry reduction named ", op);
+  call.dims = std::move(dims);
+  call.compute = inputs[0].scalar_type();
+  call.output_dtypes.assign(call.op->num_outputs, call.compute);
+  call.inputs = std::move(inputs);
+  call.outputs = std::move(outputs);
+  call.params = std::move(params);
+  return launchReduction(call, launches);
+}
+
 } // namespace torchneuron

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace torchneuron::fusion {
 namespace {
@@ -463,7 +465,19 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   };
   param_grads.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
   ops.push_back(param_grads);
+}
 
+// Batch norm (device/compiled_batch_norm.cpp) from layer norm's pieces: its forward's element
+// write (`layer_norm`) and its parameter-gradient sums (`layer_norm_backward_params`), which
+// addLayerNormOps added to `ops` before.
+void addBatchNormOps(std::vector<ReductionOp>& ops) {
+  auto named = [&](const char* name) { // a copy: `ops` grows below
+    for (const ReductionOp& op : ops)
+      if (op.name == name) return op;
+    throw std::logic_error(std::string("[fusion] batch norm needs ") + name + " registered first");
+  };
+  const ReductionOp layer_norm = named("layer_norm");
+  const ReductionOp param_grads = named("layer_norm_backward_params");
   // Batch norm's training forward (device/compiled_batch_norm.cpp), one row per channel: the row
   // is every element of the channel, reduced over all other dimensions. inputs: x, weight, bias
   // (per channel, broadcast); outputs: mean, invstd and the unbiased variance (per channel, for
@@ -501,7 +515,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     const Value unbiased = e.div(squares, e.sub(c.count, e.floatConstant(1, c.wide)));
     return Values{e.div(c.results[0][0], c.count), invstd, unbiased};
   };
-  batch_norm.finish = forward.finish;
+  batch_norm.finish = layer_norm.finish;
   ops.push_back(batch_norm);
 
   // Its training backward in one kernel over the same rows, so dy and x are read twice per
@@ -533,6 +547,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
 
 void addReductionOps(std::vector<ReductionOp>& ops) {
   addLayerNormOps(ops);
+  addBatchNormOps(ops);
   auto add = [](ReduceContext& c, const Value& acc, const Value& x) {
     return c.emit.accumulate(acc, x);
   };

@@ -84,13 +84,6 @@ def cases():
         ("nll_loss2d", lambda x, t: F.nll_loss(x, t),
          [x4(2, 3, 4, 4), torch.randint(0, 3, (2, 4, 4), generator=g)],
          {"aten::nll_loss2d_forward", "aten::nll_loss2d_backward"}),
-        ("batch_norm_training",
-         lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=True, momentum=0.3),
-         [x4(4, 3, 5, 5), x4(3), x4(3), torch.zeros(3), torch.ones(3)],
-         set()),  # compiled (test_batch_norm.py)
-        ("batch_norm_eval", lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=False),
-         [x4(4, 3, 5), x4(3), x4(3), torch.rand(3, generator=g), torch.rand(3, generator=g) + 1],
-         set()),  # compiled
         ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), [x4(2, 6, 5), x4(6), x4(6)],
          {"aten::native_group_norm", "aten::native_group_norm_backward"}),
         ("topk", lambda x: torch.topk(x, 3, dim=1), [x4(4, 7)], {"aten::topk"}),
