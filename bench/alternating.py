@@ -1,7 +1,11 @@
-"""The in-process micro benchmarks' shared parts (activation_backward.py, list_launches.py,
-max_pool.py): their command line, and timing one call in blocks that alternate with other paths
-in the same process, so that the machine's noise falls on all of them alike."""
+"""The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py,
+list_launches.py, max_pool.py): their command line, timing one call in blocks that alternate with
+other paths in the same process, so that the machine's noise falls on all of them alike, and the
+limit loops' library (bench/limit)."""
 import argparse
+import ctypes
+import os
+import sys
 import time
 
 import torch
@@ -34,3 +38,19 @@ def per_call_us(op, args, calls, sync):
         op(*args)
     sync()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+BUILD = os.environ.get("NEURON_BUILD_DIR",
+                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+
+
+def limit_library(argtypes):
+    """The hand-written limit loops (bench/limit/limit_kernels.h) with `argtypes` ({function name:
+    ctypes argument types}) declared; exits naming the file when the build lacks it."""
+    path = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: build the project first (make build)")
+    lib = ctypes.CDLL(path)
+    for name, types in argtypes.items():
+        getattr(lib, name).argtypes = types
+    return lib

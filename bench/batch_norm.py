@@ -33,7 +33,7 @@ import torch
 # The device's side times its kernels: the first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
-from alternating import per_call_us, threads_and_rounds  # noqa: E402
+from alternating import limit_library, per_call_us, threads_and_rounds  # noqa: E402
 
 SHAPES = {"resnet18 layer1 16x64x28x28": (16, 64, 28, 28),
           "resnet18 layer2 16x128x14x14": (16, 128, 14, 14),
@@ -41,20 +41,12 @@ SHAPES = {"resnet18 layer1 16x64x28x28": (16, 64, 28, 28),
           "mobilenet-v2 16x96x56x56": (16, 96, 56, 56),
           # BatchNorm1d's [N, C] (as [N, C, 1, 1]): no channel run, ATen's kernel on the device.
           "batchnorm1d 256x1024": (256, 1024, 1, 1)}
-BUILD = os.environ.get("NEURON_BUILD_DIR",
-                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
 EPS = 1e-5
-
-
-def limit_library():
-    path = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: build the project first (make build)")
-    lib = ctypes.CDLL(path)
-    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-    lib.neuron_limit_batch_norm.argtypes = [p, p, p, p, p, p, i64, i64, i64, f32, i32]
-    lib.neuron_limit_batch_norm_backward.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, i32]
-    return lib
+P, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+LIMIT_LOOPS = {
+    "neuron_limit_batch_norm": [P, P, P, P, P, P, I64, I64, I64, F32, I32],
+    "neuron_limit_batch_norm_backward": [P, P, P, P, P, P, P, P, I64, I64, I64, I32],
+}
 
 
 def triad_gb_per_s(threads):
@@ -79,7 +71,7 @@ def backward(dy, x, weight, mean, invstd):
 def main(argv):
     args = threads_and_rounds(__doc__, argv)
     torchneuron.set_adaptive(False)
-    lib = limit_library()
+    lib = limit_library(LIMIT_LOOPS)
     device = torchneuron.device()
     torch.manual_seed(0)
     triad = triad_gb_per_s(args.threads)

@@ -26,31 +26,21 @@ import torch.nn.functional as F
 # The device's side times its kernel: the first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
-from alternating import per_call_us, threads_and_rounds  # noqa: E402
+from alternating import limit_library, per_call_us, threads_and_rounds  # noqa: E402
 
 # name: (input shape, max_pool2d's kernel, stride, padding)
 POOLS = {"cnn-mnist 64x64x24x24": ((64, 64, 24, 24), 2, 2, 0),
          "64x64x32x32": ((64, 64, 32, 32), 2, 2, 0),
          "16x64x56x56": ((16, 64, 56, 56), 2, 2, 0),
          "resnet18-stem 16x64x56x56 3x3/2 pad 1": ((16, 64, 56, 56), 3, 2, 1)}
-BUILD = os.environ.get("NEURON_BUILD_DIR",
-                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
-
-
-def limit_library():
-    path = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: build the project first (make build)")
-    lib = ctypes.CDLL(path)
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.neuron_limit_max_pool2x2.argtypes = [p, p, p, i64, i64, i64, i32]
-    return lib
+LIMIT_LOOPS = {"neuron_limit_max_pool2x2": [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 +
+                                           [ctypes.c_int]}
 
 
 def main(argv):
     args = threads_and_rounds(__doc__, argv)
     torchneuron.set_adaptive(False)
-    lib = limit_library()
+    lib = limit_library(LIMIT_LOOPS)
     device = torchneuron.device()
     torch.manual_seed(0)
     results = {}

@@ -72,3 +72,19 @@ def assert_same(device_tensor, cpu_tensor, **kwargs):
     import torchneuron
     assert device_tensor.device.type == torchneuron.DEVICE_TYPE
     torch.testing.assert_close(device_tensor.cpu(), cpu_tensor, **kwargs)
+
+
+def launches_now():
+    """torchneuron.metrics()'s launch counts, {kind: {op: count}}, copied (for launched_since)."""
+    import torchneuron
+    return {kind: dict(ops) for kind, ops in torchneuron.metrics()["ops"].items()}
+
+
+def launched_since(before):
+    """The launches since `before` (a launches_now()), {kind: {op: count}}, ops that did not
+    launch left out."""
+    import torchneuron
+    after = torchneuron.metrics()["ops"]
+    return {kind: {op: n - before[kind].get(op, 0) for op, n in ops.items()
+                   if n != before[kind].get(op, 0)}
+            for kind, ops in after.items()}

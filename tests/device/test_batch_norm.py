@@ -12,18 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchneuron
 
-from conftest import assert_same
-
-
-def ops_now():
-    return {kind: dict(ops) for kind, ops in torchneuron.metrics()["ops"].items()}
-
-
-def launched_since(before):
-    after = torchneuron.metrics()["ops"]
-    return {kind: {op: n - before[kind].get(op, 0) for op, n in ops.items()
-                   if n != before[kind].get(op, 0)}
-            for kind, ops in after.items()}
+from conftest import assert_same, launched_since, launches_now
 
 
 g = torch.Generator().manual_seed(0)
@@ -53,7 +42,7 @@ def normalize_on_both(dev, x, training, affine=True, stats=True, momentum=0.1, e
         return y, [t for t in (mean, var) if t is not None], [
             t.grad for t in (xs, weight, bias) if t is not None]
 
-    before = ops_now()
+    before = launches_now()
     y, running_dev, grads_dev = run(dev)
     torchneuron.synchronize()
     launched = launched_since(before)
@@ -145,7 +134,7 @@ def test_one_element_rows_keep_the_library_route(dev):
     # A training row of one element: ATen's running variance is NaN (0/0); the device declines.
     x, mean, var = batch((1, 4)), torch.zeros(4), torch.ones(4)
     mean_d, var_d = mean.to(dev), var.to(dev)
-    before = ops_now()
+    before = launches_now()
     y = torch.native_batch_norm(x.to(dev), None, None, mean_d, var_d, True, 0.1, 1e-5)[0]
     launched = launched_since(before)
     y_cpu = torch.native_batch_norm(x, None, None, mean, var, True, 0.1, 1e-5)[0]
@@ -165,7 +154,7 @@ def test_half_precision_keeps_the_library_route(dev, dtype):
             F.batch_norm(x.half().to(dev), None, None, training=True)
         assert str(dev_error.value) == str(cpu_error.value)
         return
-    before = ops_now()
+    before = launches_now()
     y = F.batch_norm(x.to(dev), None, None, training=True)
     launched = launched_since(before)
     assert_same(y, F.batch_norm(x, None, None, training=True), rtol=0, atol=0)
@@ -197,7 +186,7 @@ def test_expanded_running_statistics_take_atens_kernel(dev):
     x = batch((4, 3, 40))
     running = [torch.zeros(1).expand(3), torch.ones(1).expand(3)]
     y_cpu = torch.native_batch_norm(x, None, None, *running, True, 0.1, 1e-5)[0]
-    before = ops_now()
+    before = launches_now()
     running_dev = [torch.zeros(1, device=dev).expand(3), torch.ones(1, device=dev).expand(3)]
     y = torch.native_batch_norm(x.to(dev), None, None, *running_dev, True, 0.1, 1e-5)[0]
     assert_same(y, y_cpu, rtol=1e-5, atol=2e-5)
@@ -240,7 +229,7 @@ def test_a_batch_norm_network_trains_as_on_the_cpu(dev):
 
     cpu, device = net(), net().to(dev)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cpu, device)]
-    before = ops_now()
+    before = launches_now()
     for step in range(4):
         x = batch((8, 2, 12, 12))
         for model, opt, place in ((cpu, opts[0], "cpu"), (device, opts[1], dev)):
@@ -321,7 +310,7 @@ def test_results_are_laid_out_as_atens(dev, name, training):
             grad, x, None, *stats, *saved, training, 1e-5, [True, False, False])[0]
         gi_cpu = backward(grad, x)
         on_dev = [None if t is None else t.to(dev) for t in (grad, x, None, *stats, *saved)]
-        before = ops_now()
+        before = launches_now()
         gi = torch.ops.aten.native_batch_norm_backward(*on_dev, training, 1e-5,
                                                        [True, False, False])[0]
         library = bool(launched_since(before)["library"])  # short or no channel runs
@@ -338,7 +327,7 @@ def test_per_channel_tensors_of_another_shape_take_the_library_route(dev):
     weight = batch((3, 1))
     mean, var = torch.zeros(3), torch.ones(3)
     y_cpu = F.batch_norm(x, mean, var, weight, None, False)
-    before = ops_now()
+    before = launches_now()
     y = F.batch_norm(x.to(dev), mean.to(dev), var.to(dev), weight.to(dev), None, False)
     assert_same(y, y_cpu)
     assert launched_since(before)["library"] == {"aten::native_batch_norm": 1}

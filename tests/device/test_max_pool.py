@@ -11,24 +11,13 @@ import torch
 import torch.nn.functional as F
 import torchneuron
 
-from conftest import assert_same
-
-
-def launched_since(before):
-    after = torchneuron.metrics()["ops"]
-    return {kind: {op: n - before[kind].get(op, 0) for op, n in ops.items()
-                   if n != before[kind].get(op, 0)}
-            for kind, ops in after.items()}
-
-
-def ops_now():
-    return {kind: dict(ops) for kind, ops in torchneuron.metrics()["ops"].items()}
+from conftest import assert_same, launched_since, launches_now
 
 
 def pool_on_both(x, dev, *args, **kwargs):
     """Max-pools `x` on the CPU and on the device; asserts equal maxima (NaN where the CPU has
     NaN) and equal indices; returns the device's launches by kind."""
-    before = ops_now()
+    before = launches_now()
     values, indices = F.max_pool2d(x.to(dev), *args, return_indices=True, **kwargs)
     torchneuron.synchronize()
     launched = launched_since(before)
@@ -152,7 +141,7 @@ def test_bad_arguments_raise_the_cpus_error_and_leave_nothing_launched(dev, name
     x = torch.randn(*shape, generator=g)
     with pytest.raises(RuntimeError) as cpu_error:
         F.max_pool2d(x, *args, return_indices=True, **kwargs)
-    before = ops_now()
+    before = launches_now()
     with pytest.raises(RuntimeError) as device_error:
         F.max_pool2d(x.to(dev), *args, return_indices=True, **kwargs)
     assert str(device_error.value) == str(cpu_error.value)
@@ -174,7 +163,7 @@ def test_gradients_flow_through_the_compiled_indices(dev, args):
     x[0, 0, :2, :2] = 1.5  # ties: the gradient goes to the first
     x_cpu = x.clone().requires_grad_()
     x_dev = x.to(dev).requires_grad_()
-    before = ops_now()
+    before = launches_now()
     out = F.max_pool2d(x_dev, *args)
     weights = torch.randn(out.shape, generator=g)
     (out * weights.to(dev)).sum().backward()

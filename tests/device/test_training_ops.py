@@ -10,18 +10,7 @@ import torch
 import torch.nn.functional as F
 import torchneuron
 
-from conftest import assert_same
-
-
-def ops_by_kind():
-    return {kind: dict(ops) for kind, ops in torchneuron.metrics()["ops"].items()}
-
-
-def launched_since(before):
-    after = torchneuron.metrics()["ops"]
-    return {kind: {op: n - before[kind].get(op, 0) for op, n in ops.items()
-                   if n != before[kind].get(op, 0)}
-            for kind, ops in after.items()}
+from conftest import assert_same, launched_since, launches_now
 
 
 def as_tuple(out):
@@ -42,7 +31,7 @@ def run_on_cpu_and_device(fn, cpu_args, dev):
     launches by kind."""
     dev_args = [a.detach().to(dev).requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
                 else a for a in cpu_args]
-    before = ops_by_kind()
+    before = launches_now()
     cpu_out, cpu_warnings = call_recording_warnings(fn, cpu_args)
     dev_out, dev_warnings = call_recording_warnings(fn, dev_args)
     assert dev_warnings <= cpu_warnings, f"the device warned where the CPU did not: {dev_warnings}"
@@ -231,7 +220,7 @@ def test_nll_loss_with_a_target_on_the_cpu_raises_the_generic_paths_device_error
 def test_out_variants_take_the_library_route_and_resize_their_outputs(dev):
     x = torch.randn(4, 6)
     d = x.to(dev)
-    before = ops_by_kind()
+    before = launches_now()
     values, indices = torch.empty(0, device=dev), torch.empty(0, dtype=torch.long, device=dev)
     mask = torch.empty(0, device=dev)
     with warnings.catch_warnings():
@@ -261,7 +250,7 @@ def test_foreach_ops_run_on_the_device(dev):
     cpu = [torch.randn(3, 4, generator=g), torch.randn(5, generator=g)]
     other = [torch.rand(3, 4, generator=g) + 0.5, torch.rand(5, generator=g) + 0.5]
     on_dev, other_dev = [t.to(dev) for t in cpu], [t.to(dev) for t in other]
-    before = ops_by_kind()
+    before = launches_now()
     sums = torch._foreach_add(on_dev, other_dev, alpha=0.5)
     torch._foreach_addcdiv_(on_dev, other_dev, sums, [0.1, 0.2])
     norms = torch._foreach_norm(on_dev)
@@ -312,7 +301,7 @@ def test_cnn_training_steps_with_foreach_optimizers_never_fall_back(dev, make_op
     dev_model = tiny_cnn().to(dev)
     torch.manual_seed(5)  # dropout's masks: both runs draw from the CPU generator in order
     cpu_losses = train(cpu_model, make_optimizer(cpu_model.parameters()), batches)
-    before = ops_by_kind()
+    before = launches_now()
     torch.manual_seed(5)
     dev_losses = train(dev_model, make_optimizer(dev_model.parameters()), batches, dev)
     launched = launched_since(before)
