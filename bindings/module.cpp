@@ -21,9 +21,9 @@
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/eager_call_cache.h"
-#include "device/generator_fork.h"
 #include "device/list_launch.h"
 #include "device/metrics.h"
+#include "device/torch_fork_safety.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
 #include "tracer/debug_check.h"
@@ -411,7 +411,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   defaultWarningHandler();
-  torchneuron::holdCpuGeneratorAcrossFork(); // a fork while a thread draws random numbers
+  torchneuron::makeTorchForkSafe(); // before the program starts threads that may fork
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);

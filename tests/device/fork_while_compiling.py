@@ -5,7 +5,7 @@ signatures (ops x dtypes x ranks x broadcast patterns, so every one is a real co
 forks FORKS times. Each child runs device ops (one kernel the parent has, one it compiles itself)
 and exits, alternately through os._exit and a normal interpreter exit. The threads and the
 children draw random numbers too, from PyTorch's one CPU generator (held across fork():
-src/device/generator_fork.h). Prints one JSON line: the iterations whose child hung (killed
+src/device/torch_fork_safety.h). Prints one JSON line: the iterations whose child hung (killed
 after TIMEOUT_S) or failed, what a compiling thread raised, and how many compiles the threads
 finished while the forks ran.
 """

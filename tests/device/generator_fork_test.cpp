@@ -1,7 +1,8 @@
-// fork() while another thread holds PyTorch's default CPU generator (src/device/generator_fork.h):
-// the child's first random op must not wait for a lock whose holder stayed in the parent. CI saw
-// that hang once in tests/device/test_fork_safety.py (a child's torch.rand while the parent's
-// compiling threads drew inputs); here the holder is made to hold the lock across the fork.
+// fork() while another thread holds PyTorch's default CPU generator
+// (src/device/torch_fork_safety.h): the child's first random op must not wait for a lock whose
+// holder stayed in the parent. CI saw that hang once in tests/device/test_fork_safety.py (a child's
+// torch.rand while the parent's compiling threads drew inputs); here the holder is made to hold the
+// lock across the fork.
 
 #include <gtest/gtest.h>
 
@@ -16,13 +17,13 @@
 #include <chrono>
 #include <thread>
 
-#include "device/generator_fork.h"
+#include "device/torch_fork_safety.h"
 
 namespace torchneuron {
 namespace {
 
 TEST(GeneratorFork, AForkWhileAnotherThreadDrawsLeavesTheChildAbleToDraw) {
-  holdCpuGeneratorAcrossFork();
+  makeTorchForkSafe();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   std::atomic<bool> holding{false};
   std::thread drawer([&] {

@@ -4,7 +4,9 @@ may hang. The scenario runs in a process of its own (fork_while_compiling.py) wi
 persistent cache of its own, so the threads' kernels really compile. The fork hangs this scenario
 caught each have a deterministic test of their own: a lazy registration under a lock fork()
 waited for (tests/support/fork_handlers_test.cpp), and a thread inside torch.rand holding
-PyTorch's CPU generator (tests/device/generator_fork_test.cpp)."""
+PyTorch's CPU generator (tests/device/generator_fork_test.cpp). A third, a thread inside the
+first initialization of ATen's CPU capability (a function-local static), is made impossible by
+making it at import (src/device/torch_fork_safety.h)."""
 
 import json
 import os

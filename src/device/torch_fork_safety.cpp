@@ -1,5 +1,6 @@
-#include "device/generator_fork.h"
+#include "device/torch_fork_safety.h"
 
+#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
@@ -17,9 +18,13 @@ std::mutex* generator_mutex = nullptr;
 
 } // namespace
 
-void holdCpuGeneratorAcrossFork() {
+void makeTorchForkSafe() {
   static std::once_flag registered; // constant-initialized: no guard a fork could catch
   std::call_once(registered, [] {
+    // A CPU kernel through a dispatch stub makes ATen's CPU capability (its static) now: an add
+    // of 16 elements (fill_ of one element has a path of its own that skips the stub).
+    const at::Tensor sixteen = at::empty({16}, at::kFloat);
+    at::add_out(const_cast<at::Tensor&>(sixteen), sixteen, sixteen);
     // The default generator is a function-local static of PyTorch's: made here, not in a fork.
     generator_mutex = &at::detail::getDefaultCPUGenerator().unsafeGetGeneratorImpl()->mutex_;
     registerForkHandlers(ForkRank::kCpuGenerator,
