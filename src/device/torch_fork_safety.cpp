@@ -21,8 +21,8 @@ std::mutex* generator_mutex = nullptr;
 void makeTorchForkSafe() {
   static std::once_flag registered; // constant-initialized: no guard a fork could catch
   std::call_once(registered, [] {
-    // A CPU kernel through a dispatch stub makes ATen's CPU capability (its static) now: an add
-    // of 16 elements (fill_ of one element has a path of its own that skips the stub).
+    // A CPU kernel through ATen's DispatchStub makes ATen's CPU capability (its static) now: an add
+    // of 16 elements (fill_ of one element has a path of its own that skips the DispatchStub).
     const at::Tensor sixteen = at::empty({16}, at::kFloat);
     at::add_out(const_cast<at::Tensor&>(sixteen), sixteen, sixteen);
     // The default generator is a function-local static of PyTorch's: made here, not in a fork.

@@ -11,7 +11,7 @@
 //   progress. Only the default generator: a thread drawing from a torch.Generator of its own when
 //   another thread forks can still leave that one locked in the child, as in stock PyTorch.
 // - ATen's CPU capability (which vector width its kernels use), a function-local static made at
-//   the first CPU kernel a process runs through a dispatch stub. A thread inside its
+//   the first CPU kernel a process runs through ATen's DispatchStub. A thread inside its
 //   initialization when another thread forks leaves the static's guard taken in the child, whose
 //   first CPU kernel then waits for ever. A process that only ever ran device ops has not made
 //   it yet when its threads start; it is made here, before.
