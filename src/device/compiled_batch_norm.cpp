@@ -91,6 +91,20 @@ bool sharesMemory(const c10::optional<at::Tensor>& a, const c10::optional<at::Te
   return isParameter(a) && isParameter(b) && a->storage().is_alias_of(b->storage());
 }
 
+// Whether training may update the running statistics in place after it normalized: each is
+// writable and shares no memory with what the forward reads (ATen updates them before it
+// normalizes, so its output would read the updated values).
+bool statisticsUpdatableAfter(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+                              const c10::optional<at::Tensor>& bias,
+                              std::initializer_list<const c10::optional<at::Tensor>*> statistics) {
+  const c10::optional<at::Tensor> self = input;
+  for (const c10::optional<at::Tensor>* stat : statistics)
+    if (!writable(*stat) || sharesMemory(*stat, self) || sharesMemory(*stat, weight) ||
+        sharesMemory(*stat, bias))
+      return false;
+  return true;
+}
+
 // ATen's test for its contiguous kernels: contiguous in the default or a channels-last format.
 bool denseInSomeFormat(const at::Tensor& t) {
   return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
@@ -187,22 +201,16 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const PerChannel per_channel = {&weight, &bias, &running_mean, &running_var};
   if (!supported(input, per_channel)) return false;
   if (training && input.numel() / input.size(1) < 2) return false;
-  const c10::optional<at::Tensor> self = input;
-  for (const c10::optional<at::Tensor>* stat : {&running_mean, &running_var})
-    if (training &&
-        (sharesMemory(*stat, self) || sharesMemory(*stat, weight) || sharesMemory(*stat, bias)))
-      return false;
-  if (training && (!writable(running_mean) || !writable(running_var))) return false;
+  if (training && !statisticsUpdatableAfter(input, weight, bias, {&running_mean, &running_var}))
+    return false;
 
   if (!training) {
     const at::Tensor invstd = at::rsqrt(*running_var + eps);
     const at::Tensor scale = isParameter(weight) ? *weight * invstd : invstd;
     const at::Tensor shift =
         isParameter(bias) ? *bias - *running_mean * scale : -(*running_mean * scale);
-    std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
-    shape[1] = input.size(1);
     at::Tensor output = forwardResult(input, per_channel);
-    at::addcmul_out(output, shift.view(shape), input, scale.view(shape));
+    at::addcmul_out(output, perChannel(shift, 0, input), input, perChannel(scale, 1, input));
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, output, at::empty({0}, input.options()),
                      at::empty({0}, input.options()));
