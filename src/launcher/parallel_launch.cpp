@@ -26,15 +26,21 @@ std::mutex arenas_mutex;
 tbb::task_arena* arenas[256] = {};
 
 tbb::task_arena& arenaFor(int threads) {
+  // Registered once; afterwards one atomic load (std::call_once alone costs thread-local writes
+  // and a pthread_once call at every launch).
+  static std::atomic<bool> registered{false};
   static std::once_flag fork_handlers;
-  std::call_once(fork_handlers, [] {
-    registerForkHandlers(ForkRank::kLaunchArenas,
-                         {[] { arenas_mutex.lock(); }, [] { arenas_mutex.unlock(); },
-                          [] {
-                            runLaunchesInline();
-                            arenas_mutex.unlock();
-                          }});
-  });
+  if (!registered.load(std::memory_order_acquire)) {
+    std::call_once(fork_handlers, [] {
+      registerForkHandlers(ForkRank::kLaunchArenas,
+                           {[] { arenas_mutex.lock(); }, [] { arenas_mutex.unlock(); },
+                            [] {
+                              runLaunchesInline();
+                              arenas_mutex.unlock();
+                            }});
+    });
+    registered.store(true, std::memory_order_release);
+  }
   const int slot = std::clamp(threads, 1, 255);
   std::lock_guard<std::mutex> lock(arenas_mutex);
   if (!arenas[slot]) arenas[slot] = new tbb::task_arena(slot);

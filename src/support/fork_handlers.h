@@ -17,6 +17,7 @@
 // loads, before anything registers here (all registration is lazy), so its prepare handler runs
 // after these.
 
+#include <atomic>
 #include <mutex>
 
 namespace torchneuron {
@@ -54,14 +55,18 @@ struct ForkHandlers {
 void registerForkHandlers(ForkRank rank, ForkHandlers handlers);
 
 // Holds the mutex `kMutex` (an object of static storage) across fork() at `rank`: for a lock
-// with no state to re-create in the child. Registers at its first call and costs one
-// std::call_once check after that; call it before each first use of the mutex on a path.
+// with no state to re-create in the child. Registers at its first call; after that it costs one
+// atomic load (std::call_once alone would cost two thread-local writes and a pthread_once call
+// each time, on paths that run per op). Call it before each first use of the mutex on a path.
 template <std::mutex& kMutex> void holdAcrossFork(ForkRank rank) {
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_acquire)) return;
   static std::once_flag registered;
   std::call_once(registered, [rank] {
     registerForkHandlers(rank,
                          {[] { kMutex.lock(); }, [] { kMutex.unlock(); }, [] { kMutex.unlock(); }});
   });
+  done.store(true, std::memory_order_release);
 }
 
 // True in a process forked from the one that registered handlers here.
