@@ -1,6 +1,7 @@
 // mm, addmm, bmm and baddbmm as library kernels that write straight into device memory: the
-// output is allocated on the device (the caching allocator) and ATen's out= CPU kernel
-// (OpenBLAS) fills it through a host view, or, in a hot window of the adaptive tracer, a
+// output is allocated on the device (the caching allocator) and filled by the BLAS call ATen's
+// CPU kernel would make (device/direct_gemm.h) or, in layouts that call does not cover, by ATen's
+// out= CPU kernel through host views; or, in a hot window of the adaptive tracer, a
 // recorded step of the window does when the window runs (the output's metadata are known now). The
 // generic library path would let the functional CPU kernel allocate fresh host memory and then copy
 // it to the device: an extra allocation (page faults for a fresh multi-megabyte block) and an extra
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "device/device.h"
+#include "device/direct_gemm.h"
 #include "device/host_execution.h"
 #include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
@@ -53,13 +55,19 @@ bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
   return at::is_expandable_to(self.sizes(), result);
 }
 
-// Allocates the result on the device and has `fill(out, operands...)` write it through host
-// views (ATen's out= CPU kernel, called directly: the dispatcher's round trip is a tiny
-// product's largest cost after Python's), counting one library launch on `launches`. In a hot
-// window of the adaptive tracer the fill is recorded as a step of the window instead, to run when
-// it runs, on the tensors as they are now (matmul's 1-D case squeezes the result of mm in place
-// before). A product that can add itself into a tensor instead (mm: `accumulate(target,
-// operands...)`; tracer/accumulating_products.h) records that too; the others pass nullptr.
+// Runs `kernel`, an ATen out= CPU kernel, on host views of the device tensors `tensors`.
+template <typename Kernel, typename... Tensors>
+void onHostViews(Kernel kernel, const Tensors&... tensors) {
+  HostKernelAllocationScope allocations_from_the_device; // ATen's scratch (contiguous copies)
+  kernel(ScopedHostView(tensors).tensor()...);
+}
+
+// Allocates the result on the device and has `fill(out, operands...)` (device tensors) write it,
+// counting one library launch on `launches`. In a hot window of the adaptive tracer the fill is
+// recorded as a step of the window instead, to run when it runs, on the tensors as they are now
+// (matmul's 1-D case squeezes the result of mm in place before). A product that can add itself
+// into a tensor instead (mm: `accumulate(target, operands...)`;
+// tracer/accumulating_products.h) records that too; the others pass nullptr.
 template <typename Fill, typename Accumulate, typename... Operands>
 at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::Tensor& like,
                       Fill fill, Accumulate accumulate, const Operands&... operands) {
@@ -70,12 +78,7 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
     if constexpr (!std::is_same_v<Accumulate, std::nullptr_t>) {
       product = std::make_shared<tracer::AccumulatingProduct>();
       product->add_into = [accumulate, frozen_operands](const at::Tensor& target) {
-        HostKernelAllocationScope allocations_from_the_device;
-        std::apply(
-            [&](const auto&... t) {
-              accumulate(ScopedHostView(target).tensor(), ScopedHostView(t).tensor()...);
-            },
-            frozen_operands);
+        std::apply([&](const auto&... t) { accumulate(target, t...); }, frozen_operands);
       };
       product->output = tracer::TensorPlace::of(out);
       for (const at::Tensor* t : {&operands...})
@@ -83,21 +86,13 @@ at::Tensor intoDevice(LaunchCounter* launches, at::IntArrayRef sizes, const at::
     }
     tracer::recordHostStep(
         [fill, frozen_out = tracer::frozenTensor(out), frozen_operands] {
-          HostKernelAllocationScope allocations_from_the_device;
-          std::apply(
-              [&](const auto&... t) {
-                fill(ScopedHostView(frozen_out).tensor(), ScopedHostView(t).tensor()...);
-              },
-              frozen_operands);
+          std::apply([&](const auto&... t) { fill(frozen_out, t...); }, frozen_operands);
         },
         {operands...}, {out}, std::move(product));
     recordLaunch(launches);
     return out;
   }
-  {
-    HostKernelAllocationScope allocations_from_the_device; // ATen's scratch (contiguous copies)
-    fill(ScopedHostView(out).tensor(), ScopedHostView(operands).tensor()...);
-  }
+  fill(out, operands...);
   recordLaunch(launches);
   return out;
 }
@@ -108,9 +103,18 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::mm");
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
-      [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(out, a, b); },
-      [](at::Tensor& target, const at::Tensor& a, const at::Tensor& b) {
-        at::cpu::addmm_out(target, target, a, b); // gemm with beta = 1
+      [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+        if (gemmOnDeviceMemory(out, a, b, /*beta=*/0, /*alpha=*/1)) return;
+        onHostViews([](at::Tensor& o, at::Tensor& x, at::Tensor& y) { at::cpu::mm_out(o, x, y); },
+                    out, a, b);
+      },
+      [](const at::Tensor& target, const at::Tensor& a, const at::Tensor& b) {
+        if (gemmOnDeviceMemory(target, a, b, /*beta=*/1, /*alpha=*/1)) return;
+        onHostViews(
+            [](at::Tensor& t, at::Tensor& x, at::Tensor& y) {
+              at::cpu::addmm_out(t, t, x, y); // gemm with beta = 1
+            },
+            target, a, b);
       },
       self, mat2);
 }
@@ -124,8 +128,13 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::addmm");
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
-      [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
-                    const at::Tensor& b) { at::cpu::addmm_out(out, s, a, b, beta, alpha); },
+      [beta, alpha](const at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
+                    const at::Tensor& b) {
+        if (gemmOnDeviceMemory(out, a, b, beta, alpha, &s)) return;
+        onHostViews([&](at::Tensor& o, at::Tensor& self_view, at::Tensor& x,
+                        at::Tensor& y) { at::cpu::addmm_out(o, self_view, x, y, beta, alpha); },
+                    out, s, a, b);
+      },
       nullptr, self, mat1, mat2);
 }
 
@@ -135,8 +144,9 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::bmm");
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
-      [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-        at::cpu::bmm_out(out, a, b);
+      [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+        onHostViews([](at::Tensor& o, at::Tensor& x, at::Tensor& y) { at::cpu::bmm_out(o, x, y); },
+                    out, a, b);
       },
       nullptr, self, mat2);
 }
@@ -151,8 +161,12 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
-      [beta, alpha](at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
-                    const at::Tensor& b) { at::cpu::baddbmm_out(out, s, a, b, beta, alpha); },
+      [beta, alpha](const at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
+                    const at::Tensor& b) {
+        onHostViews([&](at::Tensor& o, at::Tensor& self_view, at::Tensor& x,
+                        at::Tensor& y) { at::cpu::baddbmm_out(o, self_view, x, y, beta, alpha); },
+                    out, s, a, b);
+      },
       nullptr, self, batch1, batch2);
 }
 

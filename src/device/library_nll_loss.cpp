@@ -1,6 +1,7 @@
 // nll_loss_forward and nll_loss_backward (cross-entropy's last step, in 12 of 22 training
 // scripts tried) as library kernels that write straight into device memory: the results are
-// allocated on the device and ATen's out= CPU kernels fill them through pooled host views. The
+// allocated on the device and filled by ATen's loops run on device memory (nll_loss_loops.h) or,
+// for the calls those do not take, by ATen's out= CPU kernels through pooled host views. The
 // generic library path maps every argument and result between the device and the host (new
 // tensors and storages both ways), which made a 32-element loss 1.4x stock's time. Calls this
 // path does not describe (other ranks, operands off the device) take the generic path, where
@@ -14,6 +15,7 @@
 #include "device/host_view.h"
 #include "device/library_ops.h"
 #include "device/metrics.h"
+#include "device/nll_loss_loops.h"
 #include "device/runtime_ops.h"
 #include "tracer/tracer.h"
 
@@ -46,6 +48,19 @@ private:
   c10::optional<ScopedHostView> view_;
 };
 
+// The backward's other operands as ATen's meta function accepts them, for the loops
+// (nll_loss_loops.h): of self's dtype, a gradient per row without reduction or one element with
+// it, one total weight.
+bool gradientOperandsFit(const at::Tensor& grad_output, const at::Tensor& total_weight,
+                         const at::Tensor& self, int64_t reduction) {
+  if (grad_output.scalar_type() != self.scalar_type() ||
+      total_weight.scalar_type() != self.scalar_type() || total_weight.numel() != 1)
+    return false;
+  if (reduction == at::Reduction::None)
+    return grad_output.dim() == 1 && grad_output.size(0) == self.size(0);
+  return grad_output.numel() == 1;
+}
+
 } // namespace
 
 void runLibraryNllLossForward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -64,7 +79,9 @@ void runLibraryNllLossForward(const c10::OperatorHandle& op, torch::jit::Stack* 
                           ? newDeviceTensor({self.size(0)}, self.scalar_type())
                           : newDeviceTensor({}, self.scalar_type());
   at::Tensor total_weight = newDeviceTensor({}, self.scalar_type());
-  {
+  if (nllLossLoopsTake(self, target, weight)) {
+    nllLossForwardLoops(output, total_weight, self, target, weight, reduction, ignore_index);
+  } else {
     HostKernelAllocationScope allocations_from_the_device;
     OptionalHostView host_weight(weight);
     at::cpu::nll_loss_forward_out(ScopedHostView(output).tensor(),
@@ -97,7 +114,11 @@ void runLibraryNllLossBackward(const c10::OperatorHandle& op, torch::jit::Stack*
   tracer::EagerLibraryStep step;
   // ATen's meta function: contiguous, the input's sizes; its kernel zeroes it first.
   at::Tensor grad_input = newDeviceTensor(self.sizes(), self.scalar_type());
-  {
+  if (nllLossLoopsTake(self, target, weight) &&
+      gradientOperandsFit(grad_output, total_weight, self, reduction)) {
+    nllLossBackwardLoops(grad_input, grad_output, self, target, weight, reduction, ignore_index,
+                         total_weight);
+  } else {
     HostKernelAllocationScope allocations_from_the_device;
     OptionalHostView host_weight(weight);
     at::cpu::nll_loss_backward_out(
