@@ -2,7 +2,10 @@
 """Per-op cost of tiny ops from Python, the device against stock CPU in one process, measured
 in alternating blocks so that the machine's noise falls on both sides alike (issue 3: an
 8-element op at most 1.2x stock's time; issue 15: add, mul, mm, nll_loss and a copy to the
-device on 32 elements at most stock's). Prints one JSON object; run_bench.py includes it.
+device on 32 elements at most stock's). Also one backward pass of a 32-element graph
+(`backward-32`: a product and a sum): PyTorch 1.13's autograd runs a device tensor's backward
+ops on its own device thread, so each backward() call hands work to that thread and back.
+Prints one JSON object; run_bench.py includes it.
 
     /usr/bin/python3 bench/op_overhead.py [--threads 1] [--rounds 21] [--ops-per-block 2000]
 """
@@ -71,6 +74,19 @@ def measure(op, cpu_args, device_args, rounds, count, device_op=None):
             "ratio_max": max(ratios), "rounds": rounds}
 
 
+def measure_backward(device, rounds, count):
+    """One backward() of (x * 2).sum() on 32 elements, the CPU against the device: the cost of
+    a backward pass's start and end (its two ops are tiny), checked to give the same gradient."""
+    x = torch.randn(32)
+    leaves = {"cpu": x.clone().requires_grad_(), "device": x.to(device).requires_grad_()}
+    backward = lambda t: (t * 2).sum().backward()  # noqa: E731
+    for leaf in leaves.values():
+        backward(leaf)
+    if not torch.equal(leaves["device"].grad.cpu(), leaves["cpu"].grad):
+        raise SystemExit("op_overhead: backward-32 on the device differs from the CPU")
+    return measure(backward, (leaves["cpu"],), (leaves["device"],), rounds, max(1, count // 10))
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -95,6 +111,7 @@ def main(argv):
             raise SystemExit(f"op_overhead: {name} on the device differs from the CPU")
         result["ops"][name] = measure(op, cpu_args, device_args, args.rounds, args.ops_per_block,
                                       device_op)
+    result["ops"]["backward-32"] = measure_backward(device, args.rounds, args.ops_per_block)
     print(json.dumps(result))
     return 0
 

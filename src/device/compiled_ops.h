@@ -38,6 +38,19 @@ bool runCompiledLayerNormBackward(const c10::OperatorHandle& op, torch::jit::Sta
 bool runCompiledBatchNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool runCompiledBatchNormBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// mse_loss, smooth_l1_loss and huber_loss, their functional forward and backward (smooth L1's
+// and Huber's functional backward are composite ops that would fill a zero gradient first and
+// call their out= overload, which is compiled too), as compiled kernels (compiled_losses.cpp);
+// they decline other dtypes and shapes (its header lists them).
+bool runCompiledMseLoss(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledMseLossBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledSmoothL1Loss(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledSmoothL1LossBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledSmoothL1LossBackwardOut(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledHuberLoss(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledHuberLossBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+bool runCompiledHuberLossBackwardOut(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // max_pool2d_with_indices as a compiled reduction over windows (compiled_pooling.cpp): contiguous
 // float and double input, no padding, every window inside the input; it declines other calls.
 bool runCompiledMaxPool2d(const c10::OperatorHandle& op, torch::jit::Stack* stack);

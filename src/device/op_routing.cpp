@@ -157,14 +157,12 @@ constexpr const char* kTrainingOps[] = {
     "nll_loss_forward.output", "nll_loss_backward.grad_input", "nll_loss2d_forward",
     "nll_loss2d_forward.output", "nll_loss2d_backward", "nll_loss2d_backward.grad_input",
     "binary_cross_entropy", "binary_cross_entropy.out", "binary_cross_entropy_backward",
-    "binary_cross_entropy_backward.grad_input", "mse_loss", "mse_loss.out", "mse_loss_backward",
-    "mse_loss_backward.grad_input", "smooth_l1_loss", "smooth_l1_loss.out",
-    "smooth_l1_loss_backward.grad_input", "huber_loss", "huber_loss.out", "huber_loss_backward.out",
-    "_ctc_loss", "_ctc_loss.Tensor", "_ctc_loss_backward", "_ctc_loss_backward.Tensor",
-    "multi_margin_loss", "multi_margin_loss.out", "multi_margin_loss_backward",
-    "multi_margin_loss_backward.grad_input", "multilabel_margin_loss_forward",
-    "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
-    "multilabel_margin_loss_backward.grad_input",
+    "binary_cross_entropy_backward.grad_input", "mse_loss.out", "mse_loss_backward.grad_input",
+    "smooth_l1_loss.out", "huber_loss.out", "_ctc_loss", "_ctc_loss.Tensor", "_ctc_loss_backward",
+    "_ctc_loss_backward.Tensor", "multi_margin_loss", "multi_margin_loss.out",
+    "multi_margin_loss_backward", "multi_margin_loss_backward.grad_input",
+    "multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output",
+    "multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input",
     // normalization
     "native_group_norm", "native_group_norm_backward",
     // pooling
@@ -280,6 +278,30 @@ void registerCompiledOps(torch::Library& aten) {
   registerDeviceKernel(
       aten, "native_batch_norm_backward",
       routed<Route::kCompiled, &runCompiledBatchNormBackward, &runLibraryKernelOnHost>());
+  // The pointwise losses (compiled_losses.cpp: its header lists what they decline); their out=
+  // forward overloads stay library ops.
+  registerDeviceKernel(aten, "mse_loss",
+                       routed<Route::kCompiled, &runCompiledMseLoss, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "mse_loss_backward",
+      routed<Route::kCompiled, &runCompiledMseLossBackward, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "smooth_l1_loss",
+      routed<Route::kCompiled, &runCompiledSmoothL1Loss, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "smooth_l1_loss_backward",
+      routed<Route::kCompiled, &runCompiledSmoothL1LossBackward, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "smooth_l1_loss_backward.grad_input",
+      routed<Route::kCompiled, &runCompiledSmoothL1LossBackwardOut, &runLibraryKernelOnHost>());
+  registerDeviceKernel(aten, "huber_loss",
+                       routed<Route::kCompiled, &runCompiledHuberLoss, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "huber_loss_backward",
+      routed<Route::kCompiled, &runCompiledHuberLossBackward, &runLibraryKernelOnHost>());
+  registerDeviceKernel(
+      aten, "huber_loss_backward.out",
+      routed<Route::kCompiled, &runCompiledHuberLossBackwardOut, &runLibraryKernelOnHost>());
 }
 
 // 4. Composite ops with a CPU kernel (native_layer_norm's siblings native_group_norm, addr,

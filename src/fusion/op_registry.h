@@ -204,6 +204,8 @@ const ReductionOp* findReductionOp(const std::string& name);
 // Every reduction and row-wise op, in registration order.
 const std::vector<ReductionOp>& reductionOps();
 void addReductionOps(std::vector<ReductionOp>& ops);
+// The pointwise losses' reductions and row-wise ops (loss_ops.cpp; device/compiled_losses.cpp).
+void addLossOps(std::vector<ReductionOp>& ops);
 
 // The op with this ATen base name (no "aten::", no trailing "_"), or nullptr.
 const ElementwiseOp* findElementwiseOp(const std::string& name);

@@ -548,6 +548,7 @@ void addBatchNormOps(std::vector<ReductionOp>& ops) {
 void addReductionOps(std::vector<ReductionOp>& ops) {
   addLayerNormOps(ops);
   addBatchNormOps(ops);
+  addLossOps(ops);
   auto add = [](ReduceContext& c, const Value& acc, const Value& x) {
     return c.emit.accumulate(acc, x);
   };

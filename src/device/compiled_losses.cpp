@@ -1,0 +1,220 @@
+// mse_loss, smooth_l1_loss and huber_loss, forward and backward, as compiled kernels
+// (fusion/loss_ops.cpp): the losses' mean or sum is one reduction over every element, without
+// the per-element losses ATen writes first; the per-element losses (reduction "none") and the
+// input's gradient are one row-wise kernel each, rows only splitting the work.
+//
+// Declined (the library route runs ATen's kernel, which raises its own errors): dtypes but
+// float32 and float64, self and target of different shapes or dtypes (Python's losses broadcast
+// them before the call) or on other devices, empty inputs, a reduction other than
+// none, mean and sum, smooth L1's beta or Huber's delta not above 0 (ATen's error or L1 loss),
+// a gradient of another shape or dtype, and a given gradient tensor (smooth L1's and Huber's
+// out= backward) that the kernel cannot write (another shape or dtype, shared with an input).
+
+#include <ATen/ATen.h>
+#include <ATen/core/Reduction.h>
+
+#include "device/compiled_ops.h"
+#include "device/device.h"
+#include "device/reduction_launch.h"
+
+namespace torchneuron {
+namespace {
+
+// The loss kinds of fusion/loss_ops.cpp (its constant 0).
+enum LossKind : int64_t { kMse = 0, kSmoothL1 = 1, kHuber = 2 };
+
+bool plainDeviceFloats(const at::Tensor& t, const at::Tensor& like) {
+  return t.device().type() == kNeuronDeviceType && t.layout() == at::kStrided &&
+         t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+bool lossOperands(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  return plainDeviceFloats(self, self) && plainDeviceFloats(target, self) &&
+         self.sizes() == target.sizes() && self.numel() > 0 &&
+         (reduction == at::Reduction::None || reduction == at::Reduction::Mean ||
+          reduction == at::Reduction::Sum);
+}
+
+// A 0-dim tensor as a view of shape [1] (the kernels' rows need a dimension); others as they are.
+at::Tensor withDimension(const at::Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; }
+
+// The row-wise ops run over rows along the last dimension.
+c10::SmallVector<int64_t, 6> lastDim(const at::Tensor& self) { return {self.dim() - 1}; }
+
+c10::SmallVector<int64_t, 6> allDims(const at::Tensor& self) {
+  c10::SmallVector<int64_t, 6> dims;
+  for (int64_t d = 0; d < self.dim(); ++d)
+    dims.push_back(d);
+  return dims;
+}
+
+// A result laid out as ATen's binary TensorIterator lays out one for two operands of self's
+// layout: self's strides when it is dense, else contiguous.
+at::Tensor elementResult(const at::Tensor& self) {
+  if (self.is_non_overlapping_and_dense()) return at::empty_like(self);
+  return at::empty(self.sizes(), self.options());
+}
+
+c10::optional<TensorList> launch(const char* op, TensorList inputs,
+                                 c10::SmallVector<int64_t, 6> dims, TensorList outputs,
+                                 c10::SmallVector<int64_t, 2> constants,
+                                 c10::SmallVector<double, 2> params, LaunchCounter* launches) {
+  ReductionCall call;
+  call.op = fusion::findReductionOp(op);
+  TORCH_INTERNAL_ASSERT(call.op != nullptr, "[device] no registry op named ", op);
+  call.compute = inputs[0].scalar_type();
+  call.output_dtypes.assign(call.op->num_outputs, call.compute);
+  call.dims = std::move(dims);
+  call.inputs = std::move(inputs);
+  call.outputs = std::move(outputs);
+  call.constants = std::move(constants);
+  call.params = std::move(params);
+  return launchReduction(call, launches);
+}
+
+// The loss of (self, target), or an undefined tensor when the kernels decline the call.
+at::Tensor lossForward(LossKind kind, const at::Tensor& self, const at::Tensor& target,
+                       int64_t reduction, double limit, LaunchCounter* launches) {
+  if (!lossOperands(self, target, reduction)) return at::Tensor();
+  const at::Tensor input = withDimension(self), other = withDimension(target);
+  if (reduction == at::Reduction::None) {
+    const at::Tensor loss = elementResult(self);
+    if (!launch("pointwise_loss", {input, other}, lastDim(input), {withDimension(loss)}, {kind},
+                {limit}, launches))
+      return at::Tensor();
+    return loss;
+  }
+  const int64_t mean = reduction == at::Reduction::Mean ? 1 : 0;
+  c10::optional<TensorList> result =
+      launch("pointwise_loss_reduced", {input, other}, allDims(input),
+             {at::empty({}, self.options())}, {kind, mean}, {limit}, launches);
+  return result ? (*result)[0] : at::Tensor();
+}
+
+// The input's gradient, into `grad_input` when given (else a new contiguous tensor, as ATen's
+// zeros_like(LEGACY_CONTIGUOUS_MEMORY_FORMAT)), or an undefined tensor when declined. `norm` is
+// ATen's: `scale` / numel for the mean, `scale` for the sum or no reduction.
+at::Tensor lossBackward(LossKind kind, const at::Tensor& grad_output, const at::Tensor& self,
+                        const at::Tensor& target, int64_t reduction, double scale, double limit,
+                        at::Tensor grad_input, LaunchCounter* launches) {
+  if (!lossOperands(self, target, reduction) || !plainDeviceFloats(grad_output, self))
+    return at::Tensor();
+  at::Tensor grad;
+  if (reduction == at::Reduction::None) {
+    if (grad_output.sizes() != self.sizes()) return at::Tensor();
+    grad = grad_output;
+  } else {
+    if (grad_output.numel() != 1) return at::Tensor();
+    grad = grad_output.reshape({}).expand(self.sizes());
+  }
+  if (grad_input.defined()) {
+    if (!plainDeviceFloats(grad_input, self) || grad_input.sizes() != self.sizes())
+      return at::Tensor();
+  } else {
+    grad_input = at::empty(self.sizes(), self.options());
+  }
+  const double norm =
+      reduction == at::Reduction::Mean ? scale / static_cast<double>(self.numel()) : scale;
+  const at::Tensor input = withDimension(self);
+  if (!launch("pointwise_loss_backward", {withDimension(grad), input, withDimension(target)},
+              lastDim(input), {withDimension(grad_input)}, {kind}, {norm, limit}, launches))
+    return at::Tensor();
+  return grad_input;
+}
+
+// Replaces the call's `count` arguments on the stack by `result`; false (stack untouched) when
+// `result` is undefined.
+bool pushResult(torch::jit::Stack* stack, size_t count, at::Tensor result) {
+  if (!result.defined()) return false;
+  torch::jit::drop(*stack, count);
+  torch::jit::push(*stack, std::move(result));
+  return true;
+}
+
+} // namespace
+
+bool runCompiledMseLoss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 3); // self, target, reduction
+  return pushResult(stack, 3,
+                    lossForward(kMse, args[0].toTensor(), args[1].toTensor(), args[2].toInt(), 0,
+                                site.get(LaunchKind::kCompiled, "aten::mse_loss")));
+}
+
+bool runCompiledMseLossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 4); // grad_output, self, target, reduction
+  return pushResult(stack, 4,
+                    lossBackward(kMse, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
+                                 args[3].toInt(), 2, 0, at::Tensor(),
+                                 site.get(LaunchKind::kCompiled, "aten::mse_loss_backward")));
+}
+
+bool runCompiledSmoothL1Loss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 4); // self, target, reduction, beta
+  const double beta = args[3].toDouble();
+  if (!(beta > 0)) return false;
+  return pushResult(stack, 4,
+                    lossForward(kSmoothL1, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
+                                beta, site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss")));
+}
+
+bool runCompiledSmoothL1LossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  // grad_output, self, target, reduction, beta, grad_input
+  auto args = torch::jit::last(*stack, 6);
+  const double beta = args[4].toDouble();
+  if (!(beta > 0)) return false;
+  return pushResult(stack, 6,
+                    lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
+                                 args[2].toTensor(), args[3].toInt(), 1, beta, args[5].toTensor(),
+                                 site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward")));
+}
+
+bool runCompiledSmoothL1LossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, beta
+  const double beta = args[4].toDouble();
+  if (!(beta > 0)) return false;
+  return pushResult(stack, 5,
+                    lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
+                                 args[2].toTensor(), args[3].toInt(), 1, beta, at::Tensor(),
+                                 site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward")));
+}
+
+bool runCompiledHuberLoss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 4); // self, target, reduction, delta
+  const double delta = args[3].toDouble();
+  if (!(delta > 0)) return false;
+  return pushResult(stack, 4,
+                    lossForward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
+                                delta, site.get(LaunchKind::kCompiled, "aten::huber_loss")));
+}
+
+bool runCompiledHuberLossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  // grad_output, self, target, reduction, delta, grad_input
+  auto args = torch::jit::last(*stack, 6);
+  const double delta = args[4].toDouble();
+  if (!(delta > 0)) return false;
+  return pushResult(stack, 6,
+                    lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
+                                 args[3].toInt(), 1, delta, args[5].toTensor(),
+                                 site.get(LaunchKind::kCompiled, "aten::huber_loss_backward")));
+}
+
+bool runCompiledHuberLossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, delta
+  const double delta = args[4].toDouble();
+  if (!(delta > 0)) return false;
+  return pushResult(stack, 5,
+                    lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
+                                 args[3].toInt(), 1, delta, at::Tensor(),
+                                 site.get(LaunchKind::kCompiled, "aten::huber_loss_backward")));
+}
+
+} // namespace torchneuron
