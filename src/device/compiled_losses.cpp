@@ -6,12 +6,15 @@
 // Declined (the library route runs ATen's kernel, which raises its own errors): dtypes but
 // float32 and float64, self and target of different shapes or dtypes (Python's losses broadcast
 // them before the call) or on other devices, empty inputs, a reduction other than
-// none, mean and sum, smooth L1's beta or Huber's delta not above 0 (ATen's error or L1 loss),
+// none, mean and sum, smooth L1's beta or Huber's delta not above 0 (ATen's error or L1 loss) or,
+// in float32, outside float's normal range (ATen's scalar code uses the double),
 // a gradient of another shape or dtype, and a given gradient tensor (smooth L1's and Huber's
 // out= backward) that the kernel cannot write (another shape or dtype, shared with an input).
 
 #include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
+
+#include <limits>
 
 #include "device/compiled_ops.h"
 #include "device/device.h"
@@ -49,11 +52,18 @@ c10::SmallVector<int64_t, 6> allDims(const at::Tensor& self) {
   return dims;
 }
 
-// A result laid out as ATen's binary TensorIterator lays out one for two operands of self's
-// layout: self's strides when it is dense, else contiguous.
-at::Tensor elementResult(const at::Tensor& self) {
-  if (self.is_non_overlapping_and_dense()) return at::empty_like(self);
-  return at::empty(self.sizes(), self.options());
+// A result laid out as ATen's binary TensorIterator lays out one for operands of self's layout:
+// self's strides when it is dense, else dense strides in self's order of dimensions (empty_like's
+// rule, the iterator's for one input).
+at::Tensor elementResult(const at::Tensor& self) { return at::empty_like(self); }
+
+// Whether the kernels' float `limit` (beta, delta) is the one ATen's kernels divide and compare by:
+// ATen's scalar code uses the double, its vector code the float; they agree while the float is
+// finite and normal.
+bool limitFits(double limit, const at::Tensor& self) {
+  if (!(limit > 0)) return false;
+  if (self.scalar_type() != at::kFloat) return true;
+  return limit >= std::numeric_limits<float>::min() && limit <= std::numeric_limits<float>::max();
 }
 
 c10::optional<TensorList> launch(const char* op, TensorList inputs,
@@ -155,7 +165,7 @@ bool runCompiledSmoothL1Loss(const c10::OperatorHandle&, torch::jit::Stack* stac
   static SiteLaunchCounter site;
   auto args = torch::jit::last(*stack, 4); // self, target, reduction, beta
   const double beta = args[3].toDouble();
-  if (!(beta > 0)) return false;
+  if (!limitFits(beta, args[0].toTensor())) return false;
   return pushResult(stack, 4,
                     lossForward(kSmoothL1, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
                                 beta, site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss")));
@@ -166,7 +176,7 @@ bool runCompiledSmoothL1LossBackwardOut(const c10::OperatorHandle&, torch::jit::
   // grad_output, self, target, reduction, beta, grad_input
   auto args = torch::jit::last(*stack, 6);
   const double beta = args[4].toDouble();
-  if (!(beta > 0)) return false;
+  if (!limitFits(beta, args[1].toTensor())) return false;
   return pushResult(stack, 6,
                     lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
                                  args[2].toTensor(), args[3].toInt(), 1, beta, args[5].toTensor(),
@@ -177,7 +187,7 @@ bool runCompiledSmoothL1LossBackward(const c10::OperatorHandle&, torch::jit::Sta
   static SiteLaunchCounter site;
   auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, beta
   const double beta = args[4].toDouble();
-  if (!(beta > 0)) return false;
+  if (!limitFits(beta, args[1].toTensor())) return false;
   return pushResult(stack, 5,
                     lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
                                  args[2].toTensor(), args[3].toInt(), 1, beta, at::Tensor(),
@@ -188,7 +198,7 @@ bool runCompiledHuberLoss(const c10::OperatorHandle&, torch::jit::Stack* stack) 
   static SiteLaunchCounter site;
   auto args = torch::jit::last(*stack, 4); // self, target, reduction, delta
   const double delta = args[3].toDouble();
-  if (!(delta > 0)) return false;
+  if (!limitFits(delta, args[0].toTensor())) return false;
   return pushResult(stack, 4,
                     lossForward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
                                 delta, site.get(LaunchKind::kCompiled, "aten::huber_loss")));
@@ -199,7 +209,7 @@ bool runCompiledHuberLossBackwardOut(const c10::OperatorHandle&, torch::jit::Sta
   // grad_output, self, target, reduction, delta, grad_input
   auto args = torch::jit::last(*stack, 6);
   const double delta = args[4].toDouble();
-  if (!(delta > 0)) return false;
+  if (!limitFits(delta, args[1].toTensor())) return false;
   return pushResult(stack, 6,
                     lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
                                  args[3].toInt(), 1, delta, args[5].toTensor(),
@@ -210,7 +220,7 @@ bool runCompiledHuberLossBackward(const c10::OperatorHandle&, torch::jit::Stack*
   static SiteLaunchCounter site;
   auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, delta
   const double delta = args[4].toDouble();
-  if (!(delta > 0)) return false;
+  if (!limitFits(delta, args[1].toTensor())) return false;
   return pushResult(stack, 5,
                     lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
                                  args[3].toInt(), 1, delta, at::Tensor(),

@@ -29,10 +29,13 @@
 namespace torchneuron {
 namespace {
 
-// Device tensors of one dtype with the ranks the op needs; anything else takes the generic
-// path, where ATen raises its own errors.
+// Device tensors of one floating dtype ATen's products implement (float, double) with the ranks
+// the op needs; anything else takes the generic path, where ATen raises its own errors at the
+// call. A hot window records this path's products to run later, so a call ATen would refuse
+// (a dtype its kernel does not implement: Half, Bool) must not take it.
 bool plainOperands(std::initializer_list<const at::Tensor*> tensors, int64_t rank) {
   const at::Tensor& first = **tensors.begin();
+  if (first.scalar_type() != at::kFloat && first.scalar_type() != at::kDouble) return false;
   for (const at::Tensor* t : tensors)
     if (!isDenseDeviceTensor(*t) || t->scalar_type() != first.scalar_type() ||
         t->device() != first.device())
@@ -53,6 +56,18 @@ bool productShapesAgree(const at::Tensor& a, const at::Tensor& b) {
 
 bool expandsTo(const at::Tensor& self, at::IntArrayRef result) {
   return at::is_expandable_to(self.sizes(), result);
+}
+
+// ATen converts beta and alpha to the dtype inside its kernel (Scalar::to, which raises when a
+// value overflows it): converted here, at the call, so that a recorded product cannot fail later.
+void checkScalarsFit(const at::Tensor& like, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  if (like.scalar_type() == at::kFloat) {
+    (void)beta.to<float>();
+    (void)alpha.to<float>();
+  } else {
+    (void)beta.to<double>();
+    (void)alpha.to<double>();
+  }
 }
 
 // Runs `kernel`, an ATen out= CPU kernel, on host views of the device tensors `tensors`.
@@ -124,6 +139,7 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   if (!plainOperands({&self, &mat1, &mat2}, 2) || !productShapesAgree(mat1, mat2) ||
       !expandsTo(self, {mat1.size(0), mat2.size(1)}))
     return at::Tensor();
+  checkScalarsFit(mat1, beta, alpha);
   static SiteLaunchCounter site;
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::addmm");
   return intoDevice(
@@ -157,6 +173,7 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
   if (!plainOperands({&self, &batch1, &batch2}, 3) || !productShapesAgree(batch1, batch2) ||
       !expandsTo(self, {batch1.size(0), batch1.size(1), batch2.size(2)}))
     return at::Tensor();
+  checkScalarsFit(batch1, beta, alpha);
   static SiteLaunchCounter site;
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::baddbmm");
   return intoDevice(

@@ -58,7 +58,7 @@ bool gradientOperandsFit(const at::Tensor& grad_output, const at::Tensor& total_
     return false;
   if (reduction == at::Reduction::None)
     return grad_output.dim() == 1 && grad_output.size(0) == self.size(0);
-  return grad_output.numel() == 1;
+  return grad_output.dim() <= 1 && grad_output.numel() == 1;
 }
 
 } // namespace

@@ -128,9 +128,12 @@ constexpr const char* kRandomOps[] = {"uniform_",
                                       "rrelu_with_noise.out"};
 
 // mm, addmm, bmm, baddbmm, nll_loss_forward and nll_loss_backward have kernels of their own that
-// write into device memory directly.
-// Convolution is registered below, at its overrideable ops.
-constexpr const char* kDenseLinearAlgebraOps[] = {"addmm_", "baddbmm_"};
+// write into device memory directly; their in-place and out= overloads and the other products
+// (matrix-vector: mv and matmul of a matrix and a vector reach addmv.out; outer-product updates,
+// batch sums) run ATen's CPU kernels. Convolution is registered below, at its overrideable ops.
+constexpr const char* kDenseLinearAlgebraOps[] = {
+    "addmm_",    "baddbmm_", "mm.out",   "addmm.out", "bmm.out", "baddbmm.out", "addmv", "addmv_",
+    "addmv.out", "addr",     "addr.out", "addbmm",    "addbmm_", "addbmm.out",  "vdot"};
 
 constexpr const char* kIndexingOps[] = {"embedding_dense_backward",
                                         "index_select",

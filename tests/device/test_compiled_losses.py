@@ -85,6 +85,37 @@ def test_strided_and_broadcast_operands(dev, name):
         torch.testing.assert_close(got_grad, want_grad)
 
 
+@pytest.mark.parametrize("name", LOSSES.keys())
+def test_a_loss_per_element_is_laid_out_as_the_cpus(dev, name):
+    """A permuted, non-dense input: the result keeps its order of dimensions, as ATen's."""
+    loss = LOSSES[name][0]
+    g = torch.Generator().manual_seed(6)
+    # Sliced after the copy to the device (a copy of a non-dense tensor is dense).
+    layouts = ((lambda t: t.t()[:, ::2], (5, 6)),
+               (lambda t: t.permute(0, 3, 1, 2)[:, ::2], (2, 4, 4, 6)))
+    for layout, shape in layouts:
+        base_a, b = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        b = layout(b).contiguous()
+        want = loss(layout(base_a), b, "none")
+        got = loss(layout(base_a.to(dev)), b.to(dev), "none")
+        assert got.stride() == want.stride()
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("limit", [1e39, 1e-39])
+def test_a_beta_outside_floats_normal_range_runs_atens_kernel(dev, limit):
+    """ATen's scalar code divides by the double beta, its vector code by the float (inf or a
+    subnormal here): such calls keep ATen's kernel, and its results."""
+    a, b = torch.tensor([1e-39, -2e-39, 3.0]), torch.zeros(3)
+    for op in (lambda x: F.smooth_l1_loss(x, b_of(x), beta=limit),
+               lambda x: F.huber_loss(x, b_of(x), delta=limit)):
+        b_of = lambda x: b.to(x.device)  # noqa: E731
+        a_cpu, a_dev = a.clone().requires_grad_(), a.to(dev).requires_grad_()
+        op(a_cpu).backward()
+        op(a_dev).backward()
+        assert torch.equal(a_dev.grad.cpu(), a_cpu.grad)
+
+
 def test_declined_calls_run_atens_kernel_with_its_results_and_errors(dev):
     """beta 0 (L1 loss in ATen), an empty input, and a negative beta or delta (ATen's error)."""
     x, y = torch.randn(5), torch.randn(5)

@@ -3,9 +3,12 @@
 must give the CPU's result bit for bit, in every layout and case, including the ones it hands
 back to ATen's kernel (layouts ATen copies first, 1-D inputs, byte targets)."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
+import torchneuron
 
 from conftest import launched_since, launches_now
 
@@ -107,6 +110,70 @@ def test_products_still_count_one_library_launch_each(dev):
     assert launched["library"] == {"aten::mm": 1, "aten::addmm": 1}
 
 
+@pytest.fixture
+def every_call_recorded():
+    """In adaptive mode, calls of any size are recorded (the tracer leaves small ones eager)."""
+    saved = torchneuron.adaptive_min_bytes()
+    torchneuron.set_adaptive_min_bytes(0)
+    yield
+    torchneuron.set_adaptive_min_bytes(saved)
+
+
+@pytest.mark.parametrize("case", ["half", "bool", "alpha_overflow"])
+def test_a_product_atens_kernel_refuses_raises_at_the_call_every_time(dev, every_call_recorded,
+                                                                      case):
+    """ATen's CPU products refuse Half and Bool and a beta or alpha its dtype cannot hold; in a
+    hot window a recorded product would raise only at the next sync point, so the call itself
+    must raise, on its fourth run as on its first, and the device must stay usable."""
+    dtype = {"half": torch.float16, "bool": torch.bool}.get(case, torch.float32)
+    alpha = 1e300 if case == "alpha_overflow" else 1
+    s, a, b = torch.ones(3, 5, dtype=dtype), torch.ones(3, 4, dtype=dtype), torch.ones(4, 5, dtype=dtype)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.addmm(s, a, b, alpha=alpha)
+    for _ in range(4):  # the window recurs and is hot by the last calls
+        with pytest.raises(RuntimeError) as on_device:
+            torch.addmm(s.to(dev), a.to(dev), b.to(dev), alpha=alpha)
+        assert str(on_device.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+        if case != "alpha_overflow":
+            with pytest.raises(RuntimeError, match="not implemented for"):
+                torch.mm(a.to(dev), b.to(dev))
+    x = torch.randn(3, 4)
+    assert torch.equal((x.to(dev) @ x.t().to(dev)).cpu(), x @ x.t())
+
+
+PRODUCT_OVERLOADS = {
+    "mm_out": lambda t, x: torch.mm(t(x["a"]), t(x["b"]), out=t(torch.empty(0))),
+    "addmm_out": lambda t, x: torch.addmm(t(x["n"]), t(x["a"]), t(x["b"]), out=t(torch.empty(3, 5))),
+    "mv": lambda t, x: torch.mv(t(x["a"]), t(x["k"])),
+    "matmul_matrix_vector": lambda t, x: t(x["a"]) @ t(x["k"]),
+    "addmv": lambda t, x: torch.addmv(t(x["m"]), t(x["a"]), t(x["k"]), beta=0.5),
+    "addmv_": lambda t, x: t(x["m"].clone()).addmv_(t(x["a"]), t(x["k"])),
+    "addmv_out": lambda t, x: torch.addmv(t(x["m"]), t(x["a"]), t(x["k"]), out=t(torch.empty(3))),
+    "addr": lambda t, x: torch.addr(t(x["mk"]), t(x["m"]), t(x["k"])),
+    "vdot": lambda t, x: torch.vdot(t(x["k"]), t(x["k"])),
+    "bmm_out": lambda t, x: torch.bmm(t(x["A"]), t(x["B"]), out=t(torch.empty(2, 3, 5))),
+    "addbmm": lambda t, x: torch.addbmm(t(x["mn"]), t(x["A"]), t(x["B"])),
+}
+
+
+@pytest.mark.parametrize("name", PRODUCT_OVERLOADS.keys())
+def test_other_products_and_out_overloads_run_atens_kernel_without_a_fallback(dev, name):
+    g = torch.Generator().manual_seed(1)
+    x = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(4, 5, generator=g),
+         "k": torch.randn(4, generator=g), "m": torch.randn(3, generator=g),
+         "n": torch.randn(5, generator=g), "mk": torch.randn(3, 4, generator=g),
+         "mn": torch.randn(3, 5, generator=g), "A": torch.randn(2, 3, 4, generator=g),
+         "B": torch.randn(2, 4, 5, generator=g)}
+    op = PRODUCT_OVERLOADS[name]
+    before = launches_now()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fallback would warn
+        got = op(lambda t: t.to(dev), x)
+    launched = launched_since(before)
+    assert launched["fallback"] == {}
+    assert torch.equal(got.cpu(), op(lambda t: t, x))
+
+
 NLL_BATCHES = [1, 2, 16, 17, 255, 256, 4097]  # the cascade sum's levels turn at 16, 256, 4096
 
 
@@ -151,6 +218,18 @@ def test_nll_loss_backward_without_reduction_checks_targets_where_atens_loop_doe
     with pytest.raises(Exception, match="Target 9 is out of bounds"):  # IndexError in ATen
         torch.ops.aten.nll_loss_backward(torch.ones(3).to(dev), x, target, None, 0, -100,
                                          torch.tensor(3.0).to(dev))
+
+
+def test_nll_loss_backward_refuses_a_gradient_atens_meta_function_refuses(dev):
+    x = torch.randn(6, 5).log_softmax(1)
+    target = torch.randint(0, 5, (6,))
+    grad = torch.ones(1, 1)
+    args = lambda t: (t(grad), t(x), t(target), None, 1, -100, t(torch.tensor(6.0)))  # noqa: E731
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.ops.aten.nll_loss_backward(*args(lambda t: t))
+    with pytest.raises(RuntimeError) as on_device:
+        torch.ops.aten.nll_loss_backward(*args(lambda t: t.to(dev)))
+    assert str(on_device.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
 
 
 def test_nll_loss_calls_the_loops_do_not_take_still_equal_the_cpus(dev):
