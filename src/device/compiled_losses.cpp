@@ -142,89 +142,78 @@ bool pushResult(torch::jit::Stack* stack, size_t count, at::Tensor result) {
   return true;
 }
 
+// A forward call on the stack: (self, target, reduction[, beta or delta]).
+bool runForward(torch::jit::Stack* stack, LossKind kind, bool has_limit, LaunchCounter* launches) {
+  const size_t count = has_limit ? 4 : 3;
+  const auto args = torch::jit::last(*stack, count);
+  const double limit = has_limit ? args[3].toDouble() : 0;
+  if (has_limit && !limitFits(limit, args[0].toTensor())) return false;
+  return pushResult(
+      stack, count,
+      lossForward(kind, args[0].toTensor(), args[1].toTensor(), args[2].toInt(), limit, launches));
+}
+
+// A backward call on the stack: (grad_output, self, target, reduction[, beta or delta][,
+// grad_input]). ATen's norm scale: 2 for mse, 1 for the others.
+bool runBackward(torch::jit::Stack* stack, LossKind kind, bool has_limit, bool has_out,
+                 LaunchCounter* launches) {
+  const size_t count = 4 + (has_limit ? 1 : 0) + (has_out ? 1 : 0);
+  const auto args = torch::jit::last(*stack, count);
+  const double limit = has_limit ? args[4].toDouble() : 0;
+  if (has_limit && !limitFits(limit, args[1].toTensor())) return false;
+  const at::Tensor grad_input = has_out ? args[count - 1].toTensor() : at::Tensor();
+  return pushResult(stack, count,
+                    lossBackward(kind, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
+                                 args[3].toInt(), kind == kMse ? 2 : 1, limit, grad_input,
+                                 launches));
+}
+
 } // namespace
 
 bool runCompiledMseLoss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 3); // self, target, reduction
-  return pushResult(stack, 3,
-                    lossForward(kMse, args[0].toTensor(), args[1].toTensor(), args[2].toInt(), 0,
-                                site.get(LaunchKind::kCompiled, "aten::mse_loss")));
+  return runForward(stack, kMse, false, site.get(LaunchKind::kCompiled, "aten::mse_loss"));
 }
 
 bool runCompiledMseLossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 4); // grad_output, self, target, reduction
-  return pushResult(stack, 4,
-                    lossBackward(kMse, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
-                                 args[3].toInt(), 2, 0, at::Tensor(),
-                                 site.get(LaunchKind::kCompiled, "aten::mse_loss_backward")));
+  return runBackward(stack, kMse, false, false,
+                     site.get(LaunchKind::kCompiled, "aten::mse_loss_backward"));
 }
 
 bool runCompiledSmoothL1Loss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 4); // self, target, reduction, beta
-  const double beta = args[3].toDouble();
-  if (!limitFits(beta, args[0].toTensor())) return false;
-  return pushResult(stack, 4,
-                    lossForward(kSmoothL1, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
-                                beta, site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss")));
-}
-
-bool runCompiledSmoothL1LossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  static SiteLaunchCounter site;
-  // grad_output, self, target, reduction, beta, grad_input
-  auto args = torch::jit::last(*stack, 6);
-  const double beta = args[4].toDouble();
-  if (!limitFits(beta, args[1].toTensor())) return false;
-  return pushResult(stack, 6,
-                    lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
-                                 args[2].toTensor(), args[3].toInt(), 1, beta, args[5].toTensor(),
-                                 site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward")));
+  return runForward(stack, kSmoothL1, true,
+                    site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss"));
 }
 
 bool runCompiledSmoothL1LossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, beta
-  const double beta = args[4].toDouble();
-  if (!limitFits(beta, args[1].toTensor())) return false;
-  return pushResult(stack, 5,
-                    lossBackward(kSmoothL1, args[0].toTensor(), args[1].toTensor(),
-                                 args[2].toTensor(), args[3].toInt(), 1, beta, at::Tensor(),
-                                 site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward")));
+  return runBackward(stack, kSmoothL1, true, false,
+                     site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward"));
+}
+
+bool runCompiledSmoothL1LossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  return runBackward(stack, kSmoothL1, true, true,
+                     site.get(LaunchKind::kCompiled, "aten::smooth_l1_loss_backward"));
 }
 
 bool runCompiledHuberLoss(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 4); // self, target, reduction, delta
-  const double delta = args[3].toDouble();
-  if (!limitFits(delta, args[0].toTensor())) return false;
-  return pushResult(stack, 4,
-                    lossForward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
-                                delta, site.get(LaunchKind::kCompiled, "aten::huber_loss")));
-}
-
-bool runCompiledHuberLossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  static SiteLaunchCounter site;
-  // grad_output, self, target, reduction, delta, grad_input
-  auto args = torch::jit::last(*stack, 6);
-  const double delta = args[4].toDouble();
-  if (!limitFits(delta, args[1].toTensor())) return false;
-  return pushResult(stack, 6,
-                    lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
-                                 args[3].toInt(), 1, delta, args[5].toTensor(),
-                                 site.get(LaunchKind::kCompiled, "aten::huber_loss_backward")));
+  return runForward(stack, kHuber, true, site.get(LaunchKind::kCompiled, "aten::huber_loss"));
 }
 
 bool runCompiledHuberLossBackward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   static SiteLaunchCounter site;
-  auto args = torch::jit::last(*stack, 5); // grad_output, self, target, reduction, delta
-  const double delta = args[4].toDouble();
-  if (!limitFits(delta, args[1].toTensor())) return false;
-  return pushResult(stack, 5,
-                    lossBackward(kHuber, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(),
-                                 args[3].toInt(), 1, delta, at::Tensor(),
-                                 site.get(LaunchKind::kCompiled, "aten::huber_loss_backward")));
+  return runBackward(stack, kHuber, true, false,
+                     site.get(LaunchKind::kCompiled, "aten::huber_loss_backward"));
+}
+
+bool runCompiledHuberLossBackwardOut(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  static SiteLaunchCounter site;
+  return runBackward(stack, kHuber, true, true,
+                     site.get(LaunchKind::kCompiled, "aten::huber_loss_backward"));
 }
 
 } // namespace torchneuron

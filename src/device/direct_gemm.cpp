@@ -67,6 +67,24 @@ struct GemmCall {
   }
 };
 
+// How ATen's addmm_impl_cpu_ passes one operand of BLAS's column-major product, whose rows are
+// its dimension `c_rows` and which has `rows` rows and `columns` columns: as it is (unit stride
+// along its rows, leading dimension at least `rows`) or transposed (unit stride along its
+// columns, leading dimension at least `columns`). False where ATen copies it first.
+bool operandLayout(at::IntArrayRef strides, int c_rows, int64_t rows, int64_t columns,
+                   bool& transpose) {
+  const int c_cols = 1 - c_rows;
+  if (strides[c_rows] == 1 && strides[c_cols] >= std::max<int64_t>(1, rows)) {
+    transpose = false;
+    return true;
+  }
+  if (strides[c_cols] == 1 && strides[c_rows] >= std::max<int64_t>(1, columns)) {
+    transpose = true;
+    return true;
+  }
+  return false;
+}
+
 // How ATen's addmm_impl_cpu_ passes result = m1 @ m2 to BLAS: as c = result (transposed, with m1
 // and m2 swapped, when result is row-major), each operand as it is or transposed. False where it
 // would copy the result or an operand first.
@@ -88,22 +106,10 @@ bool planLikeAten(const at::Tensor& result, at::Tensor m1, at::Tensor m2, GemmCa
   call.n = rz[c_cols];
   call.k = m1.size(c_cols);
 
-  const at::IntArrayRef s1 = m1.strides();
-  if (s1[c_rows] == 1 && s1[c_cols] >= std::max<int64_t>(1, call.m)) {
-    call.transpose_a = false;
-  } else if (s1[c_cols] == 1 && s1[c_rows] >= std::max<int64_t>(1, call.k)) {
-    call.transpose_a = true;
-  } else {
+  const at::IntArrayRef s1 = m1.strides(), s2 = m2.strides();
+  if (!operandLayout(s1, c_rows, call.m, call.k, call.transpose_a) ||
+      !operandLayout(s2, c_rows, call.k, call.n, call.transpose_b))
     return false;
-  }
-  const at::IntArrayRef s2 = m2.strides();
-  if (s2[c_rows] == 1 && s2[c_cols] >= std::max<int64_t>(1, call.k)) {
-    call.transpose_b = false;
-  } else if (s2[c_cols] == 1 && s2[c_rows] >= std::max<int64_t>(1, call.n)) {
-    call.transpose_b = true;
-  } else {
-    return false;
-  }
   call.lda = s1[call.transpose_a == transpose_c ? 1 : 0];
   call.ldb = s2[call.transpose_b == transpose_c ? 1 : 0];
   call.ldc = rs[transpose_c ? 0 : 1];
