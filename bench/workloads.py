@@ -226,6 +226,35 @@ class MlpTrainStep(Workload):
         return s["loss_sum"]
 
 
+class TinyRegressionTrain(Workload):
+    """A small regression model's training step: Linear 8 -> 16, ReLU, Linear 16 -> 1 on a batch of
+    32, mse_loss, SGD (lr 0.01), zero_grad each step. Every op is tiny, so what it measures is each
+    op's cost and each backward pass's start (issue 15: "a small regression script runs 1.6x
+    slower"). The parameters feed the next step; the loss is added into a running sum, which a
+    repetition reads. Timed in batches of steps."""
+    name = "tiny-regression-train"
+    inner = 50
+
+    def build(self, device):
+        seeded()
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to(device)
+        return {"model": model, "x": torch.randn(32, 8).to(device),
+                "y": torch.randn(32, 1).to(device),
+                "opt": torch.optim.SGD(model.parameters(), lr=0.01),
+                "loss_sum": torch.zeros(()).to(device)}
+
+    def step(self, s):
+        s["opt"].zero_grad()
+        loss = F.mse_loss(s["model"](s["x"]), s["y"])
+        loss.backward()
+        s["opt"].step()
+        s["loss_sum"].add_(loss.detach())
+        return loss.detach()
+
+    def observe(self, s):
+        return s["loss_sum"]
+
+
 class Block(nn.Module):
     """A GPT-2 style block (pre-norm, causal self-attention, GELU MLP) with explicit attention and
     separate query, key and value projections: PyTorch 1.13's lazy tensor backend aborts on
@@ -546,7 +575,8 @@ def all_workloads(quick=False):
             TanhGelu(1 << 20, "1M"), TanhGelu(1 << 24, "16M"), LayerNormResidual(), Softmax(),
             AdamWStep(), AdamWForeachStep(), MlpTrainStep(), TransformerTrainStep(),
             ResNet18Inference(), GeluMlpInference(), VariableLengthLoop(), ResNet18Train(),
-            MobileNetV2Train(), CnnMnistTrain(), LstmLmTrain(), GptMiniTrain()]
+            MobileNetV2Train(), CnnMnistTrain(), LstmLmTrain(), GptMiniTrain(),
+            TinyRegressionTrain()]
 
 
 def by_name(name):

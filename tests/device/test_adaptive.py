@@ -95,6 +95,37 @@ def test_only_calls_above_the_minimum_size_are_traced_and_deferred(dev, elements
         torchneuron.set_adaptive_min_bytes(0)
 
 
+@pytest.mark.parametrize("rows, deferred", [(8, False), (256, True)])
+def test_only_library_calls_above_the_minimum_size_are_traced_and_deferred(dev, rows, deferred):
+    # A library step (a matrix product) is never fused, so a small one deferred only cost its
+    # record and its window's run: the same size rule as compiled calls.
+    torchneuron.set_adaptive_min_bytes(32 << 10)
+    try:
+        a, b = torch.randn(rows, 64), torch.randn(64, 64)  # 2 KiB, or 64 KiB
+        da, db = a.to(dev), b.to(dev)
+        for i in range(6):
+            assert_same(torch.mm(da + i, db), torch.mm(a + i, b), rtol=1e-5, atol=1e-5)
+        m = adaptive_metrics()
+        assert (m["ops_deferred"] > 0) == deferred, m
+    finally:
+        torchneuron.set_adaptive_min_bytes(0)
+
+
+def test_a_small_library_call_reading_a_pending_result_runs_after_the_window(dev):
+    torchneuron.set_adaptive_min_bytes(32 << 10)
+    try:
+        x, w = torch.randn(64, 1 << 8), torch.randn(4, 8)
+        d, dw = x.to(dev), w.to(dev)
+        for i in range(6):
+            rows = torch.tanh(d * (i + 1)).sum(1).view(8, 8)  # deferred once hot; 256 bytes
+            # The product (small: eager) reads the pending sums after the window computes them.
+            assert_same(torch.mm(dw, rows), w @ torch.tanh(x * (i + 1)).sum(1).view(8, 8),
+                        rtol=1e-4, atol=1e-4)
+        assert adaptive_metrics()["ops_deferred"] > 0
+    finally:
+        torchneuron.set_adaptive_min_bytes(0)
+
+
 def test_a_small_call_reading_a_pending_result_runs_after_the_window(dev):
     # A reduction of a large deferred tensor gives a small pending result; a call on it alone is
     # too small to trace and runs eagerly, after the launches that compute its input.
