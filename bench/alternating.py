@@ -1,5 +1,5 @@
 """The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py,
-list_launches.py, max_pool.py): their command line, timing one call in blocks that alternate with
+list_launches.py, losses.py, max_pool.py): their command line, timing one call in blocks that alternate with
 other paths in the same process, so that the machine's noise falls on all of them alike, and the
 limit loops' library (bench/limit)."""
 import argparse

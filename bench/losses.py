@@ -8,20 +8,21 @@ includes starting a backward pass, which on the device hands work to autograd's 
 
     OMP_NUM_THREADS=1 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
       MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \\
-      PYTHONPATH=build/python /usr/bin/python3 bench/losses.py [--rounds 7]
+      PYTHONPATH=build/python /usr/bin/python3 bench/losses.py [--threads 1] [--rounds 7]
 """
-import argparse
 import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not interim CPU runs
 import torchneuron  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating import per_call_us, threads_and_rounds  # noqa: E402
 
 LOSSES = {
     "mse_loss": F.mse_loss,
@@ -43,19 +44,8 @@ def forward_backward(loss):
     return run
 
 
-def per_call_us(fn, args, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    return (time.perf_counter() - start) / calls * 1e6
-
-
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be positive, got {args.rounds}")
+    args = threads_and_rounds(__doc__, argv, rounds=7)
     torch.manual_seed(0)
     device = torchneuron.device()
     result = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
@@ -66,13 +56,14 @@ def main(argv):
             for part, make in (("forward", forward), ("forward+backward", forward_backward)):
                 fn = make(loss)
                 torch.testing.assert_close(fn(da, db).cpu(), fn(a, b))
+                sync = torchneuron.synchronize
                 for _ in range(2):  # warm-up: kernels, caches
-                    per_call_us(fn, (a, b), calls)
-                    per_call_us(fn, (da, db), calls)
+                    per_call_us(fn, (a, b), calls, sync)
+                    per_call_us(fn, (da, db), calls, sync)
                 stock, device_us = [], []
                 for _ in range(args.rounds):
-                    stock.append(per_call_us(fn, (a, b), calls))
-                    device_us.append(per_call_us(fn, (da, db), calls))
+                    stock.append(per_call_us(fn, (a, b), calls, sync))
+                    device_us.append(per_call_us(fn, (da, db), calls, sync))
                 s, d = statistics.median(stock), statistics.median(device_us)
                 result["cases"][f"{name}-{size}-{part}"] = {
                     "stock_us": round(s, 2), "device_us": round(d, 2),
