@@ -66,23 +66,6 @@ bool limitFits(double limit, const at::Tensor& self) {
   return limit >= std::numeric_limits<float>::min() && limit <= std::numeric_limits<float>::max();
 }
 
-c10::optional<TensorList> launch(const char* op, TensorList inputs,
-                                 c10::SmallVector<int64_t, 6> dims, TensorList outputs,
-                                 c10::SmallVector<int64_t, 2> constants,
-                                 c10::SmallVector<double, 2> params, LaunchCounter* launches) {
-  ReductionCall call;
-  call.op = fusion::findReductionOp(op);
-  TORCH_INTERNAL_ASSERT(call.op != nullptr, "[device] no registry op named ", op);
-  call.compute = inputs[0].scalar_type();
-  call.output_dtypes.assign(call.op->num_outputs, call.compute);
-  call.dims = std::move(dims);
-  call.inputs = std::move(inputs);
-  call.outputs = std::move(outputs);
-  call.constants = std::move(constants);
-  call.params = std::move(params);
-  return launchReduction(call, launches);
-}
-
 // The loss of (self, target), or an undefined tensor when the kernels decline the call.
 at::Tensor lossForward(LossKind kind, const at::Tensor& self, const at::Tensor& target,
                        int64_t reduction, double limit, LaunchCounter* launches) {
@@ -90,15 +73,15 @@ at::Tensor lossForward(LossKind kind, const at::Tensor& self, const at::Tensor& 
   const at::Tensor input = withDimension(self), other = withDimension(target);
   if (reduction == at::Reduction::None) {
     const at::Tensor loss = elementResult(self);
-    if (!launch("pointwise_loss", {input, other}, lastDim(input), {withDimension(loss)}, {kind},
-                {limit}, launches))
+    if (!launchNamedReduction("pointwise_loss", {input, other}, lastDim(input),
+                              {withDimension(loss)}, {limit}, launches, {kind}))
       return at::Tensor();
     return loss;
   }
   const int64_t mean = reduction == at::Reduction::Mean ? 1 : 0;
   c10::optional<TensorList> result =
-      launch("pointwise_loss_reduced", {input, other}, allDims(input),
-             {at::empty({}, self.options())}, {kind, mean}, {limit}, launches);
+      launchNamedReduction("pointwise_loss_reduced", {input, other}, allDims(input),
+                           {at::empty({}, self.options())}, {limit}, launches, {kind, mean});
   return result ? (*result)[0] : at::Tensor();
 }
 
@@ -127,8 +110,9 @@ at::Tensor lossBackward(LossKind kind, const at::Tensor& grad_output, const at::
   const double norm =
       reduction == at::Reduction::Mean ? scale / static_cast<double>(self.numel()) : scale;
   const at::Tensor input = withDimension(self);
-  if (!launch("pointwise_loss_backward", {withDimension(grad), input, withDimension(target)},
-              lastDim(input), {withDimension(grad_input)}, {kind}, {norm, limit}, launches))
+  if (!launchNamedReduction("pointwise_loss_backward",
+                            {withDimension(grad), input, withDimension(target)}, lastDim(input),
+                            {withDimension(grad_input)}, {norm, limit}, launches, {kind}))
     return at::Tensor();
   return grad_input;
 }

@@ -36,13 +36,13 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call);
 // Counts one launch on `launches`.
 c10::optional<TensorList> launchReduction(const ReductionCall& call, LaunchCounter* launches);
 
-// launchReduction for the ops built from registry reductions (layer norm, batch norm): the
-// registry op named `op` over `dims` of inputs[0], computing and storing in the inputs' dtype,
-// into `outputs` when given (one per op output), else into new tensors.
-c10::optional<TensorList> launchNamedReduction(const char* op, TensorList inputs,
-                                               c10::SmallVector<int64_t, 6> dims,
-                                               TensorList outputs,
-                                               c10::SmallVector<double, 2> params,
-                                               LaunchCounter* launches);
+// launchReduction for the ops built from registry reductions (layer norm, batch norm, the
+// losses): the registry op named `op` over `dims` of inputs[0], computing and storing in the
+// inputs' dtype, into `outputs` when given (one per op output), else into new tensors, with the
+// op's `constants` (part of the kernel key) and run-time `params`.
+c10::optional<TensorList>
+launchNamedReduction(const char* op, TensorList inputs, c10::SmallVector<int64_t, 6> dims,
+                     TensorList outputs, c10::SmallVector<double, 2> params,
+                     LaunchCounter* launches, c10::SmallVector<int64_t, 2> constants = {});
 
 } // namespace torchneuron

@@ -192,11 +192,10 @@ c10::optional<TensorList> launchReduction(const ReductionCall& call, LaunchCount
   return executePlan(*plan, call.inputs, call.outputs, launches);
 }
 
-c10::optional<TensorList> launchNamedReduction(const char* op, TensorList inputs,
-                                               c10::SmallVector<int64_t, 6> dims,
-                                               TensorList outputs,
-                                               c10::SmallVector<double, 2> params,
-                                               LaunchCounter* launches) {
+c10::optional<TensorList>
+launchNamedReduction(const char* op, TensorList inputs, c10::SmallVector<int64_t, 6> dims,
+                     TensorList outputs, c10::SmallVector<double, 2> params,
+                     LaunchCounter* launches, c10::SmallVector<int64_t, 2> constants) {
   ReductionCall call;
   call.op = fusion::findReductionOp(op);
   TORCH_INTERNAL_ASSERT(call.op != nullptr, "[device] no registry reduction named ", op);
@@ -206,6 +205,7 @@ c10::optional<TensorList> launchNamedReduction(const char* op, TensorList inputs
   call.inputs = std::move(inputs);
   call.outputs = std::move(outputs);
   call.params = std::move(params);
+  call.constants = std::move(constants);
   return launchReduction(call, launches);
 }
 

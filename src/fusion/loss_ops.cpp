@@ -21,14 +21,6 @@ using Values = std::vector<Value>;
 
 enum LossKind : int64_t { kMse = 0, kSmoothL1 = 1, kHuber = 2 };
 
-ReductionRule lossRule() {
-  ReductionRule rule;
-  rule.floats_only = true;
-  rule.exact_in_half = false;
-  rule.bool_input = false;
-  return rule;
-}
-
 LossKind kindOf(const ReduceContext& c) {
   const int64_t kind = c.constants.at(0);
   if (kind < kMse || kind > kHuber)
@@ -72,7 +64,7 @@ void addLossOps(std::vector<ReductionOp>& ops) {
   // passes: each element is written once, rows only split the work.
   ReductionOp pointwise;
   pointwise.name = "pointwise_loss";
-  pointwise.rule = lossRule();
+  pointwise.rule = internalFloatRule();
   pointwise.passes = 0;
   pointwise.row_output = true;
   pointwise.num_params = 1;
@@ -85,7 +77,7 @@ void addLossOps(std::vector<ReductionOp>& ops) {
   // inputs: self, target; output: the losses' mean or sum, over every element.
   ReductionOp reduced;
   reduced.name = "pointwise_loss_reduced";
-  reduced.rule = lossRule();
+  reduced.rule = internalFloatRule();
   reduced.num_params = 1;
   reduced.init = [](ReduceContext& c, int) { return Values{c.emit.floatConstant(0, c.wide)}; };
   reduced.combine = [](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
@@ -103,7 +95,7 @@ void addLossOps(std::vector<ReductionOp>& ops) {
   // params: norm, then beta or delta.
   ReductionOp backward;
   backward.name = "pointwise_loss_backward";
-  backward.rule = lossRule();
+  backward.rule = internalFloatRule();
   backward.passes = 0;
   backward.row_output = true;
   backward.num_params = 2;

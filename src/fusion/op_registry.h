@@ -204,6 +204,9 @@ const ReductionOp* findReductionOp(const std::string& name);
 // Every reduction and row-wise op, in registration order.
 const std::vector<ReductionOp>& reductionOps();
 void addReductionOps(std::vector<ReductionOp>& ops);
+// The rule of a registry reduction that no ATen overload binds (its device code launches it by
+// name: layer and batch norm, the losses), float and double only.
+ReductionRule internalFloatRule();
 // The pointwise losses' reductions and row-wise ops (loss_ops.cpp; device/compiled_losses.cpp).
 void addLossOps(std::vector<ReductionOp>& ops);
 

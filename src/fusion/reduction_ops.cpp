@@ -359,15 +359,8 @@ ReductionOp expSum(const char* name) {
 // and variance passes over the row, then per row mean and rstd, then the normalized row, so the
 // input is read from memory once), and for backward the input gradient (row-wise) and the weight
 // and bias gradients (a reduction over rows). Weight and bias come in as broadcast views.
-// Their rule: no ATen overload (native_layer_norm binds its own arguments), float and double
-// only (ATen rounds half and bfloat16 statistics to the narrow dtype; those run on the CPU).
-ReductionRule layerNormRule() {
-  ReductionRule rule;
-  rule.floats_only = true;
-  rule.exact_in_half = false;
-  rule.bool_input = false;
-  return rule;
-}
+// Their rule is internalFloatRule(): native_layer_norm binds its own arguments, and ATen rounds
+// half and bfloat16 statistics to the narrow dtype (those run on the CPU).
 
 void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // inputs: x, weight, bias; outputs: mean, rstd (per row), y; params: eps. float64 computes
@@ -377,7 +370,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // mean and corrects mean and variance by them (the corrected two-pass algorithm), so a row
   // far from zero (mean 1000, deviation 1) loses no more precision than ATen's Welford does.
   ReductionOp forward = variance("layer_norm", false, {});
-  forward.rule = layerNormRule();
+  forward.rule = internalFloatRule();
   forward.num_outputs = 3;
   forward.row_output = true;
   forward.row_stats = 2;
@@ -428,7 +421,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // inputs: dy, x, mean, rstd, weight. dx = rstd * (g - sum(g)/N - xhat * sum(g * xhat)/N).
   ReductionOp input_grad;
   input_grad.name = "layer_norm_backward_input";
-  input_grad.rule = layerNormRule();
+  input_grad.rule = internalFloatRule();
   input_grad.row_output = true;
   input_grad.init = [](ReduceContext& c, int) {
     return Values{c.emit.floatConstant(0, c.wide), c.emit.floatConstant(0, c.wide)};
@@ -453,7 +446,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
   // inputs: dy, x, mean, rstd, reduced over rows: (sum(dy * xhat), sum(dy)).
   ReductionOp param_grads;
   param_grads.name = "layer_norm_backward_params";
-  param_grads.rule = layerNormRule();
+  param_grads.rule = internalFloatRule();
   param_grads.num_outputs = 2;
   param_grads.init = input_grad.init;
   param_grads.combine = [](ReduceContext& c, int, const Values& acc, const Values& x,
@@ -490,7 +483,7 @@ void addBatchNormOps(std::vector<ReductionOp>& ops) {
   batch_norm.name = "batch_norm";
   batch_norm.passes = 2;
   batch_norm.num_params = 1;
-  batch_norm.rule = layerNormRule();
+  batch_norm.rule = internalFloatRule();
   batch_norm.num_outputs = 4;
   batch_norm.row_output = true;
   batch_norm.row_stats = 3;
@@ -524,7 +517,7 @@ void addBatchNormOps(std::vector<ReductionOp>& ops) {
   // dx = invstd * weight * (dy - sum(dy)/N - xhat * sum(dy * xhat)/N), all in the wide type.
   ReductionOp batch_norm_backward;
   batch_norm_backward.name = "batch_norm_backward";
-  batch_norm_backward.rule = layerNormRule();
+  batch_norm_backward.rule = internalFloatRule();
   batch_norm_backward.num_outputs = 3;
   batch_norm_backward.row_output = true;
   batch_norm_backward.row_stats = 2;
@@ -544,6 +537,14 @@ void addBatchNormOps(std::vector<ReductionOp>& ops) {
 }
 
 } // namespace
+
+ReductionRule internalFloatRule() {
+  ReductionRule rule;
+  rule.floats_only = true;
+  rule.exact_in_half = false;
+  rule.bool_input = false;
+  return rule;
+}
 
 void addReductionOps(std::vector<ReductionOp>& ops) {
   addLayerNormOps(ops);
