@@ -1,10 +1,11 @@
 """The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py,
-list_launches.py, losses.py, max_pool.py): their command line, timing one call in blocks that alternate with
-other paths in the same process, so that the machine's noise falls on all of them alike, and the
-limit loops' library (bench/limit)."""
+full_reductions.py, list_launches.py, losses.py, max_pool.py): their command line, timing one call
+in blocks that alternate with other paths in the same process, so that the machine's noise falls
+on all of them alike, the triad, and the limit loops' library (bench/limit)."""
 import argparse
 import ctypes
 import os
+import statistics
 import sys
 import time
 
@@ -38,6 +39,16 @@ def per_call_us(op, args, calls, sync):
         op(*args)
     sync()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def triad_gb_per_s(threads):
+    """A STREAM triad a = b + s * c over 16M floats with PyTorch's out= kernels (reused buffers),
+    the median of five: the machine's streaming bandwidth, against which a path's GB/s are read."""
+    n = 1 << 24
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    times = [per_call_us(lambda: torch.add(b, c, alpha=3.0, out=a), (), 3, lambda: None)
+             for _ in range(5)]
+    return 3 * 4 * n / (statistics.median(times) * 1e-6) / 1e9
 
 
 BUILD = os.environ.get("NEURON_BUILD_DIR",

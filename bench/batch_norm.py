@@ -33,7 +33,8 @@ import torch
 # The device's side times its kernels: the first call waits for its compile.
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
-from alternating import limit_library, per_call_us, threads_and_rounds  # noqa: E402
+from alternating import (limit_library, per_call_us, threads_and_rounds,  # noqa: E402
+                         triad_gb_per_s)
 
 SHAPES = {"resnet18 layer1 16x64x28x28": (16, 64, 28, 28),
           "resnet18 layer2 16x128x14x14": (16, 128, 14, 14),
@@ -47,16 +48,6 @@ LIMIT_LOOPS = {
     "neuron_limit_batch_norm": [P, P, P, P, P, P, I64, I64, I64, F32, I32],
     "neuron_limit_batch_norm_backward": [P, P, P, P, P, P, P, P, I64, I64, I64, I32],
 }
-
-
-def triad_gb_per_s(threads):
-    """A STREAM triad a = b + s * c over 16M floats with PyTorch's out= kernels (reused buffers),
-    the median of five: the machine's streaming bandwidth for the shares below."""
-    n = 1 << 24
-    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
-    times = [per_call_us(lambda: torch.add(b, c, alpha=3.0, out=a), (), 3, lambda: None)
-             for _ in range(5)]
-    return 3 * 4 * n / (statistics.median(times) * 1e-6) / 1e9
 
 
 def forward(x, weight, bias):

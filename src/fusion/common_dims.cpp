@@ -45,6 +45,10 @@ DimList stridesOver(c10::ArrayRef<int64_t> sizes, c10::ArrayRef<int64_t> strides
   int64_t d_inner = 1; // the product of the sizes inside dimension d - 1
   int64_t inner = 1;   // the product of the common dimensions inside the current one
   for (size_t c = dims.size(); c-- > 0;) {
+    if (dims[c] == 1) {
+      result[c] = 0; // a dimension of size 1 (a full reduction's kept one) never steps
+      continue;
+    }
     while (d > 0 && d_inner * sizes[d - 1] <= inner) {
       d_inner *= sizes[d - 1];
       --d;

@@ -21,8 +21,8 @@ using DimList = c10::SmallVector<int64_t, 6>;
 // none exists.
 c10::optional<DimList> commonDims(c10::ArrayRef<c10::ArrayRef<int64_t>> spaces);
 
-// The strides over `dims` (a refinement of `sizes`, from commonDims) of a memref with these
-// sizes and strides.
+// The strides over `dims` (a refinement of `sizes`, from commonDims, possibly with dimensions
+// of size 1 added, whose stride is 0) of a memref with these sizes and strides.
 DimList stridesOver(c10::ArrayRef<int64_t> sizes, c10::ArrayRef<int64_t> strides,
                     c10::ArrayRef<int64_t> dims);
 

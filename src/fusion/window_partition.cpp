@@ -214,13 +214,15 @@ public:
     const c10::ArrayRef<int64_t> reduction_sizes(parsed.inputs[0].sizes(), parsed.inputs[0].rank);
     const c10::ArrayRef<int64_t> kept_sizes = reduction_sizes.slice(0, r.kept_rank);
     const c10::ArrayRef<int64_t> reduced_sizes = reduction_sizes.slice(r.kept_rank);
-    if (c10::multiply_integers(kept_sizes) < 2 || c10::multiply_integers(reduced_sizes) < 2)
-      return false; // the kernel needs a kept and a reduced dimension
+    if (c10::multiply_integers(reduced_sizes) < 2) return false; // nothing to reduce
     const c10::optional<DimList> dims = commonDims({group_sizes, reduction_sizes, reduced_sizes});
     if (!dims || c10::multiply_integers(group_sizes) != c10::multiply_integers(reduction_sizes))
       return false;
     ConsumerGeometry geometry;
-    geometry.dims = *dims;
+    // A full reduction (`(a - b).pow(2).mean()`) keeps one row: its kernel still has a kept
+    // dimension, of size 1, which common dimensions (none of size 1) lack.
+    if (c10::multiply_integers(kept_sizes) == 1) geometry.dims.push_back(1);
+    geometry.dims.append(dims->begin(), dims->end());
     // The reduced elements' boundary is one of the common ones: the dimensions inside it are
     // the reduced ones.
     int reduced_dims = 0;

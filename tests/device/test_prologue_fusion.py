@@ -132,6 +132,29 @@ def test_reductions_over_inner_dimensions_take_their_prologue(dev):
     check_fused(program, inputs, dev, prologues=4, saved_per_run=5)
 
 
+def test_full_reductions_take_their_prologue(dev):
+    def program(pred, target, bias):
+        diff = pred - target
+        return ((diff * diff).mean(), (torch.relu(pred + bias) * 0.5).sum(),
+                (target.t() * 3).amax(), (pred * target).var(), torch.linalg.vector_norm(diff * 2))
+
+    # Each chain runs inside its reduction's kernel, whose one kept row has size 1: eight
+    # launches a run (diff is stored by the first kernel, since the last chain reads it).
+    # `target.t() * 3` follows target's transposed strides, which the amax over all elements
+    # reads in the same order.
+    inputs = [torch.randn(24, 40), torch.randn(40, 24).t(), torch.randn(40)]
+    check_fused(program, inputs, dev, prologues=5, saved_per_run=8)
+
+
+def test_a_full_reduction_of_a_kept_broadcast_result_stores_it_once(dev):
+    def program(x, bias):
+        h = x + bias  # kept: returned
+        return h, (h * h).sum()
+
+    check_fused(program, [torch.randn(3, 5, 16), torch.randn(16)], dev, prologues=1,
+                saved_per_run=2)
+
+
 def test_an_in_place_prologue_on_a_window_input_is_not_fused_but_stays_correct(dev):
     def program(h, r, w, b):
         h.add_(r)  # writes the memory it reads: computing it again per pass would read the sum

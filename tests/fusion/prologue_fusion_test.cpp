@@ -28,6 +28,9 @@ TEST(CommonDims, SplitEveryDimensionWhereAnySpaceHasABoundary) {
   const std::vector<int64_t> padded{1, 24, 1};
   EXPECT_EQ(*commonDims({padded, blocks}), DimList({6, 4}));
   EXPECT_EQ(stridesOver(padded, std::vector<int64_t>{99, 1, 7}, DimList({6, 4})), DimList({4, 1}));
+  // A size-1 dimension added to them (a full reduction's kept row) has stride 0.
+  EXPECT_EQ(stridesOver(blocks, std::vector<int64_t>{4, 1}, DimList({1, 6, 2, 2})),
+            DimList({0, 4, 2, 1}));
 }
 
 TEST(CommonDims, SpacesWhoseBoundariesDoNotNestHaveNone) {
