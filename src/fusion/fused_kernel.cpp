@@ -108,6 +108,15 @@ Hash64 FusedElementwiseSignature::key() const {
     h.str("consumer").u64(consumer->reduction.key()).u64(consumer->input_members.size());
     for (int member : consumer->input_members)
       h.i64(member);
+    h.str("epilogue").u64(consumer->epilogue_over_rows).u64(consumer->epilogue.size());
+    for (const FusedMember& member : consumer->epilogue) {
+      h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
+      for (const FusedSource& source : member.sources)
+        h.u64(source.kind).i64(source.index);
+    }
+    h.u64(consumer->epilogue_externals.size());
+    for (const FusedExternal& external : consumer->epilogue_externals)
+      h.i64(static_cast<int64_t>(external.dtype)).u64(static_cast<uint64_t>(external.inner));
   }
   return h.digest();
 }
@@ -119,10 +128,13 @@ std::string FusedElementwiseSignature::describe() const {
     text += (m ? "," : "") + members[m].signature.op->name;
     stored += members[m].stored;
   }
-  if (consumer)
-    return text + " -> " + consumer->reduction.describe() + "], " +
-           std::to_string(externals.size()) + " inputs, " + std::to_string(stored) +
-           " stored intermediates";
+  if (consumer) {
+    text += " -> " + consumer->reduction.describe();
+    for (size_t m = 0; m < consumer->epilogue.size(); ++m)
+      text += (m ? "," : " -> ") + consumer->epilogue[m].signature.op->name;
+    return text + "], " + std::to_string(externals.size() + consumer->epilogue_externals.size()) +
+           " inputs, " + std::to_string(stored) + " stored intermediates";
+  }
   return text + "] rank " + std::to_string(rank) + ", " + std::to_string(externals.size()) +
          " inputs, " + std::to_string(stored) + " outputs";
 }
@@ -139,6 +151,11 @@ int FusedElementwiseSignature::argumentSlots() const {
     for (const FusedMember& member : members)
       slots +=
           (member.stored ? 3 + 2 * full : 0) + static_cast<int>(member.signature.op->params.size());
+    const int epilogue_rank = consumer->epilogue_over_rows ? full : r.kept_rank;
+    for (const FusedMember& member : consumer->epilogue)
+      slots += (member.stored ? 3 + 2 * epilogue_rank : 0) +
+               static_cast<int>(member.signature.op->params.size());
+    slots += static_cast<int>(consumer->epilogue_externals.size()) * (3 + 2 * epilogue_rank);
     return slots + static_cast<int>(externals.size()) * (3 + 2 * full) + r.op->num_params + 1;
   }
   for (const FusedMember& member : members) {

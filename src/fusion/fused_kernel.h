@@ -23,8 +23,10 @@ namespace torchneuron::fusion {
 
 // Where a member's input value comes from.
 struct FusedSource {
-  enum Kind : uint8_t { kExternal, kMember } kind = kExternal;
-  int index = 0; // into FusedElementwiseSignature::externals, or an earlier member
+  // kReductionOutput: an output of the reduction a prologue feeds, read by its epilogue
+  // (FusedReductionConsumer::epilogue).
+  enum Kind : uint8_t { kExternal, kMember, kReductionOutput } kind = kExternal;
+  int index = 0; // into the externals, an earlier member, or the reduction's outputs
 };
 
 // One op of the fused kernel, as its eager signature: its rank is the fused kernel's, its inner
@@ -54,10 +56,22 @@ struct FusedExternal {
 // innermost stride there like the reduction's inputs, and the stored members' outputs memrefs of
 // that rank too (classed by the member's `inner[0]`), written in the first pass over the row
 // (or its write pass, for an op without passes).
+//
+// The epilogue: elementwise ops after the reduction that consume its outputs, computed where the
+// kernel stores them, so an output the program only reads through them is read from a register.
+// Either over every element (`epilogue_over_rows`: a row-wise op's element outputs, in its last
+// pass) or over the kept dimensions (per-row results, where the row's outputs are stored). Its
+// members' sources are reduction outputs of that space, earlier epilogue members or
+// `epilogue_externals`; their memrefs and the externals' have that space's rank, classed by their
+// innermost stride there (the members' by `inner[0]`). The reduction's outputs are stored too.
+// A consumer may have no prologue members (a reduction that only takes an epilogue).
 struct FusedReductionConsumer {
   ReductionSignature reduction; // not in column order
   // Per reduction input: the member whose value it is, or -1 (read from its own memref).
   c10::SmallVector<int, 6> input_members;
+  std::vector<FusedMember> epilogue;
+  std::vector<FusedExternal> epilogue_externals; // never read through a member
+  bool epilogue_over_rows = false;
 };
 
 struct FusedElementwiseSignature {
@@ -85,8 +99,9 @@ std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& signatu
 
 // A prologue fusion's kernel. ABI: the reduction's outputs, the members' stored outputs (in
 // member order), the reduction's inputs read from memory, the members' externals, the
-// reduction's params, every member's params (in member order), the reduced element count, then
-// begin and end.
+// epilogue's stored outputs (in member order), the epilogue's externals, the reduction's params,
+// every member's params (in member order), every epilogue member's params, the reduced element
+// count, then begin and end.
 std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature);
 
 } // namespace torchneuron::fusion

@@ -69,10 +69,17 @@ public:
       if (fromMemory(i)) arguments.push_back("%x" + std::to_string(i) + ": " + input_types_[i]);
     for (size_t e = 0; e < external_types_.size(); ++e)
       arguments.push_back("%e" + std::to_string(e) + ": " + external_types_[e]);
+    for (size_t m = 0; m < epilogue_types_.size(); ++m)
+      if (!epilogue_types_[m].empty())
+        arguments.push_back("%y" + std::to_string(m) + ": " + epilogue_types_[m]);
+    for (size_t e = 0; e < epilogue_external_types_.size(); ++e)
+      arguments.push_back("%z" + std::to_string(e) + ": " + epilogue_external_types_[e]);
     const size_t params = paramCount();
     for (size_t i = 0; i < params; ++i)
       arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
     for (const Value& param : member_param_arguments_)
+      arguments.push_back(param.name + ": " + param.type.mlir);
+    for (const Value& param : epilogue_param_arguments_)
       arguments.push_back(param.name + ": " + param.type.mlir);
     arguments.push_back("%count: i64");
     arguments.push_back("%begin: index");
@@ -141,8 +148,12 @@ private:
     const std::vector<Value> outputs = op_.finish(context, {});
     TORCH_INTERNAL_ASSERT(outputs.size() == s_.outputs.size(), "[fusion] ", op_.name, " yields ",
                           outputs.size(), " outputs, the signature has ", s_.outputs.size());
+    std::vector<Value> stored;
     for (size_t i = 0; i < outputs.size(); ++i)
-      store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i], keptIndices());
+      stored.push_back(store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
+                             keptIndices()));
+    if (hasEpilogue() && !prologue_->consumer->epilogue_over_rows)
+      emitEpilogue(stored, keptIndices());
   }
 
   std::string module(const std::vector<std::string>& arguments) const {
@@ -395,19 +406,67 @@ private:
     }
     TORCH_INTERNAL_ASSERT(outputs.size() + op_.row_stats == s_.outputs.size(), "[fusion] ",
                           op_.name, " yields ", outputs.size(), " element outputs");
+    // Per output its stored value; a per-row result has none here (an epilogue over the rows
+    // never reads one: window_partition.cpp).
+    std::vector<Value> stored(op_.row_stats);
     for (size_t i = 0; i < outputs.size(); ++i) {
       const size_t o = i + op_.row_stats;
-      store(outputs[i], "%o" + std::to_string(o), output_types_[o], s_.outputs[o],
-            allIndices(prefix));
+      stored.push_back(store(outputs[i], "%o" + std::to_string(o), output_types_[o], s_.outputs[o],
+                             allIndices(prefix)));
     }
+    if (hasEpilogue() && prologue_->consumer->epilogue_over_rows)
+      emitEpilogue(stored, allIndices(prefix));
     for (int j = 0; j < m_; ++j)
       e_.line("}");
   }
 
-  void store(const Value& value, const std::string& memref, const std::string& type,
-             c10::ScalarType dtype, const std::vector<std::string>& indices) {
+  // Stores `value` as `dtype`; returns the value stored.
+  Value store(const Value& value, const std::string& memref, const std::string& type,
+              c10::ScalarType dtype, const std::vector<std::string>& indices) {
     const Value stored = e_.convert(value, storageType(dtype));
     e_.line("memref.store " + stored.name + ", " + memref + "[" + join(indices) + "] : " + type);
+    return stored;
+  }
+
+  // Epilogue ---------------------------------------------------------------------------------
+
+  bool hasEpilogue() const {
+    return prologue_ != nullptr && !prologue_->consumer->epilogue.empty();
+  }
+
+  // The epilogue at the element `indices` (the kept or every dimension), from the reduction's
+  // stored values `outputs` (as a later op would read them back): each member computed as its
+  // eager kernel would, the stored ones written.
+  void emitEpilogue(const std::vector<Value>& outputs, const std::vector<std::string>& indices) {
+    const FusedReductionConsumer& consumer = *prologue_->consumer;
+    const int classified = static_cast<int>(indices.size()) - 1;
+    // lowerFusedMember reads kMember sources from `values` and the rest from `inputs`: the
+    // epilogue's externals, then the reduction's outputs.
+    std::vector<Value> inputs;
+    for (size_t e = 0; e < epilogue_external_types_.size(); ++e) {
+      std::vector<std::string> at = indices;
+      if (consumer.epilogue_externals[e].inner == InnerStride::kBroadcast) at[classified] = "%c0";
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load %z" + std::to_string(e) + "[" + join(at) +
+              "] : " + epilogue_external_types_[e]);
+      inputs.push_back(Value{name, storageType(consumer.epilogue_externals[e].dtype)});
+    }
+    const int first_output = static_cast<int>(inputs.size());
+    inputs.insert(inputs.end(), outputs.begin(), outputs.end());
+    std::vector<Value> values;
+    for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
+      FusedMember member = consumer.epilogue[m];
+      for (FusedSource& source : member.sources) {
+        if (source.kind != FusedSource::kReductionOutput) continue;
+        TORCH_INTERNAL_ASSERT(!outputs[source.index].name.empty(), "[fusion] epilogue member ", m,
+                              " reads a per-row result over the rows");
+        source = {FusedSource::kExternal, first_output + source.index};
+      }
+      values.push_back(lowerFusedMember(e_, member, epilogue_params_[m], values, inputs));
+      if (member.stored)
+        e_.line("memref.store " + values[m].name + ", %y" + std::to_string(m) + "[" +
+                join(indices) + "] : " + epilogue_types_[m]);
+    }
   }
 
   // Prologue fusion -------------------------------------------------------------------------
@@ -428,13 +487,32 @@ private:
                                                   external.inner, classifiedDim()));
     for (size_t m = 0; m < members.size(); ++m) {
       const ElementwiseSignature& sig = members[m].signature;
-      const ElementType type = computeType(sig.compute).isFloat()
-                                   ? ElementType{NumberKind::kFloat, 64, "f64"}
-                                   : ElementType{NumberKind::kSigned, 64, "i64"};
       for (size_t p = 0; p < sig.op->params.size(); ++p)
         member_param_arguments_.push_back(
-            Value{"%q" + std::to_string(m) + "_" + std::to_string(p), type});
+            Value{"%q" + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
     }
+    const FusedReductionConsumer& consumer = *prologue_->consumer;
+    const int epilogue_rank = consumer.epilogue_over_rows ? k_ + m_ : k_;
+    for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
+      const FusedMember& member = consumer.epilogue[m];
+      const ElementwiseSignature& sig = member.signature;
+      epilogue_types_.push_back(
+          member.stored
+              ? stridedMemrefType(epilogue_rank, storageType(sig.output).mlir, sig.inner[0])
+              : std::string());
+      for (size_t p = 0; p < sig.op->params.size(); ++p)
+        epilogue_param_arguments_.push_back(
+            Value{"%r" + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
+    }
+    for (const FusedExternal& external : consumer.epilogue_externals)
+      epilogue_external_types_.push_back(
+          stridedMemrefType(epilogue_rank, storageType(external.dtype).mlir, external.inner));
+  }
+
+  // A member's run-time scalars are passed as f64 for float compute, i64 otherwise.
+  static ElementType paramType(const ElementwiseSignature& sig) {
+    return computeType(sig.compute).isFloat() ? ElementType{NumberKind::kFloat, 64, "f64"}
+                                              : ElementType{NumberKind::kSigned, 64, "i64"};
   }
 
   // A memref of the full rank whose sizes are the iteration's: an input read from memory, else
@@ -458,6 +536,15 @@ private:
       for (size_t p = 0; p < sig.op->params.size(); ++p)
         member_params_[m].push_back(
             e_.convert(member_param_arguments_[next++], computeType(sig.compute)));
+    }
+    const std::vector<FusedMember>& epilogue = prologue_->consumer->epilogue;
+    next = 0;
+    epilogue_params_.resize(epilogue.size());
+    for (size_t m = 0; m < epilogue.size(); ++m) {
+      const ElementwiseSignature& sig = epilogue[m].signature;
+      for (size_t p = 0; p < sig.op->params.size(); ++p)
+        epilogue_params_[m].push_back(
+            e_.convert(epilogue_param_arguments_[next++], computeType(sig.compute)));
     }
   }
 
@@ -492,6 +579,10 @@ private:
   std::vector<std::string> external_types_; // the members' externals' memref types
   std::vector<Value> member_param_arguments_;
   std::vector<std::vector<Value>> member_params_;
+  std::vector<std::string> epilogue_types_; // per epilogue member: its stored output's type, or ""
+  std::vector<std::string> epilogue_external_types_;
+  std::vector<Value> epilogue_param_arguments_;
+  std::vector<std::vector<Value>> epilogue_params_;
   ScalarEmitter e_;
   int k_, m_;
   ElementType compute_, wide_;
@@ -536,7 +627,38 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
       throw std::logic_error("[fusion] malformed fused reduction kernel: member " +
                              std::to_string(m) + " of " + signature.describe());
   }
-  return ReductionEmitter(signature.consumer->reduction, &signature).build();
+  const FusedReductionConsumer& consumer = *signature.consumer;
+  const ReductionSignature& r = consumer.reduction;
+  for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
+    const FusedMember& member = consumer.epilogue[m];
+    bool valid =
+        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
+    for (size_t i = 0; valid && i < member.sources.size(); ++i) {
+      const FusedSource& source = member.sources[i];
+      const c10::ScalarType wanted = member.signature.inputs[i];
+      const auto index = static_cast<size_t>(source.index);
+      switch (source.kind) {
+      case FusedSource::kMember:
+        valid =
+            source.index >= 0 && index < m && consumer.epilogue[index].signature.output == wanted;
+        break;
+      case FusedSource::kExternal:
+        valid = source.index >= 0 && index < consumer.epilogue_externals.size() &&
+                consumer.epilogue_externals[index].dtype == wanted;
+        break;
+      case FusedSource::kReductionOutput:
+        // Over the rows a row-wise op's element output; over the kept dimensions a reduction's
+        // output (a row-wise op's per-row results are stored outside that path).
+        valid = source.index >= 0 && index < r.outputs.size() && r.outputs[index] == wanted &&
+                (consumer.epilogue_over_rows ? r.op->elementOutput(index) : !r.op->row_output);
+        break;
+      }
+    }
+    if (!valid)
+      throw std::logic_error("[fusion] malformed fused reduction kernel: epilogue member " +
+                             std::to_string(m) + " of " + signature.describe());
+  }
+  return ReductionEmitter(r, &signature).build();
 }
 
 } // namespace torchneuron::fusion

@@ -130,7 +130,9 @@ class GroupBuilder {
 public:
   explicit GroupBuilder(c10::ArrayRef<PartitionLaunch> batch) : batch_(batch) {}
 
-  bool empty() const { return members_.empty(); }
+  bool empty() const { return launches_.empty(); }
+  bool hasConsumer() const { return consumer_ != nullptr; }
+  bool hasEpilogue() const { return consumer_ != nullptr && !consumer_->epilogue.empty(); }
 
   // Adds launch `index`; false, changing nothing, when it cannot join the group. A launch over
   // other iteration dimensions with the same elements (a broadcast bias add, which coalesces to
@@ -201,21 +203,40 @@ public:
   }
 
   // Makes reduction launch `index` (right after the group) the group's consumer; false,
-  // changing nothing, when the group cannot be its prologue (window_partition.h).
+  // changing nothing, when the group cannot be its prologue (window_partition.h). On an empty
+  // builder the reduction starts a group of its own, which only an epilogue can join.
   bool tryAttachReduction(size_t index, const PartitionLaunch& launch) {
+    const bool standalone = launches_.empty();
+    if (consumer_ || (!standalone && members_.empty()) || !attach(index, launch, standalone, {}))
+      return false;
+    launches_.push_back(index);
+    return true;
+  }
+
+  // Makes reduction launch `index` the consumer, over the common dimensions of the group (none
+  // when `standalone`), the reduction and `extra` (spaces of the reduction's element count:
+  // its epilogue's); false, changing nothing, when there are none or the group cannot feed it.
+  bool attach(size_t index, const PartitionLaunch& launch, bool standalone,
+              c10::ArrayRef<DimList> extra) {
     const ReductionSignature& r = *launch.reduction;
-    if (r.column_order || members_.empty() || r.inputs.empty()) return false;
+    if (r.column_order || r.inputs.empty()) return false;
     // An index through input 0's strides needs input 0 in memory (ReductionOp); a window's
     // elements are a view no member's iteration matches.
     if (r.op->index_is_input_offset || r.op->static_window) return false;
     ParsedReduction parsed = parseReduction(launch, static_cast<uint32_t>(index));
     // The two spaces: the group's iteration and the reduction's kept + reduced dimensions.
-    const c10::ArrayRef<int64_t> group_sizes(space_);
     const c10::ArrayRef<int64_t> reduction_sizes(parsed.inputs[0].sizes(), parsed.inputs[0].rank);
+    const c10::ArrayRef<int64_t> group_sizes =
+        standalone ? reduction_sizes : c10::ArrayRef<int64_t>(space_);
     const c10::ArrayRef<int64_t> kept_sizes = reduction_sizes.slice(0, r.kept_rank);
     const c10::ArrayRef<int64_t> reduced_sizes = reduction_sizes.slice(r.kept_rank);
     if (c10::multiply_integers(reduced_sizes) < 2) return false; // nothing to reduce
-    const c10::optional<DimList> dims = commonDims({group_sizes, reduction_sizes, reduced_sizes});
+    std::vector<c10::ArrayRef<int64_t>> spaces = {group_sizes, reduction_sizes, reduced_sizes};
+    for (const DimList& space : extra) {
+      if (c10::multiply_integers(space) != c10::multiply_integers(reduction_sizes)) return false;
+      spaces.emplace_back(space);
+    }
+    const c10::optional<DimList> dims = commonDims(spaces);
     if (!dims || c10::multiply_integers(group_sizes) != c10::multiply_integers(reduction_sizes))
       return false;
     ConsumerGeometry geometry;
@@ -256,8 +277,8 @@ public:
       }
       consumer->input_members.push_back(writer);
     }
-    if (std::all_of(consumer->input_members.begin(), consumer->input_members.end(),
-                    [](int member) { return member < 0; }))
+    if (!standalone && std::all_of(consumer->input_members.begin(), consumer->input_members.end(),
+                                   [](int member) { return member < 0; }))
       return false; // the group does not feed it
     // Written memory: no member output under a member input or another reduction operand, no
     // reduction output over anything the group reads or writes.
@@ -307,6 +328,194 @@ public:
     consumer_geometry_ = std::move(geometry);
     consumer_params_ = {static_cast<uint32_t>(index), parsed.params_begin,
                         static_cast<uint32_t>(r.op->num_params)};
+    consumer_index_ = index;
+    return true;
+  }
+
+  // Adds elementwise launch `index` (right after the consumer or an epilogue member) to the
+  // consumer's epilogue; false, changing nothing, when it cannot join (window_partition.h).
+  bool tryAddEpilogue(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed) {
+    const FusedReductionConsumer& consumer = *consumer_;
+    if (consumer.epilogue.size() >= kMaxMembers) return false;
+    // Its dimensions: every one (a row-wise op's elements) or the kept ones (per-row results).
+    const bool over_rows = consumer.reduction.op->row_output;
+    if (c10::multiply_integers(parsed.output.space) != c10::multiply_integers(epilogueDims()))
+      return false;
+    // The member's iteration must be refined by them (they are the kernel's loops); when it is
+    // not (a scale broadcast over a layer norm's tokens), the kernel's dimensions are refined
+    // for it, every memref's strides recomputed.
+    DimList without_ones;
+    for (int64_t size : epilogueDims())
+      if (size != 1) without_ones.push_back(size);
+    const c10::optional<DimList> refined = commonDims({without_ones, parsed.output.space});
+    if (refined && *refined == without_ones)
+      return tryAddEpilogueIn(index, launch, parsed, over_rows);
+    const auto saved_consumer = consumer_;
+    const ConsumerGeometry saved_geometry = consumer_geometry_;
+    const std::vector<InnerStride> saved_inner = external_inner_;
+    const DimList saved_dims = epilogue_dims_;
+    const std::vector<DimList> saved_strides = epilogue_strides_,
+                               saved_external_strides = epilogue_external_strides_;
+    std::vector<DimList> extra;
+    for (const ParsedLaunch& member : epilogue_parsed_)
+      extra.push_back(fullSpace(member.output.space, over_rows));
+    extra.push_back(fullSpace(parsed.output.space, over_rows));
+    if (!attach(consumer_index_, batch_[consumer_index_], members_.empty(), extra)) return false;
+    consumer_->epilogue = saved_consumer->epilogue;
+    consumer_->epilogue_externals = saved_consumer->epilogue_externals;
+    consumer_->epilogue_over_rows = saved_consumer->epilogue_over_rows;
+    const c10::ArrayRef<int64_t> over(epilogueDims());
+    epilogue_dims_.assign(over.begin(), over.end());
+    for (size_t m = 0; m < epilogue_parsed_.size(); ++m) {
+      epilogue_strides_[m] = epilogue_parsed_[m].output.stridesOver(over);
+      consumer_->epilogue[m].signature.inner[0] =
+          innerStrideClass(epilogue_strides_[m].back(), false);
+    }
+    for (size_t e = 0; e < epilogue_externals_.size(); ++e) {
+      epilogue_external_strides_[e] = epilogue_externals_[e].stridesOver(over);
+      consumer_->epilogue_externals[e].inner =
+          innerStrideClass(epilogue_external_strides_[e].back(), true);
+    }
+    if (tryAddEpilogueIn(index, launch, parsed, over_rows)) return true;
+    consumer_ = saved_consumer;
+    consumer_geometry_ = saved_geometry;
+    external_inner_ = saved_inner;
+    epilogue_dims_ = saved_dims;
+    epilogue_strides_ = saved_strides;
+    epilogue_external_strides_ = saved_external_strides;
+    return false;
+  }
+
+  // The dimensions an epilogue iterates over the consumer's: all, or the kept ones.
+  c10::ArrayRef<int64_t> epilogueDims() const {
+    const c10::ArrayRef<int64_t> common(consumer_geometry_.dims);
+    return consumer_->reduction.op->row_output ? common
+                                               : common.slice(0, consumer_geometry_.kept_rank);
+  }
+
+  // An epilogue member's iteration `space` as a space of the reduction's element count: over
+  // the kept dimensions, followed by the reduction's reduced sizes.
+  DimList fullSpace(c10::ArrayRef<int64_t> space, bool over_rows) const {
+    DimList full(space.begin(), space.end());
+    if (over_rows) return full;
+    const PartitionLaunch& launch = batch_[consumer_index_];
+    const ParsedReduction parsed = parseReduction(launch, static_cast<uint32_t>(consumer_index_));
+    const c10::ArrayRef<int64_t> sizes(parsed.inputs[0].sizes(), parsed.inputs[0].rank);
+    const c10::ArrayRef<int64_t> reduced = sizes.slice(launch.reduction->kept_rank);
+    full.append(reduced.begin(), reduced.end());
+    return full;
+  }
+
+  // tryAddEpilogue over the consumer's dimensions as they are.
+  bool tryAddEpilogueIn(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed,
+                        bool over_rows) {
+    FusedReductionConsumer& consumer = *consumer_;
+    const ReductionSignature& r = consumer.reduction;
+    const ConsumerGeometry& g = consumer_geometry_;
+    const c10::ArrayRef<int64_t> over = epilogueDims();
+    const DimList dims(over.begin(), over.end());
+    // The reduction's outputs an epilogue over these dimensions reads: element outputs over the
+    // rows, a reduction's (per-row) outputs over the kept dimensions.
+    auto readable = [&](size_t o) {
+      return over_rows ? r.op->elementOutput(o) : !r.op->row_output;
+    };
+    auto sameElements = [&](const Memref& a, const DimList& a_strides, const Memref& b) {
+      return a.dtype == b.dtype && a.begin == b.begin && a.begin != a.end &&
+             a_strides == b.stridesOver(over);
+    };
+
+    FusedMember member;
+    member.signature = *launch.elementwise;
+    bool consumes = false;
+    std::vector<Memref> new_externals;
+    std::vector<DimList> new_strides;
+    for (const Memref& input : parsed.inputs) {
+      int writer = -1;
+      for (size_t m = epilogue_parsed_.size(); m-- > 0;) {
+        if (!epilogue_parsed_[m].output.overlaps(input)) continue;
+        if (!sameElements(epilogue_parsed_[m].output, epilogue_strides_[m], input)) return false;
+        writer = static_cast<int>(m);
+        break;
+      }
+      if (writer >= 0) {
+        member.sources.push_back({FusedSource::kMember, writer});
+        consumes = true;
+        continue;
+      }
+      int output = -1;
+      for (size_t o = 0; o < r.outputs.size(); ++o) {
+        if (!g.memrefs[o].memref.overlaps(input)) continue;
+        if (!readable(o) || !sameElements(g.memrefs[o].memref, g.memrefs[o].strides, input))
+          return false;
+        output = static_cast<int>(o);
+      }
+      if (output >= 0) {
+        member.sources.push_back({FusedSource::kReductionOutput, output});
+        consumes = true;
+        continue;
+      }
+      // What the prologue writes is not kept for the epilogue (an unstored member's output has
+      // no memory).
+      for (const ParsedLaunch& prologue : parsed_)
+        if (prologue.output.overlaps(input)) return false;
+      const DimList strides = input.stridesOver(over);
+      int found = -1;
+      for (size_t e = 0; e < epilogue_externals_.size() && found < 0; ++e)
+        if (sameElements(epilogue_externals_[e], epilogue_external_strides_[e], input))
+          found = static_cast<int>(e);
+      for (size_t e = 0; e < new_externals.size() && found < 0; ++e)
+        if (sameElements(new_externals[e], new_strides[e], input))
+          found = static_cast<int>(epilogue_externals_.size() + e);
+      if (found < 0) {
+        found = static_cast<int>(epilogue_externals_.size() + new_externals.size());
+        new_externals.push_back(input);
+        new_strides.push_back(strides);
+      }
+      member.sources.push_back({FusedSource::kExternal, found});
+    }
+    if (!consumes) return false; // not a consumer: it may be the next reduction's prologue
+
+    // Its write: nothing the reduction or its prologue reads or writes, and over what the
+    // epilogue or the reduction's outputs hold only the same elements (an in-place update).
+    const Memref& out = parsed.output;
+    const DimList out_strides = out.stridesOver(over);
+    for (size_t k = r.outputs.size(); k < g.memrefs.size(); ++k)
+      if (g.memrefs[k].memref.overlaps(out)) return false; // the reduction's own inputs
+    for (const auto& external : g.externals)
+      if (external.memref.overlaps(out)) return false;
+    for (const ParsedLaunch& prologue : parsed_)
+      if (prologue.output.overlaps(out)) return false;
+    for (size_t o = 0; o < r.outputs.size(); ++o)
+      if (g.memrefs[o].memref.overlaps(out) &&
+          (!readable(o) || !sameElements(g.memrefs[o].memref, g.memrefs[o].strides, out)))
+        return false;
+    for (size_t m = 0; m < epilogue_parsed_.size(); ++m)
+      if (epilogue_parsed_[m].output.overlaps(out) &&
+          !sameElements(epilogue_parsed_[m].output, epilogue_strides_[m], out))
+        return false;
+    for (size_t e = 0; e < epilogue_externals_.size(); ++e)
+      if (epilogue_externals_[e].overlaps(out) &&
+          !sameElements(epilogue_externals_[e], epilogue_external_strides_[e], out))
+        return false;
+    for (size_t e = 0; e < new_externals.size(); ++e)
+      if (new_externals[e].overlaps(out) && !sameElements(new_externals[e], new_strides[e], out))
+        return false;
+
+    consumer.epilogue_over_rows = over_rows;
+    epilogue_dims_ = dims;
+    for (size_t e = 0; e < new_externals.size(); ++e) {
+      FusedExternal external;
+      external.dtype = new_externals[e].dtype;
+      external.inner = innerStrideClass(new_strides[e].back(), true);
+      consumer.epilogue_externals.push_back(external);
+      epilogue_externals_.push_back(new_externals[e]);
+      epilogue_external_strides_.push_back(new_strides[e]);
+    }
+    member.signature.inner[0] = innerStrideClass(out_strides.back(), false);
+    consumer.epilogue.push_back(std::move(member));
+    epilogue_parsed_.push_back(parsed);
+    epilogue_strides_.push_back(out_strides);
+    epilogue_launches_.push_back(index);
     launches_.push_back(index);
     return true;
   }
@@ -330,8 +539,20 @@ public:
       members_[m].stored = !superseded && (launch.output_escapes || read_later);
       any_stored |= members_[m].stored;
     }
-    group.shape_launch = consumer_ ? launches_.back() : launches_.front();
+    group.shape_launch = consumer_ ? consumer_index_ : launches_.front();
     if (consumer_) {
+      std::vector<FusedMember>& epilogue = consumer_->epilogue;
+      for (size_t m = 0; m < epilogue.size(); ++m) {
+        bool superseded = false;
+        for (size_t later = m + 1; later < epilogue.size() && !superseded; ++later)
+          superseded = epilogue_parsed_[later].output.begin == epilogue_parsed_[m].output.begin &&
+                       epilogue_strides_[later] == epilogue_strides_[m] &&
+                       epilogue_parsed_[later].output.dtype == epilogue_parsed_[m].output.dtype;
+        const PartitionLaunch& launch = launches[epilogue_launches_[m]];
+        auto touch = last_touch.find(launch.output_storage);
+        const bool read_later = touch != last_touch.end() && touch->second > last;
+        epilogue[m].stored = !superseded && (launch.output_escapes || read_later);
+      }
       FusedElementwiseSignature& signature = group.signature;
       signature.members = members_;
       // A stored member's output over the common dimensions: its innermost stride there (an
@@ -369,6 +590,12 @@ public:
     external_inner_.clear();
     consumer_.reset();
     consumer_geometry_ = ConsumerGeometry();
+    epilogue_dims_.clear();
+    epilogue_parsed_.clear();
+    epilogue_strides_.clear();
+    epilogue_externals_.clear();
+    epilogue_external_strides_.clear();
+    epilogue_launches_.clear();
     space_.clear();
     mixed_ = false;
     return group;
@@ -492,8 +719,17 @@ private:
       add(g.memrefs[next].memref, common, g.memrefs[next].strides);
     for (const auto& external : g.externals)
       add(external.memref, common, external.strides);
+    const c10::ArrayRef<int64_t> epilogue_dims(epilogue_dims_);
+    const FusedReductionConsumer& consumer = *group.signature.consumer;
+    for (size_t m = 0; m < consumer.epilogue.size(); ++m)
+      if (consumer.epilogue[m].stored)
+        add(epilogue_parsed_[m].output, epilogue_dims, epilogue_strides_[m]);
+    for (size_t e = 0; e < epilogue_externals_.size(); ++e)
+      add(epilogue_externals_[e], epilogue_dims, epilogue_external_strides_[e]);
     if (consumer_params_.count > 0) group.slot_ranges.push_back(consumer_params_);
     for (const ParsedLaunch& parsed : parsed_)
+      if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
+    for (const ParsedLaunch& parsed : epilogue_parsed_)
       if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
     group.slot_ranges.push_back(
         {consumer_params_.launch, consumer_params_.begin + consumer_params_.count, 1}); // count
@@ -519,6 +755,17 @@ private:
   std::shared_ptr<FusedReductionConsumer> consumer_;
   ConsumerGeometry consumer_geometry_;
   SlotRange consumer_params_; // the reduction's params in its slots (its count follows)
+  size_t consumer_index_ = 0; // the reduction's launch
+
+  // The consumer's epilogue (its members and externals are in consumer_): the dimensions it
+  // iterates, per member its launch as parsed, its output's strides there and its launch index,
+  // and per external its memref and strides there.
+  DimList epilogue_dims_;
+  std::vector<ParsedLaunch> epilogue_parsed_;
+  std::vector<DimList> epilogue_strides_;
+  std::vector<size_t> epilogue_launches_;
+  std::vector<Memref> epilogue_externals_;
+  std::vector<DimList> epilogue_external_strides_;
 
   int rank_ = 0;
   DimList space_;      // the group's iteration dimensions (common to its members' in a mixed group)
@@ -539,6 +786,24 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
     for (const void* storage : launches[i].storages)
       last_touch[storage] = i;
 
+  // Whether the elementwise launches from i on run up to a reduction that reads one of their
+  // results: they may be its prologue, which stores nothing where an epilogue of the reduction
+  // before them would store their results.
+  std::vector<bool> feeds_next_reduction(launches.size() + 1, false);
+  size_t run_end = launches.size(); // the launch after the run of elementwise ones
+  for (size_t i = launches.size(); i-- > 0;) {
+    if (launches[i].elementwise == nullptr) {
+      run_end = i;
+      continue;
+    }
+    bool feeds = false;
+    if (run_end < launches.size() && launches[run_end].reduction != nullptr) {
+      const c10::ArrayRef<const void*> read = launches[run_end].storages;
+      feeds = std::find(read.begin(), read.end(), launches[i].output_storage) != read.end();
+    }
+    feeds_next_reduction[i] = feeds || (i + 1 < run_end && feeds_next_reduction[i + 1]);
+  }
+
   GroupBuilder group(launches);
   auto close = [&] {
     if (group.empty()) return;
@@ -547,17 +812,29 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
       result.groups.push_back(std::move(finished));
       return;
     }
-    // A lone launch runs as recorded unless its result is dead.
-    if (finished.signature.members.empty()) result.dead_launches.push_back(finished.first);
+    // A lone elementwise launch runs as recorded unless its result is dead; a lone reduction
+    // (which found no epilogue) runs as recorded.
+    if (finished.signature.members.empty() && !finished.signature.consumer)
+      result.dead_launches.push_back(finished.first);
   };
   for (size_t i = 0; i < launches.size(); ++i) {
     const PartitionLaunch& launch = launches[i];
     if (launch.elementwise == nullptr) {
-      if (launch.reduction != nullptr && !group.empty()) group.tryAttachReduction(i, launch);
+      if (launch.reduction != nullptr && !group.empty() && !group.hasConsumer() &&
+          group.tryAttachReduction(i, launch))
+        continue; // the group is its prologue; an epilogue may follow
       close();
+      // A reduction without a prologue still takes an epilogue.
+      if (launch.reduction != nullptr) group.tryAttachReduction(i, launch);
       continue;
     }
     const ParsedLaunch parsed = parse(launch, static_cast<uint32_t>(i));
+    if (group.hasConsumer()) {
+      if ((group.hasEpilogue() || !feeds_next_reduction[i]) &&
+          group.tryAddEpilogue(i, launch, parsed))
+        continue;
+      close();
+    }
     if (group.tryAdd(i, launch, parsed)) continue;
     close();
     group.tryAdd(i, launch, parsed);

@@ -217,7 +217,8 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
   auto remembered = std::make_unique<RememberedPartition>();
   remembered->result = fusion::partitionWindow(views);
   for (const fusion::FusedGroup& group : remembered->result.groups)
-    remembered->keys.push_back(group.signature.members.empty() ? 0 : group.signature.key());
+    remembered->keys.push_back(
+        group.signature.members.empty() && !group.signature.consumer ? 0 : group.signature.key());
   remembered->kernels.resize(remembered->result.groups.size());
   if (!rememberable) {
     unremembered_ = std::move(remembered);

@@ -209,7 +209,8 @@ struct AdaptiveStats {
   int64_t launches_recorded = 0;
   int64_t launches_saved = 0;       // recorded launches fusion replaced or found dead
   int64_t fused_kernel_runs = 0;    // fused kernels run (each replaced 2+ recorded launches)
-  int64_t fused_reduction_runs = 0; // those of them that were a reduction with its prologue
+  int64_t fused_reduction_runs = 0; // those of them that were a reduction with a prologue or
+                                    // epilogue
   // Table launches of the fused kernels of independent chains (an optimizer step's parameters:
   // one launch for many), and the fused kernels they ran.
   int64_t fused_table_launches = 0;

@@ -26,7 +26,7 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
   }
   for (size_t g = 0; g < partition.groups.size(); ++g) {
     const fusion::FusedGroup& group = partition.groups[g];
-    if (group.signature.members.empty()) { // every result dead
+    if (group.signature.members.empty() && !group.signature.consumer) { // every result dead
       for (size_t i = group.first; i < group.first + group.count; ++i)
         actions_[i] = kSkip;
       dead_ += static_cast<int64_t>(group.count);

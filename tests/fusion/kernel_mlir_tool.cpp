@@ -12,10 +12,14 @@
 //     a float32 reduction with its prologue (FusedReductionConsumer): each input is m<j> (member
 //     j computes it), c (read from memory, contiguous) or b (broadcast); members as for fused.
 //     Example: layer_norm 1 1 m0 c c -- add(x0,x1)
+//     Members after a word `epilogue` are its epilogue (over every element for a row-wise op,
+//     else over the kept dimensions), whose sources may also be o<k> (the reduction's output k).
+//     Example: softmax 1 1 c -- epilogue mul(o0,s0) add(m0,x1)!
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -76,8 +80,10 @@ FusedElementwiseSignature fusedSignature(const std::vector<std::string>& args, s
          start = comma + 1) {
       const std::string source = list.substr(start, comma - start);
       s.inputs.push_back(c10::kFloat);
-      if (source.at(0) == 'm') {
-        member.sources.push_back({FusedSource::kMember, std::stoi(source.substr(1))});
+      if (source.at(0) == 'm' || source.at(0) == 'o') {
+        member.sources.push_back(
+            {source.at(0) == 'm' ? FusedSource::kMember : FusedSource::kReductionOutput,
+             std::stoi(source.substr(1))});
         s.inner.push_back(InnerStride::kContiguous);
         continue;
       }
@@ -166,9 +172,16 @@ int main(int argc, char** argv) {
         consumer->input_members.push_back(input.at(0) == 'm' ? std::stoi(input.substr(1)) : -1);
         r.inner.push_back(input == "b" ? InnerStride::kBroadcast : InnerStride::kContiguous);
       }
-      std::vector<std::string> members = {"1"};
-      members.insert(members.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      const auto first = args.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+      const auto split = std::find(first, args.end(), std::string("epilogue"));
+      std::vector<std::string> members = {"1"}, epilogue = {"1"};
+      members.insert(members.end(), first, split);
+      if (split != args.end()) epilogue.insert(epilogue.end(), split + 1, args.end());
       FusedElementwiseSignature fused = fusedSignature(members, 0);
+      const FusedElementwiseSignature after = fusedSignature(epilogue, 0);
+      consumer->epilogue = after.members;
+      consumer->epilogue_externals = after.externals;
+      consumer->epilogue_over_rows = r.op->row_output;
       fused.consumer = consumer;
       std::cout << emit(mode, buildFusedElementwiseKernel(fused));
     } else {

@@ -154,5 +154,57 @@ TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTh
   EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
 }
 
+TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
+  // sums = x.sum(-1) over [6, 8] (no prologue), then scaled = sums * w over the 6 kept rows.
+  std::vector<float> x(48), sums(6), w(6), scaled(6);
+  const ReductionSignature sum = rowSum();
+  const ElementwiseSignature mul = contiguous("mul", 2);
+  std::vector<int64_t> sum_slots, mul_slots;
+  memref(sum_slots, sums.data(), {6}, {1});
+  memref(sum_slots, x.data(), {6, 8}, {8, 1});
+  sum_slots.push_back(8); // the reduced count
+  memref(mul_slots, scaled.data(), {6}, {1});
+  memref(mul_slots, sums.data(), {6}, {1});
+  memref(mul_slots, w.data(), {6}, {1});
+  const void* sum_touched[2] = {sums.data(), x.data()};
+  const void* mul_touched[3] = {scaled.data(), sums.data(), w.data()};
+  std::vector<PartitionLaunch> launches(2);
+  launches[0] = {nullptr, sum_slots.data(), nullptr, true, sum_touched, &sum};
+  launches[1] = {&mul, mul_slots.data(), scaled.data(), true, mul_touched};
+  const PartitionResult result = partitionWindow(launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  const FusedGroup& group = result.groups[0];
+  EXPECT_EQ(group.first, 0u);
+  EXPECT_EQ(group.count, 2u);
+  EXPECT_EQ(group.shape_launch, 0u); // the reduction's launch shape
+  ASSERT_TRUE(group.signature.consumer);
+  const FusedReductionConsumer& consumer = *group.signature.consumer;
+  EXPECT_TRUE(group.signature.members.empty());
+  EXPECT_FALSE(consumer.epilogue_over_rows);
+  ASSERT_EQ(consumer.epilogue.size(), 1u);
+  EXPECT_EQ(consumer.epilogue[0].sources[0].kind, FusedSource::kReductionOutput);
+  EXPECT_EQ(consumer.epilogue[0].sources[1].kind, FusedSource::kExternal);
+  EXPECT_TRUE(consumer.epilogue[0].stored);
+  // The sums, x over [6, 8], the product and w over [6], the count.
+  c10::SmallVector<int64_t, 32> slots;
+  group.gatherSlots([&](size_t i) { return launches[i].slots; }, slots);
+  const auto xp = reinterpret_cast<int64_t>(x.data()), sp = reinterpret_cast<int64_t>(sums.data()),
+             wp = reinterpret_cast<int64_t>(w.data()),
+             pp = reinterpret_cast<int64_t>(scaled.data());
+  const std::vector<int64_t> expected{sp, sp, 0, 6, 1, xp, xp, 0, 6, 8, 8, 1,
+                                      pp, pp, 0, 6, 1, wp, wp, 0, 6, 1, 8};
+  EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
+  EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
+  EXPECT_NE(buildFusedElementwiseKernel(group.signature).find("memref.store"), std::string::npos);
+
+  // A product that reads the sums from another row each (shifted by one) is no consumer.
+  mul_slots.clear();
+  memref(mul_slots, scaled.data(), {5}, {1});
+  memref(mul_slots, sums.data() + 1, {5}, {1});
+  memref(mul_slots, w.data(), {5}, {1});
+  launches[1].slots = mul_slots.data();
+  EXPECT_TRUE(partitionWindow(launches).groups.empty());
+}
+
 } // namespace
 } // namespace torchneuron::fusion

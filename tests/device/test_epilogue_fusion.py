@@ -1,0 +1,165 @@
+"""Epilogue fusion (fusion/window_partition.h): the elementwise launches of a hot window that
+consume a reduction's or row-wise op's outputs run inside that op's kernel, computed where it
+stores them: over every element for a row-wise op (softmax, log_softmax, layer norm), over the
+kept dimensions for a reduction's per-row results. Every test compares the fused program with
+the same program unfused on the device and with the CPU (check_fused), and reads from the
+counters whether the group really ran fused. The hazard tests (an epilogue writing what the
+reduction reads, reading its output in another order, reading a prologue's unstored
+intermediate, updating in place) give wrong values when the partitioner ignores them."""
+
+import torch
+import torch.nn.functional as F
+
+from test_adaptive_fusion import fused_adaptive_mode  # noqa: F401
+from test_prologue_fusion import check_fused
+
+
+def test_a_scaled_softmax_with_a_bias_runs_in_the_softmax_kernel(dev):
+    def program(x, b):
+        return torch.softmax(x, dim=-1) * 2 + b
+
+    # softmax, mul, add: one kernel, two launches saved a run.
+    check_fused(program, [torch.randn(6, 40), torch.randn(40)], dev, prologues=1,
+                saved_per_run=2)
+
+
+def test_a_layer_norm_modulated_by_precomputed_scale_and_shift(dev):
+    def program(x, w, b, scale, shift):
+        return F.layer_norm(x, (48,), w, b) * scale + shift  # adaLN's modulation, scale = 1 + s
+
+    # The scale and shift are broadcast over each sample's 5 tokens: the kernel's rows [20] are
+    # refined to [4, 5] for them.
+    inputs = [torch.randn(4, 5, 48), torch.randn(48), torch.randn(48), torch.randn(4, 1, 48),
+              torch.randn(4, 1, 48)]
+    check_fused(program, inputs, dev, prologues=1, saved_per_run=2)
+
+
+def test_per_row_results_take_their_consumers(dev):
+    def program(x, w):
+        # Each reduction with the ops on its [8] or [8, 1] results: the kept dimensions.
+        return x.sum(-1) * w + 1, torch.rsqrt(x.var(-1, keepdim=True) + 1e-5)
+
+    check_fused(program, [torch.randn(8, 30), torch.randn(8)], dev, prologues=2,
+                saved_per_run=4)
+
+
+def test_a_full_reduction_takes_its_prologue_and_its_epilogue(dev):
+    def program(a, b):
+        return ((a - b) ** 2).mean() * 0.5
+
+    check_fused(program, [torch.randn(20, 30), torch.randn(20, 30)], dev, prologues=1,
+                saved_per_run=3)
+
+
+def test_a_prologue_and_an_epilogue_share_the_kernel(dev):
+    def program(x, b):
+        return torch.log_softmax(x * 0.5 + b, -1).exp() * 3
+
+    check_fused(program, [torch.randn(7, 24), torch.randn(24)], dev, prologues=1,
+                saved_per_run=4)
+
+
+def test_the_reduction_output_and_epilogue_results_the_program_keeps_are_stored(dev):
+    def program(x, w):
+        y = torch.softmax(x, -1)
+        y2 = y * 2
+        s = x.sum(-1)
+        z = s * w
+        return y, y2, s, z, z + 1
+
+    check_fused(program, [torch.randn(5, 16), torch.randn(5)], dev, prologues=2,
+                saved_per_run=3)
+
+
+def test_an_epilogue_with_a_broadcast_mask_and_a_comparison(dev):
+    def program(x, mask):
+        y = torch.softmax(x, -1) * mask  # the mask broadcast over the batch
+        return y, y > 0.05
+
+    inputs = [torch.randn(3, 8, 32), (torch.rand(8, 32) > 0.3).float()]
+    check_fused(program, inputs, dev, prologues=1, saved_per_run=2)
+
+
+def test_an_in_place_update_of_the_output_fuses_and_matches(dev):
+    def program(x):
+        y = torch.softmax(x, -1)
+        y.mul_(2).add_(1)
+        return y
+
+    check_fused(program, [torch.randn(6, 20)], dev, prologues=1, saved_per_run=2)
+
+
+def test_accumulating_into_an_input_fuses_and_matches(dev):
+    def program(x, acc):
+        acc.add_(torch.softmax(x, -1))
+        return acc
+
+    check_fused(program, [torch.randn(6, 20), torch.randn(6, 20)], dev, prologues=1,
+                saved_per_run=1)
+
+
+def test_an_epilogue_writing_the_reductions_input_is_not_fused(dev):
+    def program(x):
+        y = torch.softmax(x, -1)
+        x.mul_(y)  # later rows of the softmax read x: it must not change under them
+        return x, y
+
+    check_fused(program, [torch.randn(6, 20)], dev, prologues=0, saved_per_run=0)
+
+
+def test_an_epilogue_reading_the_output_in_another_order_is_not_fused(dev):
+    def program(x):
+        y = torch.softmax(x, -1)
+        out = torch.empty(12, 12, device=x.device)
+        torch.mul(y.t(), 2, out=out)  # iterates out's order: another element of y each time
+        return out, y[:, 1:] * 3      # a shifted slice: other elements too
+
+    check_fused(program, [torch.randn(12, 12)], dev, prologues=0, saved_per_run=0)
+
+
+def test_an_epilogue_reading_a_transposed_output_in_its_memory_order_fuses(dev):
+    def program(x):
+        return torch.softmax(x, -1).t() * 2  # the product is laid out as the softmax's output
+
+    check_fused(program, [torch.randn(12, 12)], dev, prologues=1, saved_per_run=1)
+
+
+def test_an_epilogue_reading_an_intermediate_of_the_prologue_is_not_joined(dev):
+    def program(x, b):
+        h = x + b  # computed inside the softmax's kernel, never stored
+        return torch.softmax(h, -1) * h
+
+    # The add runs inside the softmax kernel; the product stays a launch of its own.
+    check_fused(program, [torch.randn(6, 20), torch.randn(20)], dev, prologues=1,
+                saved_per_run=1)
+
+
+def test_an_op_that_does_not_consume_the_reduction_stays_the_next_ones_prologue(dev):
+    def program(x, y):
+        return torch.log_softmax(x, -1), (x - y).amax(-1)
+
+    # x - y reads no output of the log_softmax: it feeds the amax instead.
+    check_fused(program, [torch.randn(5, 40), torch.randn(5, 40)], dev, prologues=1,
+                saved_per_run=1)
+
+
+def test_gradients_through_a_fused_softmax_epilogue_match(dev):
+    def program(x, b):
+        x = x.requires_grad_()
+        y = (torch.softmax(x, -1) * 2 + b)
+        y.backward(torch.ones_like(y) * torch.arange(y.shape[-1], device=y.device))
+        return y.detach(), x.grad
+
+    check_fused(program, [torch.randn(6, 16), torch.randn(16)], dev)
+
+
+def test_a_consumer_that_feeds_the_next_reduction_is_its_prologue_not_an_epilogue(dev):
+    def program(x, r, w, b):
+        for _ in range(3):  # a residual stream: each add reads the last layer norm's output
+            x = F.layer_norm(x + r, (32,), w, b)
+        return x
+
+    # As an epilogue the add would be stored for the next layer norm; as its prologue it is
+    # computed where that layer norm loads it: three prologues a run, no epilogue.
+    check_fused(program, [torch.randn(6, 32), torch.randn(6, 32), torch.randn(32),
+                          torch.randn(32)], dev, prologues=3, saved_per_run=3)
