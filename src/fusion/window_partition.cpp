@@ -294,6 +294,15 @@ public:
     for (const Memref& output : parsed.outputs)
       for (const Memref& external : externals_)
         if (output.overlaps(external)) return false;
+    // Nor over its own inputs or other outputs: the fused kernel declares its memrefs free of
+    // aliases (an eager reduction writing over what it reads keeps its own kernel).
+    for (size_t o = 0; o < parsed.outputs.size(); ++o) {
+      for (size_t i = 0; i < parsed.inputs.size(); ++i)
+        if (consumer->input_members[i] < 0 && parsed.outputs[o].overlaps(parsed.inputs[i]))
+          return false;
+      for (size_t other = o + 1; other < parsed.outputs.size(); ++other)
+        if (parsed.outputs[o].overlaps(parsed.outputs[other])) return false;
+    }
 
     // The kernel's memrefs over the common dimensions, in its ABI order (fused_kernel.h).
     for (const Memref& output : parsed.outputs)
@@ -475,31 +484,23 @@ public:
     }
     if (!consumes) return false; // not a consumer: it may be the next reduction's prologue
 
-    // Its write: nothing the reduction or its prologue reads or writes, and over what the
-    // epilogue or the reduction's outputs hold only the same elements (an in-place update).
+    // Its write: over no memory the kernel reads or writes. Not even element for element (an
+    // in-place update of the reduction's output or of an input): the kernel declares its
+    // memrefs free of aliases to LLVM, which may then reorder two stores to one address.
     const Memref& out = parsed.output;
     const DimList out_strides = out.stridesOver(over);
-    for (size_t k = r.outputs.size(); k < g.memrefs.size(); ++k)
-      if (g.memrefs[k].memref.overlaps(out)) return false; // the reduction's own inputs
-    for (const auto& external : g.externals)
+    for (const PlacedMemref& placed : g.memrefs) // the reduction's outputs and inputs
+      if (placed.memref.overlaps(out)) return false;
+    for (const PlacedMemref& external : g.externals)
       if (external.memref.overlaps(out)) return false;
     for (const ParsedLaunch& prologue : parsed_)
       if (prologue.output.overlaps(out)) return false;
-    for (size_t o = 0; o < r.outputs.size(); ++o)
-      if (g.memrefs[o].memref.overlaps(out) &&
-          (!readable(o) || !sameElements(g.memrefs[o].memref, g.memrefs[o].strides, out)))
-        return false;
-    for (size_t m = 0; m < epilogue_parsed_.size(); ++m)
-      if (epilogue_parsed_[m].output.overlaps(out) &&
-          !sameElements(epilogue_parsed_[m].output, epilogue_strides_[m], out))
-        return false;
-    for (size_t e = 0; e < epilogue_externals_.size(); ++e)
-      if (epilogue_externals_[e].overlaps(out) &&
-          !sameElements(epilogue_externals_[e], epilogue_external_strides_[e], out))
-        return false;
-    for (size_t e = 0; e < new_externals.size(); ++e)
-      if (new_externals[e].overlaps(out) && !sameElements(new_externals[e], new_strides[e], out))
-        return false;
+    for (const ParsedLaunch& earlier : epilogue_parsed_)
+      if (earlier.output.overlaps(out)) return false;
+    for (const Memref& external : epilogue_externals_)
+      if (external.overlaps(out)) return false;
+    for (const Memref& external : new_externals)
+      if (external.overlaps(out)) return false;
 
     consumer.epilogue_over_rows = over_rows;
     epilogue_dims_ = dims;
@@ -541,17 +542,14 @@ public:
     }
     group.shape_launch = consumer_ ? consumer_index_ : launches_.front();
     if (consumer_) {
+      // An epilogue member's output overlaps nothing else the kernel touches (tryAddEpilogueIn):
+      // stored when it escapes or a later step reads it.
       std::vector<FusedMember>& epilogue = consumer_->epilogue;
       for (size_t m = 0; m < epilogue.size(); ++m) {
-        bool superseded = false;
-        for (size_t later = m + 1; later < epilogue.size() && !superseded; ++later)
-          superseded = epilogue_parsed_[later].output.begin == epilogue_parsed_[m].output.begin &&
-                       epilogue_strides_[later] == epilogue_strides_[m] &&
-                       epilogue_parsed_[later].output.dtype == epilogue_parsed_[m].output.dtype;
         const PartitionLaunch& launch = launches[epilogue_launches_[m]];
         auto touch = last_touch.find(launch.output_storage);
         const bool read_later = touch != last_touch.end() && touch->second > last;
-        epilogue[m].stored = !superseded && (launch.output_escapes || read_later);
+        epilogue[m].stored = launch.output_escapes || read_later;
       }
       FusedElementwiseSignature& signature = group.signature;
       signature.members = members_;

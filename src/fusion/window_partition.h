@@ -29,12 +29,12 @@
 // reduction's per-row results. A reduction with no prologue takes one too. Each member must read
 // an output of the reduction or an earlier member element for element over those dimensions
 // (the kernel's dimensions are refined for a member iterating finer ones, a scale broadcast over
-// a layer norm's tokens); it may not read what the prologue computes, write what the reduction
-// or the prologue reads, or write a reduction output or an input other than element for element
-// (an in-place update). The reduction's outputs are stored as before; the members' like a
-// group's, when they escape. A run of elementwise launches that feeds the next reduction is left
-// to be that reduction's prologue instead, which stores nothing where the epilogue would store
-// the run's results (a residual stream's add between two layer norms).
+// a layer norm's tokens); it may not read what the prologue computes, nor write memory the
+// kernel reads or writes, not even element for element (an in-place update): the kernel's
+// memrefs are declared free of aliases. The reduction's outputs are stored as before; the
+// members' like a group's, when they escape. A run of elementwise launches that feeds the next
+// reduction is left to be that reduction's prologue instead, which stores nothing where the
+// epilogue would store the run's results (a residual stream's add between two layer norms).
 
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>

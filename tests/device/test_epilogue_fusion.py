@@ -80,22 +80,23 @@ def test_an_epilogue_with_a_broadcast_mask_and_a_comparison(dev):
     check_fused(program, inputs, dev, prologues=1, saved_per_run=2)
 
 
-def test_an_in_place_update_of_the_output_fuses_and_matches(dev):
+def test_an_in_place_update_of_the_output_is_not_an_epilogue(dev):
     def program(x):
         y = torch.softmax(x, -1)
-        y.mul_(2).add_(1)
+        y.mul_(2).add_(1)  # two stores to one address in one kernel: LLVM may reorder them
         return y
 
-    check_fused(program, [torch.randn(6, 20)], dev, prologues=1, saved_per_run=2)
+    # The softmax runs alone; the two in-place updates fuse with each other.
+    check_fused(program, [torch.randn(6, 20)], dev, prologues=0, saved_per_run=1)
 
 
-def test_accumulating_into_an_input_fuses_and_matches(dev):
+def test_accumulating_into_an_input_is_not_an_epilogue(dev):
     def program(x, acc):
         acc.add_(torch.softmax(x, -1))
         return acc
 
-    check_fused(program, [torch.randn(6, 20), torch.randn(6, 20)], dev, prologues=1,
-                saved_per_run=1)
+    check_fused(program, [torch.randn(6, 20), torch.randn(6, 20)], dev, prologues=0,
+                saved_per_run=0)
 
 
 def test_an_epilogue_writing_the_reductions_input_is_not_fused(dev):
