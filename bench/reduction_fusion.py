@@ -9,7 +9,10 @@ over the rounds. Cases:
   one kernel that never writes the per-element results;
 - row-wise ops with an elementwise epilogue: `softmax(x) * s + b` over rows of 256 and adaLN's
   modulation `layer_norm(x) * scale + shift` (scale and shift broadcast over each sample's
-  tokens), at 1M and 16M elements; one kernel computing the epilogue where it stores a row.
+  tokens), at 1M and 16M elements; one kernel computing the epilogue where it stores a row;
+- RMSNorm written by hand, `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`, at 1M and
+  16M elements: the square fused into the mean, + eps and rsqrt on each row's mean, and the
+  products in a pass over the row (six launches, one kernel).
 
 Each call ends in a read (a scalar's value, or one element of a result: a sync point), as a
 training loop's loss does. The physical limit of these passes is memory bandwidth: `of_triad`
@@ -47,6 +50,10 @@ def softmax_inputs(n):
     return [torch.randn(n // ROW, ROW), torch.randn(ROW), torch.randn(ROW)]
 
 
+def rms_norm_inputs(n):
+    return [torch.randn(n // ROW, ROW), torch.randn(ROW)]
+
+
 def modulation_inputs(n):
     batch = n // (TOKENS * ROW)
     return [torch.randn(batch, TOKENS, ROW), torch.randn(ROW), torch.randn(ROW),
@@ -66,6 +73,9 @@ CASES = {
     "layer norm * scale + shift": (
         lambda x, w, b, scale, shift: F.layer_norm(x, (ROW,), w, b) * scale + shift,
         modulation_inputs, 3, ("1M", "16M")),
+    # reads x, writes the result (and one mean per row)
+    "rms norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                 rms_norm_inputs, 2, ("1M", "16M")),
 }
 SIZES = {"64K": (64 << 10, 300), "1M": (1 << 20, 30), "16M": (1 << 24, 3)}  # elements, calls
 

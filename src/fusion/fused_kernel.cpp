@@ -117,6 +117,15 @@ Hash64 FusedElementwiseSignature::key() const {
     h.u64(consumer->epilogue_externals.size());
     for (const FusedExternal& external : consumer->epilogue_externals)
       h.i64(static_cast<int64_t>(external.dtype)).u64(static_cast<uint64_t>(external.inner));
+    h.str("row-epilogue").u64(consumer->row_epilogue.size());
+    for (const FusedMember& member : consumer->row_epilogue) {
+      h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
+      for (const FusedSource& source : member.sources)
+        h.u64(source.kind).i64(source.index);
+    }
+    h.u64(consumer->row_externals.size());
+    for (const FusedExternal& external : consumer->row_externals)
+      h.i64(static_cast<int64_t>(external.dtype)).u64(static_cast<uint64_t>(external.inner));
   }
   return h.digest();
 }
@@ -132,7 +141,11 @@ std::string FusedElementwiseSignature::describe() const {
     text += " -> " + consumer->reduction.describe();
     for (size_t m = 0; m < consumer->epilogue.size(); ++m)
       text += (m ? "," : " -> ") + consumer->epilogue[m].signature.op->name;
-    return text + "], " + std::to_string(externals.size() + consumer->epilogue_externals.size()) +
+    for (size_t m = 0; m < consumer->row_epilogue.size(); ++m)
+      text += (m ? "," : " -> rows ") + consumer->row_epilogue[m].signature.op->name;
+    return text + "], " +
+           std::to_string(externals.size() + consumer->epilogue_externals.size() +
+                          consumer->row_externals.size()) +
            " inputs, " + std::to_string(stored) + " stored intermediates";
   }
   return text + "] rank " + std::to_string(rank) + ", " + std::to_string(externals.size()) +
@@ -156,6 +169,10 @@ int FusedElementwiseSignature::argumentSlots() const {
       slots += (member.stored ? 3 + 2 * epilogue_rank : 0) +
                static_cast<int>(member.signature.op->params.size());
     slots += static_cast<int>(consumer->epilogue_externals.size()) * (3 + 2 * epilogue_rank);
+    for (const FusedMember& member : consumer->row_epilogue)
+      slots +=
+          (member.stored ? 3 + 2 * full : 0) + static_cast<int>(member.signature.op->params.size());
+    slots += static_cast<int>(consumer->row_externals.size()) * (3 + 2 * full);
     return slots + static_cast<int>(externals.size()) * (3 + 2 * full) + r.op->num_params + 1;
   }
   for (const FusedMember& member : members) {

@@ -24,8 +24,9 @@ namespace torchneuron::fusion {
 // Where a member's input value comes from.
 struct FusedSource {
   // kReductionOutput: an output of the reduction a prologue feeds, read by its epilogue
-  // (FusedReductionConsumer::epilogue).
-  enum Kind : uint8_t { kExternal, kMember, kReductionOutput } kind = kExternal;
+  // (FusedReductionConsumer::epilogue); kKeptMember: a member of the epilogue over the kept
+  // dimensions, read by the epilogue over the rows after it (row_epilogue).
+  enum Kind : uint8_t { kExternal, kMember, kReductionOutput, kKeptMember } kind = kExternal;
   int index = 0; // into the externals, an earlier member, or the reduction's outputs
 };
 
@@ -65,6 +66,13 @@ struct FusedExternal {
 // `epilogue_externals`; their memrefs and the externals' have that space's rank, classed by their
 // innermost stride there (the members' by `inner[0]`). The reduction's outputs are stored too.
 // A consumer may have no prologue members (a reduction that only takes an epilogue).
+//
+// A reduction's (not a row-wise op's) epilogue over the kept dimensions may be followed by one
+// over every element (`row_epilogue`, in a write pass over each row after the row's results):
+// ops that read those results broadcast over the row, `x * torch.rsqrt(ms + eps) * w` after a
+// mean of squares. Its sources: reduction outputs and kept epilogue members (kKeptMember), both
+// broadcast over the reduced dimensions, earlier row members, and `row_externals` (memrefs of
+// the full rank, classed like the epilogue's).
 struct FusedReductionConsumer {
   ReductionSignature reduction; // not in column order
   // Per reduction input: the member whose value it is, or -1 (read from its own memref).
@@ -72,6 +80,8 @@ struct FusedReductionConsumer {
   std::vector<FusedMember> epilogue;
   std::vector<FusedExternal> epilogue_externals; // never read through a member
   bool epilogue_over_rows = false;
+  std::vector<FusedMember> row_epilogue;
+  std::vector<FusedExternal> row_externals;
 };
 
 struct FusedElementwiseSignature {
@@ -99,9 +109,10 @@ std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& signatu
 
 // A prologue fusion's kernel. ABI: the reduction's outputs, the members' stored outputs (in
 // member order), the reduction's inputs read from memory, the members' externals, the
-// epilogue's stored outputs (in member order), the epilogue's externals, the reduction's params,
-// every member's params (in member order), every epilogue member's params, the reduced element
-// count, then begin and end.
+// epilogue's stored outputs (in member order), the epilogue's externals, the row epilogue's
+// stored outputs and externals, the reduction's params, every member's params (in member order),
+// every epilogue member's params, every row epilogue member's params, the reduced element count,
+// then begin and end.
 std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature);
 
 } // namespace torchneuron::fusion

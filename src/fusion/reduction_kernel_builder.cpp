@@ -74,12 +74,19 @@ public:
         arguments.push_back("%y" + std::to_string(m) + ": " + epilogue_types_[m]);
     for (size_t e = 0; e < epilogue_external_types_.size(); ++e)
       arguments.push_back("%z" + std::to_string(e) + ": " + epilogue_external_types_[e]);
+    for (size_t m = 0; m < row_types_.size(); ++m)
+      if (!row_types_[m].empty())
+        arguments.push_back("%ro" + std::to_string(m) + ": " + row_types_[m]);
+    for (size_t e = 0; e < row_external_types_.size(); ++e)
+      arguments.push_back("%rx" + std::to_string(e) + ": " + row_external_types_[e]);
     const size_t params = paramCount();
     for (size_t i = 0; i < params; ++i)
       arguments.push_back("%p" + std::to_string(i) + ": " + wide_.mlir);
     for (const Value& param : member_param_arguments_)
       arguments.push_back(param.name + ": " + param.type.mlir);
     for (const Value& param : epilogue_param_arguments_)
+      arguments.push_back(param.name + ": " + param.type.mlir);
+    for (const Value& param : row_param_arguments_)
       arguments.push_back(param.name + ": " + param.type.mlir);
     arguments.push_back("%count: i64");
     arguments.push_back("%begin: index");
@@ -152,8 +159,11 @@ private:
     for (size_t i = 0; i < outputs.size(); ++i)
       stored.push_back(store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
                              keptIndices()));
+    std::vector<Value> kept_members;
     if (hasEpilogue() && !prologue_->consumer->epilogue_over_rows)
-      emitEpilogue(stored, keptIndices());
+      kept_members = emitEpilogue(stored, keptIndices());
+    if (prologue_ != nullptr && !prologue_->consumer->row_epilogue.empty())
+      emitRowEpilogue(stored, kept_members);
   }
 
   std::string module(const std::vector<std::string>& arguments) const {
@@ -437,7 +447,8 @@ private:
   // The epilogue at the element `indices` (the kept or every dimension), from the reduction's
   // stored values `outputs` (as a later op would read them back): each member computed as its
   // eager kernel would, the stored ones written.
-  void emitEpilogue(const std::vector<Value>& outputs, const std::vector<std::string>& indices) {
+  std::vector<Value> emitEpilogue(const std::vector<Value>& outputs,
+                                  const std::vector<std::string>& indices) {
     const FusedReductionConsumer& consumer = *prologue_->consumer;
     const int classified = static_cast<int>(indices.size()) - 1;
     // lowerFusedMember reads kMember sources from `values` and the rest from `inputs`: the
@@ -467,6 +478,49 @@ private:
         e_.line("memref.store " + values[m].name + ", %y" + std::to_string(m) + "[" +
                 join(indices) + "] : " + epilogue_types_[m]);
     }
+    return values;
+  }
+
+  // The row epilogue: a pass over the row's elements after its results (`outputs`, as stored)
+  // and the kept epilogue's values (`kept`), which its members read broadcast over the row.
+  void emitRowEpilogue(const std::vector<Value>& outputs, const std::vector<Value>& kept) {
+    const FusedReductionConsumer& consumer = *prologue_->consumer;
+    const std::string prefix = "%rw";
+    for (int j = 0; j < m_; ++j)
+      e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to %R" + std::to_string(j) +
+              " step %c1 {");
+    const std::vector<std::string> indices = allIndices(prefix);
+    // lowerFusedMember reads kMember sources from `values` and the rest from `inputs`: the row
+    // externals, then the reduction's outputs, then the kept epilogue's members.
+    std::vector<Value> inputs;
+    for (size_t e = 0; e < row_external_types_.size(); ++e) {
+      std::vector<std::string> at = indices;
+      if (consumer.row_externals[e].inner == InnerStride::kBroadcast) at[classifiedDim()] = "%c0";
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load %rx" + std::to_string(e) + "[" + join(at) +
+              "] : " + row_external_types_[e]);
+      inputs.push_back(Value{name, storageType(consumer.row_externals[e].dtype)});
+    }
+    const int first_output = static_cast<int>(inputs.size());
+    inputs.insert(inputs.end(), outputs.begin(), outputs.end());
+    const int first_kept = static_cast<int>(inputs.size());
+    inputs.insert(inputs.end(), kept.begin(), kept.end());
+    std::vector<Value> values;
+    for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
+      FusedMember member = consumer.row_epilogue[m];
+      for (FusedSource& source : member.sources) {
+        if (source.kind == FusedSource::kReductionOutput)
+          source = {FusedSource::kExternal, first_output + source.index};
+        else if (source.kind == FusedSource::kKeptMember)
+          source = {FusedSource::kExternal, first_kept + source.index};
+      }
+      values.push_back(lowerFusedMember(e_, member, row_params_[m], values, inputs));
+      if (member.stored)
+        e_.line("memref.store " + values[m].name + ", %ro" + std::to_string(m) + "[" +
+                join(indices) + "] : " + row_types_[m]);
+    }
+    for (int j = 0; j < m_; ++j)
+      e_.line("}");
   }
 
   // Prologue fusion -------------------------------------------------------------------------
@@ -507,6 +561,19 @@ private:
     for (const FusedExternal& external : consumer.epilogue_externals)
       epilogue_external_types_.push_back(
           stridedMemrefType(epilogue_rank, storageType(external.dtype).mlir, external.inner));
+    for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
+      const FusedMember& member = consumer.row_epilogue[m];
+      const ElementwiseSignature& sig = member.signature;
+      row_types_.push_back(
+          member.stored ? stridedMemrefType(k_ + m_, storageType(sig.output).mlir, sig.inner[0])
+                        : std::string());
+      for (size_t p = 0; p < sig.op->params.size(); ++p)
+        row_param_arguments_.push_back(
+            Value{"%rp" + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
+    }
+    for (const FusedExternal& external : consumer.row_externals)
+      row_external_types_.push_back(
+          stridedMemrefType(k_ + m_, storageType(external.dtype).mlir, external.inner));
   }
 
   // A member's run-time scalars are passed as f64 for float compute, i64 otherwise.
@@ -537,14 +604,19 @@ private:
         member_params_[m].push_back(
             e_.convert(member_param_arguments_[next++], computeType(sig.compute)));
     }
-    const std::vector<FusedMember>& epilogue = prologue_->consumer->epilogue;
-    next = 0;
-    epilogue_params_.resize(epilogue.size());
-    for (size_t m = 0; m < epilogue.size(); ++m) {
-      const ElementwiseSignature& sig = epilogue[m].signature;
+    convertParams(prologue_->consumer->epilogue, epilogue_param_arguments_, epilogue_params_);
+    convertParams(prologue_->consumer->row_epilogue, row_param_arguments_, row_params_);
+  }
+
+  // `members`' params, from their arguments, in their compute types.
+  void convertParams(const std::vector<FusedMember>& members, const std::vector<Value>& arguments,
+                     std::vector<std::vector<Value>>& params) {
+    size_t next = 0;
+    params.resize(members.size());
+    for (size_t m = 0; m < members.size(); ++m) {
+      const ElementwiseSignature& sig = members[m].signature;
       for (size_t p = 0; p < sig.op->params.size(); ++p)
-        epilogue_params_[m].push_back(
-            e_.convert(epilogue_param_arguments_[next++], computeType(sig.compute)));
+        params[m].push_back(e_.convert(arguments[next++], computeType(sig.compute)));
     }
   }
 
@@ -583,6 +655,10 @@ private:
   std::vector<std::string> epilogue_external_types_;
   std::vector<Value> epilogue_param_arguments_;
   std::vector<std::vector<Value>> epilogue_params_;
+  std::vector<std::string> row_types_; // the row epilogue's, likewise
+  std::vector<std::string> row_external_types_;
+  std::vector<Value> row_param_arguments_;
+  std::vector<std::vector<Value>> row_params_;
   ScalarEmitter e_;
   int k_, m_;
   ElementType compute_, wide_;
@@ -652,10 +728,46 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
         valid = source.index >= 0 && index < r.outputs.size() && r.outputs[index] == wanted &&
                 (consumer.epilogue_over_rows ? r.op->elementOutput(index) : !r.op->row_output);
         break;
+      case FusedSource::kKeptMember: // the row epilogue's only
+        valid = false;
+        break;
       }
     }
     if (!valid)
       throw std::logic_error("[fusion] malformed fused reduction kernel: epilogue member " +
+                             std::to_string(m) + " of " + signature.describe());
+  }
+  if (!consumer.row_epilogue.empty() && (r.op->row_output || consumer.epilogue_over_rows))
+    throw std::logic_error("[fusion] malformed fused reduction kernel: a row epilogue after " +
+                           signature.describe());
+  for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
+    const FusedMember& member = consumer.row_epilogue[m];
+    bool valid =
+        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
+    for (size_t i = 0; valid && i < member.sources.size(); ++i) {
+      const FusedSource& source = member.sources[i];
+      const c10::ScalarType wanted = member.signature.inputs[i];
+      const auto index = static_cast<size_t>(source.index);
+      switch (source.kind) {
+      case FusedSource::kMember:
+        valid = source.index >= 0 && index < m &&
+                consumer.row_epilogue[index].signature.output == wanted;
+        break;
+      case FusedSource::kExternal:
+        valid = source.index >= 0 && index < consumer.row_externals.size() &&
+                consumer.row_externals[index].dtype == wanted;
+        break;
+      case FusedSource::kReductionOutput:
+        valid = source.index >= 0 && index < r.outputs.size() && r.outputs[index] == wanted;
+        break;
+      case FusedSource::kKeptMember:
+        valid = source.index >= 0 && index < consumer.epilogue.size() &&
+                consumer.epilogue[index].signature.output == wanted;
+        break;
+      }
+    }
+    if (!valid)
+      throw std::logic_error("[fusion] malformed fused reduction kernel: row epilogue member " +
                              std::to_string(m) + " of " + signature.describe());
   }
   return ReductionEmitter(r, &signature).build();

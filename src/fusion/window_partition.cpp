@@ -345,54 +345,189 @@ public:
   // consumer's epilogue; false, changing nothing, when it cannot join (window_partition.h).
   bool tryAddEpilogue(size_t index, const PartitionLaunch& launch, const ParsedLaunch& parsed) {
     const FusedReductionConsumer& consumer = *consumer_;
-    if (consumer.epilogue.size() >= kMaxMembers) return false;
-    // Its dimensions: every one (a row-wise op's elements) or the kept ones (per-row results).
+    if (consumer.epilogue.size() + consumer.row_epilogue.size() >= kMaxMembers) return false;
+    // Its level: a row-wise op's epilogue is over every element; a reduction's over the kept
+    // dimensions (per-row results), then over every element (the row epilogue, which reads
+    // them broadcast over the row; no kept member after it).
     const bool over_rows = consumer.reduction.op->row_output;
-    if (c10::multiply_integers(parsed.output.space) != c10::multiply_integers(epilogueDims()))
+    const int64_t count = c10::multiply_integers(parsed.output.space);
+    const int64_t all = c10::multiply_integers(consumer_geometry_.dims);
+    bool row_level = false;
+    if (!over_rows && count == all && all != c10::multiply_integers(epilogueDims()))
+      row_level = true;
+    else if (count != c10::multiply_integers(epilogueDims()) || !row_parsed_.empty())
       return false;
-    // The member's iteration must be refined by them (they are the kernel's loops); when it is
-    // not (a scale broadcast over a layer norm's tokens), the kernel's dimensions are refined
-    // for it, every memref's strides recomputed.
+    auto tryIn = [&] {
+      return row_level ? tryAddRowEpilogueIn(index, launch, parsed)
+                       : tryAddEpilogueIn(index, launch, parsed, over_rows);
+    };
+    // The member's iteration must be refined by the kernel's dimensions (they are its loops);
+    // when it is not (a scale broadcast over a layer norm's tokens), the kernel's dimensions are
+    // refined for it, every memref's strides recomputed.
     DimList without_ones;
-    for (int64_t size : epilogueDims())
+    for (int64_t size :
+         row_level ? c10::ArrayRef<int64_t>(consumer_geometry_.dims) : epilogueDims())
       if (size != 1) without_ones.push_back(size);
     const c10::optional<DimList> refined = commonDims({without_ones, parsed.output.space});
-    if (refined && *refined == without_ones)
-      return tryAddEpilogueIn(index, launch, parsed, over_rows);
+    if (refined && *refined == without_ones) return tryIn();
     const auto saved_consumer = consumer_;
     const ConsumerGeometry saved_geometry = consumer_geometry_;
     const std::vector<InnerStride> saved_inner = external_inner_;
     const DimList saved_dims = epilogue_dims_;
     const std::vector<DimList> saved_strides = epilogue_strides_,
-                               saved_external_strides = epilogue_external_strides_;
+                               saved_external_strides = epilogue_external_strides_,
+                               saved_row_strides = row_strides_,
+                               saved_row_external_strides = row_external_strides_;
     std::vector<DimList> extra;
     for (const ParsedLaunch& member : epilogue_parsed_)
       extra.push_back(fullSpace(member.output.space, over_rows));
-    extra.push_back(fullSpace(parsed.output.space, over_rows));
+    for (const ParsedLaunch& member : row_parsed_)
+      extra.push_back(fullSpace(member.output.space, true));
+    extra.push_back(fullSpace(parsed.output.space, over_rows || row_level));
     if (!attach(consumer_index_, batch_[consumer_index_], members_.empty(), extra)) return false;
     consumer_->epilogue = saved_consumer->epilogue;
     consumer_->epilogue_externals = saved_consumer->epilogue_externals;
     consumer_->epilogue_over_rows = saved_consumer->epilogue_over_rows;
-    const c10::ArrayRef<int64_t> over(epilogueDims());
+    consumer_->row_epilogue = saved_consumer->row_epilogue;
+    consumer_->row_externals = saved_consumer->row_externals;
+    const c10::ArrayRef<int64_t> over(epilogueDims()), all_dims(consumer_geometry_.dims);
     epilogue_dims_.assign(over.begin(), over.end());
-    for (size_t m = 0; m < epilogue_parsed_.size(); ++m) {
-      epilogue_strides_[m] = epilogue_parsed_[m].output.stridesOver(over);
-      consumer_->epilogue[m].signature.inner[0] =
-          innerStrideClass(epilogue_strides_[m].back(), false);
-    }
-    for (size_t e = 0; e < epilogue_externals_.size(); ++e) {
-      epilogue_external_strides_[e] = epilogue_externals_[e].stridesOver(over);
-      consumer_->epilogue_externals[e].inner =
-          innerStrideClass(epilogue_external_strides_[e].back(), true);
-    }
-    if (tryAddEpilogueIn(index, launch, parsed, over_rows)) return true;
+    restride(epilogue_parsed_, over, epilogue_strides_, consumer_->epilogue);
+    restride(epilogue_externals_, over, epilogue_external_strides_, consumer_->epilogue_externals);
+    restride(row_parsed_, all_dims, row_strides_, consumer_->row_epilogue);
+    restride(row_externals_, all_dims, row_external_strides_, consumer_->row_externals);
+    if (tryIn()) return true;
     consumer_ = saved_consumer;
     consumer_geometry_ = saved_geometry;
     external_inner_ = saved_inner;
     epilogue_dims_ = saved_dims;
     epilogue_strides_ = saved_strides;
     epilogue_external_strides_ = saved_external_strides;
+    row_strides_ = saved_row_strides;
+    row_external_strides_ = saved_row_external_strides;
     return false;
+  }
+
+  // Members' output strides over refined dimensions `dims`, and their stride classes.
+  static void restride(const std::vector<ParsedLaunch>& parsed, c10::ArrayRef<int64_t> dims,
+                       std::vector<DimList>& strides, std::vector<FusedMember>& members) {
+    for (size_t m = 0; m < parsed.size(); ++m) {
+      strides[m] = parsed[m].output.stridesOver(dims);
+      members[m].signature.inner[0] = innerStrideClass(strides[m].back(), false);
+    }
+  }
+  // Externals' strides over refined dimensions `dims`, and their stride classes.
+  static void restride(const std::vector<Memref>& memrefs, c10::ArrayRef<int64_t> dims,
+                       std::vector<DimList>& strides, std::vector<FusedExternal>& externals) {
+    for (size_t e = 0; e < memrefs.size(); ++e) {
+      strides[e] = memrefs[e].stridesOver(dims);
+      externals[e].inner = innerStrideClass(strides[e].back(), true);
+    }
+  }
+
+  // Adds a launch over every element to a reduction's row epilogue, over the consumer's
+  // dimensions as they are; false, changing nothing, when it cannot join.
+  bool tryAddRowEpilogueIn(size_t index, const PartitionLaunch& launch,
+                           const ParsedLaunch& parsed) {
+    FusedReductionConsumer& consumer = *consumer_;
+    const ReductionSignature& r = consumer.reduction;
+    const ConsumerGeometry& g = consumer_geometry_;
+    const c10::ArrayRef<int64_t> all(g.dims);
+    // A per-row value read at every element of its row: its kept strides, then zeros.
+    auto broadcastOver = [&](const Memref& value, const DimList& kept_strides,
+                             const Memref& input) {
+      DimList expected(kept_strides.begin(), kept_strides.end());
+      expected.resize(all.size(), 0);
+      return value.dtype == input.dtype && value.begin == input.begin && value.begin != value.end &&
+             input.stridesOver(all) == expected;
+    };
+    auto sameElements = [&](const Memref& a, const DimList& a_strides, const Memref& b) {
+      return a.dtype == b.dtype && a.begin == b.begin && a.begin != a.end &&
+             a_strides == b.stridesOver(all);
+    };
+    FusedMember member;
+    member.signature = *launch.elementwise;
+    bool consumes = false;
+    std::vector<Memref> new_externals;
+    std::vector<DimList> new_strides;
+    for (const Memref& input : parsed.inputs) {
+      int source = -1;
+      FusedSource::Kind kind = FusedSource::kExternal;
+      for (size_t m = row_parsed_.size(); m-- > 0 && source < 0;) {
+        if (!row_parsed_[m].output.overlaps(input)) continue;
+        if (!sameElements(row_parsed_[m].output, row_strides_[m], input)) return false;
+        source = static_cast<int>(m);
+        kind = FusedSource::kMember;
+      }
+      for (size_t m = epilogue_parsed_.size(); m-- > 0 && source < 0;) {
+        if (!epilogue_parsed_[m].output.overlaps(input)) continue;
+        if (!broadcastOver(epilogue_parsed_[m].output, epilogue_strides_[m], input)) return false;
+        source = static_cast<int>(m);
+        kind = FusedSource::kKeptMember;
+      }
+      for (size_t o = 0; o < r.outputs.size() && source < 0; ++o) {
+        if (!g.memrefs[o].memref.overlaps(input)) continue;
+        if (!broadcastOver(g.memrefs[o].memref, g.memrefs[o].strides, input)) return false;
+        source = static_cast<int>(o);
+        kind = FusedSource::kReductionOutput;
+      }
+      if (source >= 0) {
+        member.sources.push_back({kind, source});
+        consumes = true;
+        continue;
+      }
+      for (const ParsedLaunch& prologue : parsed_) // computed, never stored for this pass
+        if (prologue.output.overlaps(input)) return false;
+      int found = -1;
+      for (size_t e = 0; e < row_externals_.size() && found < 0; ++e)
+        if (sameElements(row_externals_[e], row_external_strides_[e], input))
+          found = static_cast<int>(e);
+      for (size_t e = 0; e < new_externals.size() && found < 0; ++e)
+        if (sameElements(new_externals[e], new_strides[e], input))
+          found = static_cast<int>(row_externals_.size() + e);
+      if (found < 0) {
+        found = static_cast<int>(row_externals_.size() + new_externals.size());
+        new_externals.push_back(input);
+        new_strides.push_back(input.stridesOver(all));
+      }
+      member.sources.push_back({FusedSource::kExternal, found});
+    }
+    if (!consumes) return false;
+    // Its write: over no memory the kernel reads or writes (its memrefs are declared free of
+    // aliases).
+    const Memref& out = parsed.output;
+    for (const PlacedMemref& placed : g.memrefs)
+      if (placed.memref.overlaps(out)) return false;
+    for (const PlacedMemref& external : g.externals)
+      if (external.memref.overlaps(out)) return false;
+    for (const ParsedLaunch& other : parsed_)
+      if (other.output.overlaps(out)) return false;
+    for (const ParsedLaunch& other : epilogue_parsed_)
+      if (other.output.overlaps(out)) return false;
+    for (const Memref& external : epilogue_externals_)
+      if (external.overlaps(out)) return false;
+    for (const ParsedLaunch& other : row_parsed_)
+      if (other.output.overlaps(out)) return false;
+    for (const Memref& external : row_externals_)
+      if (external.overlaps(out)) return false;
+    for (const Memref& external : new_externals)
+      if (external.overlaps(out)) return false;
+
+    for (size_t e = 0; e < new_externals.size(); ++e) {
+      FusedExternal external;
+      external.dtype = new_externals[e].dtype;
+      external.inner = innerStrideClass(new_strides[e].back(), true);
+      consumer.row_externals.push_back(external);
+      row_externals_.push_back(new_externals[e]);
+      row_external_strides_.push_back(new_strides[e]);
+    }
+    row_strides_.push_back(out.stridesOver(all));
+    member.signature.inner[0] = innerStrideClass(row_strides_.back().back(), false);
+    consumer.row_epilogue.push_back(std::move(member));
+    row_parsed_.push_back(parsed);
+    row_launches_.push_back(index);
+    launches_.push_back(index);
+    return true;
   }
 
   // The dimensions an epilogue iterates over the consumer's: all, or the kept ones.
@@ -551,6 +686,13 @@ public:
         const bool read_later = touch != last_touch.end() && touch->second > last;
         epilogue[m].stored = launch.output_escapes || read_later;
       }
+      std::vector<FusedMember>& row_epilogue = consumer_->row_epilogue;
+      for (size_t m = 0; m < row_epilogue.size(); ++m) {
+        const PartitionLaunch& launch = launches[row_launches_[m]];
+        auto touch = last_touch.find(launch.output_storage);
+        const bool read_later = touch != last_touch.end() && touch->second > last;
+        row_epilogue[m].stored = launch.output_escapes || read_later;
+      }
       FusedElementwiseSignature& signature = group.signature;
       signature.members = members_;
       // A stored member's output over the common dimensions: its innermost stride there (an
@@ -594,6 +736,11 @@ public:
     epilogue_externals_.clear();
     epilogue_external_strides_.clear();
     epilogue_launches_.clear();
+    row_parsed_.clear();
+    row_strides_.clear();
+    row_launches_.clear();
+    row_externals_.clear();
+    row_external_strides_.clear();
     space_.clear();
     mixed_ = false;
     return group;
@@ -724,10 +871,16 @@ private:
         add(epilogue_parsed_[m].output, epilogue_dims, epilogue_strides_[m]);
     for (size_t e = 0; e < epilogue_externals_.size(); ++e)
       add(epilogue_externals_[e], epilogue_dims, epilogue_external_strides_[e]);
+    for (size_t m = 0; m < consumer.row_epilogue.size(); ++m)
+      if (consumer.row_epilogue[m].stored) add(row_parsed_[m].output, common, row_strides_[m]);
+    for (size_t e = 0; e < row_externals_.size(); ++e)
+      add(row_externals_[e], common, row_external_strides_[e]);
     if (consumer_params_.count > 0) group.slot_ranges.push_back(consumer_params_);
     for (const ParsedLaunch& parsed : parsed_)
       if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
     for (const ParsedLaunch& parsed : epilogue_parsed_)
+      if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
+    for (const ParsedLaunch& parsed : row_parsed_)
       if (parsed.params.count > 0) group.slot_ranges.push_back(parsed.params);
     group.slot_ranges.push_back(
         {consumer_params_.launch, consumer_params_.begin + consumer_params_.count, 1}); // count
@@ -764,6 +917,12 @@ private:
   std::vector<size_t> epilogue_launches_;
   std::vector<Memref> epilogue_externals_;
   std::vector<DimList> epilogue_external_strides_;
+  // The row epilogue's, likewise, over all of the consumer's dimensions.
+  std::vector<ParsedLaunch> row_parsed_;
+  std::vector<DimList> row_strides_;
+  std::vector<size_t> row_launches_;
+  std::vector<Memref> row_externals_;
+  std::vector<DimList> row_external_strides_;
 
   int rank_ = 0;
   DimList space_;      // the group's iteration dimensions (common to its members' in a mixed group)

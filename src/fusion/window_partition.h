@@ -32,7 +32,11 @@
 // a layer norm's tokens); it may not read what the prologue computes, nor write memory the
 // kernel reads or writes, not even element for element (an in-place update): the kernel's
 // memrefs are declared free of aliases. The reduction's outputs are stored as before; the
-// members' like a group's, when they escape. A run of elementwise launches that feeds the next
+// members' like a group's, when they escape. After a reduction's epilogue over the kept
+// dimensions, launches over every element that read its per-row values broadcast over the row
+// (each row's value at each of its elements: `x * torch.rsqrt(ms + eps)`) join a row epilogue,
+// run in a pass over the row after them, under the same rules. A run of elementwise launches
+// that feeds the next
 // reduction is left to be that reduction's prologue instead, which stores nothing where the
 // epilogue would store the run's results (a residual stream's add between two layer norms).
 

@@ -164,3 +164,37 @@ def test_a_consumer_that_feeds_the_next_reduction_is_its_prologue_not_an_epilogu
     # computed where that layer norm loads it: three prologues a run, no epilogue.
     check_fused(program, [torch.randn(6, 32), torch.randn(6, 32), torch.randn(32),
                           torch.randn(32)], dev, prologues=3, saved_per_run=3)
+
+
+def test_rms_norm_written_by_hand_is_one_kernel(dev):
+    def program(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    # pow feeds the mean (prologue), + eps and rsqrt run on each row's mean (kept epilogue), the
+    # two products over the row's elements (row epilogue): six launches, one kernel.
+    check_fused(program, [torch.randn(3, 5, 64), torch.randn(64)], dev, prologues=1,
+                saved_per_run=5)
+
+
+def test_per_row_results_broadcast_over_their_rows(dev):
+    def program(x, y):
+        return x / x.sum(-1, keepdim=True), y - y.mean()  # a row's sum; all of y's mean
+
+    check_fused(program, [torch.rand(6, 40) + 0.5, torch.randn(7, 9)], dev, prologues=2,
+                saved_per_run=2)
+
+
+def test_a_row_op_reading_the_results_in_another_order_is_not_fused(dev):
+    def program(x):
+        s = x.sum(-1)         # [12], one per row
+        return x * s[None, :]  # s along the columns: another row's result at each element
+
+    check_fused(program, [torch.randn(12, 12)], dev, prologues=0, saved_per_run=0)
+
+
+def test_normalizing_the_reductions_input_in_place_is_not_fused(dev):
+    def program(x):
+        x.div_(x.sum(-1, keepdim=True))  # later rows' sums read x
+        return x
+
+    check_fused(program, [torch.rand(6, 20) + 0.5], dev, prologues=0, saved_per_run=0)

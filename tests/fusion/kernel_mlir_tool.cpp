@@ -15,6 +15,9 @@
 //     Members after a word `epilogue` are its epilogue (over every element for a row-wise op,
 //     else over the kept dimensions), whose sources may also be o<k> (the reduction's output k).
 //     Example: softmax 1 1 c -- epilogue mul(o0,s0) add(m0,x1)!
+//     Members after a word `rows` are a reduction's row epilogue, over every element after the
+//     kept one; their sources may also be k<j> (member j of the kept epilogue), broadcast.
+//     Example: mean 1 1 m0 -- mul(x0,x0) epilogue add(o0,s1) rsqrt(m0) rows mul(x0,k1)!
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
 #include <c10/core/ScalarType.h>
@@ -80,10 +83,11 @@ FusedElementwiseSignature fusedSignature(const std::vector<std::string>& args, s
          start = comma + 1) {
       const std::string source = list.substr(start, comma - start);
       s.inputs.push_back(c10::kFloat);
-      if (source.at(0) == 'm' || source.at(0) == 'o') {
-        member.sources.push_back(
-            {source.at(0) == 'm' ? FusedSource::kMember : FusedSource::kReductionOutput,
-             std::stoi(source.substr(1))});
+      if (source.at(0) == 'm' || source.at(0) == 'o' || source.at(0) == 'k') {
+        const FusedSource::Kind kind = source.at(0) == 'm'   ? FusedSource::kMember
+                                       : source.at(0) == 'o' ? FusedSource::kReductionOutput
+                                                             : FusedSource::kKeptMember;
+        member.sources.push_back({kind, std::stoi(source.substr(1))});
         s.inner.push_back(InnerStride::kContiguous);
         continue;
       }
@@ -174,13 +178,18 @@ int main(int argc, char** argv) {
       }
       const auto first = args.begin() + static_cast<std::ptrdiff_t>(i) + 1;
       const auto split = std::find(first, args.end(), std::string("epilogue"));
-      std::vector<std::string> members = {"1"}, epilogue = {"1"};
+      const auto rows_split = std::find(split, args.end(), std::string("rows"));
+      std::vector<std::string> members = {"1"}, epilogue = {"1"}, rows = {"1"};
       members.insert(members.end(), first, split);
-      if (split != args.end()) epilogue.insert(epilogue.end(), split + 1, args.end());
+      if (split != args.end()) epilogue.insert(epilogue.end(), split + 1, rows_split);
+      if (rows_split != args.end()) rows.insert(rows.end(), rows_split + 1, args.end());
       FusedElementwiseSignature fused = fusedSignature(members, 0);
       const FusedElementwiseSignature after = fusedSignature(epilogue, 0);
+      const FusedElementwiseSignature row_after = fusedSignature(rows, 0);
       consumer->epilogue = after.members;
       consumer->epilogue_externals = after.externals;
+      consumer->row_epilogue = row_after.members;
+      consumer->row_externals = row_after.externals;
       consumer->epilogue_over_rows = r.op->row_output;
       fused.consumer = consumer;
       std::cout << emit(mode, buildFusedElementwiseKernel(fused));
