@@ -25,8 +25,15 @@ namespace torchneuron::fusion {
 struct FusedSource {
   // kReductionOutput: an output of the reduction a prologue feeds, read by its epilogue
   // (FusedReductionConsumer::epilogue); kKeptMember: a member of the epilogue over the kept
-  // dimensions, read by the epilogue over the rows after it (row_epilogue).
-  enum Kind : uint8_t { kExternal, kMember, kReductionOutput, kKeptMember } kind = kExternal;
+  // dimensions, and kPrologueMember: a stored member of the prologue, both read by the epilogue
+  // over the rows after them (row_epilogue).
+  enum Kind : uint8_t {
+    kExternal,
+    kMember,
+    kReductionOutput,
+    kKeptMember,
+    kPrologueMember
+  } kind = kExternal;
   int index = 0; // into the externals, an earlier member, or the reduction's outputs
 };
 
@@ -71,8 +78,10 @@ struct FusedExternal {
 // over every element (`row_epilogue`, in a write pass over each row after the row's results):
 // ops that read those results broadcast over the row, `x * torch.rsqrt(ms + eps) * w` after a
 // mean of squares. Its sources: reduction outputs and kept epilogue members (kKeptMember), both
-// broadcast over the reduced dimensions, earlier row members, and `row_externals` (memrefs of
-// the full rank, classed like the epilogue's).
+// broadcast over the reduced dimensions, earlier row members, stored prologue members at the
+// same element (kPrologueMember, read back from their memref: a softmax written by hand divides
+// the exps its sum's prologue stored), and `row_externals` (memrefs of the full rank, classed
+// like the epilogue's).
 struct FusedReductionConsumer {
   ReductionSignature reduction; // not in column order
   // Per reduction input: the member whose value it is, or -1 (read from its own memref).

@@ -505,6 +505,20 @@ private:
     inputs.insert(inputs.end(), outputs.begin(), outputs.end());
     const int first_kept = static_cast<int>(inputs.size());
     inputs.insert(inputs.end(), kept.begin(), kept.end());
+    // Stored prologue members' values at the element, read back from their own memrefs (which
+    // the first pass over the row wrote), once each.
+    std::vector<int> prologue_input(prologue_->members.size(), -1);
+    for (const FusedMember& member : consumer.row_epilogue)
+      for (const FusedSource& source : member.sources) {
+        if (source.kind != FusedSource::kPrologueMember || prologue_input[source.index] >= 0)
+          continue;
+        const std::string name = e_.freshName();
+        e_.line(name + " = memref.load %m" + std::to_string(source.index) + "[" + join(indices) +
+                "] : " + member_types_[source.index]);
+        prologue_input[source.index] = static_cast<int>(inputs.size());
+        inputs.push_back(
+            Value{name, storageType(prologue_->members[source.index].signature.output)});
+      }
     std::vector<Value> values;
     for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
       FusedMember member = consumer.row_epilogue[m];
@@ -513,6 +527,8 @@ private:
           source = {FusedSource::kExternal, first_output + source.index};
         else if (source.kind == FusedSource::kKeptMember)
           source = {FusedSource::kExternal, first_kept + source.index};
+        else if (source.kind == FusedSource::kPrologueMember)
+          source = {FusedSource::kExternal, prologue_input[source.index]};
       }
       values.push_back(lowerFusedMember(e_, member, row_params_[m], values, inputs));
       if (member.stored)
@@ -729,6 +745,7 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
                 (consumer.epilogue_over_rows ? r.op->elementOutput(index) : !r.op->row_output);
         break;
       case FusedSource::kKeptMember: // the row epilogue's only
+      case FusedSource::kPrologueMember:
         valid = false;
         break;
       }
@@ -763,6 +780,11 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
       case FusedSource::kKeptMember:
         valid = source.index >= 0 && index < consumer.epilogue.size() &&
                 consumer.epilogue[index].signature.output == wanted;
+        break;
+      case FusedSource::kPrologueMember:
+        valid = source.index >= 0 && index < signature.members.size() &&
+                signature.members[index].stored &&
+                signature.members[index].signature.output == wanted;
         break;
       }
     }

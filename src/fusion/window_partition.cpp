@@ -450,6 +450,7 @@ public:
     bool consumes = false;
     std::vector<Memref> new_externals;
     std::vector<DimList> new_strides;
+    std::vector<int> read_prologue;
     for (const Memref& input : parsed.inputs) {
       int source = -1;
       FusedSource::Kind kind = FusedSource::kExternal;
@@ -476,8 +477,19 @@ public:
         consumes = true;
         continue;
       }
-      for (const ParsedLaunch& prologue : parsed_) // computed, never stored for this pass
-        if (prologue.output.overlaps(input)) return false;
+      // A prologue member's result: read back from its memref, which it then must write, at the
+      // same element (the row's first pass wrote it); another writer of that memory: refused.
+      for (size_t m = parsed_.size(); m-- > 0 && source < 0;) {
+        if (!parsed_[m].output.overlaps(input)) continue;
+        if (!sameElements(parsed_[m].output, g.members[m], input)) return false;
+        source = static_cast<int>(m);
+      }
+      if (source >= 0) {
+        member.sources.push_back({FusedSource::kPrologueMember, source});
+        read_prologue.push_back(source);
+        consumes = true;
+        continue;
+      }
       int found = -1;
       for (size_t e = 0; e < row_externals_.size() && found < 0; ++e)
         if (sameElements(row_externals_[e], row_external_strides_[e], input))
@@ -521,6 +533,9 @@ public:
       row_externals_.push_back(new_externals[e]);
       row_external_strides_.push_back(new_strides[e]);
     }
+    read_by_rows_.resize(parsed_.size(), false);
+    for (int m : read_prologue)
+      read_by_rows_[m] = true;
     row_strides_.push_back(out.stridesOver(all));
     member.signature.inner[0] = innerStrideClass(row_strides_.back().back(), false);
     consumer.row_epilogue.push_back(std::move(member));
@@ -672,7 +687,8 @@ public:
       const PartitionLaunch& launch = launches[launches_[m]];
       auto touch = last_touch.find(launch.output_storage);
       const bool read_later = touch != last_touch.end() && touch->second > last;
-      members_[m].stored = !superseded && (launch.output_escapes || read_later);
+      const bool read_by_rows = m < read_by_rows_.size() && read_by_rows_[m];
+      members_[m].stored = !superseded && (launch.output_escapes || read_later || read_by_rows);
       any_stored |= members_[m].stored;
     }
     group.shape_launch = consumer_ ? consumer_index_ : launches_.front();
@@ -741,6 +757,7 @@ public:
     row_launches_.clear();
     row_externals_.clear();
     row_external_strides_.clear();
+    read_by_rows_.clear();
     space_.clear();
     mixed_ = false;
     return group;
@@ -923,6 +940,7 @@ private:
   std::vector<size_t> row_launches_;
   std::vector<Memref> row_externals_;
   std::vector<DimList> row_external_strides_;
+  std::vector<bool> read_by_rows_; // per prologue member: the row epilogue reads its result
 
   int rank_ = 0;
   DimList space_;      // the group's iteration dimensions (common to its members' in a mixed group)

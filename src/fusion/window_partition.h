@@ -35,7 +35,10 @@
 // members' like a group's, when they escape. After a reduction's epilogue over the kept
 // dimensions, launches over every element that read its per-row values broadcast over the row
 // (each row's value at each of its elements: `x * torch.rsqrt(ms + eps)`) join a row epilogue,
-// run in a pass over the row after them, under the same rules. A run of elementwise launches
+// run in a pass over the row after them, under the same rules but one: a row member may read
+// what a prologue member computes at the same element, which that member then stores in the
+// row's first pass (a softmax written by hand divides the exps its sum stored). A run of
+// elementwise launches
 // that feeds the next
 // reduction is left to be that reduction's prologue instead, which stores nothing where the
 // epilogue would store the run's results (a residual stream's add between two layer norms).

@@ -198,3 +198,24 @@ def test_normalizing_the_reductions_input_in_place_is_not_fused(dev):
         return x
 
     check_fused(program, [torch.rand(6, 20) + 0.5], dev, prologues=0, saved_per_run=0)
+
+
+def test_a_softmax_written_by_hand_divides_the_exps_its_sum_stored(dev):
+    def program(x):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    # The amax runs alone; the sub and exp feed the sum (prologue), which stores the exps in its
+    # first pass over a row; the division reads them back in the row pass: four launches, one
+    # kernel.
+    check_fused(program, [torch.randn(6, 40)], dev, prologues=1, saved_per_run=3)
+
+
+def test_a_row_op_reading_a_prologue_result_shifted_is_not_fused(dev):
+    def program(x, b):
+        h = x + b
+        s = h.sum(-1, keepdim=True)
+        return h[:, 1:] / s  # h one element over: not what the row pass has at hand
+
+    check_fused(program, [torch.randn(6, 20), torch.randn(20)], dev, prologues=1,
+                saved_per_run=1)
