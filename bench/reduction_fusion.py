@@ -12,7 +12,10 @@ over the rounds. Cases:
   tokens), at 1M and 16M elements; one kernel computing the epilogue where it stores a row;
 - RMSNorm written by hand, `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`, at 1M and
   16M elements: the square fused into the mean, + eps and rsqrt on each row's mean, and the
-  products in a pass over the row (six launches, one kernel).
+  products in a pass over the row (six launches, one kernel);
+- a softmax written by hand, `e = exp(x - x.amax(-1, keepdim=True)); e / e.sum(-1,
+  keepdim=True)`, at 1M and 16M elements: the amax, then one kernel (sub and exp in the sum's
+  loads, the exps stored, the division in a pass over the row).
 
 Each call ends in a read (a scalar's value, or one element of a result: a sync point), as a
 training loop's loss does. The physical limit of these passes is memory bandwidth: `of_triad`
@@ -50,6 +53,11 @@ def softmax_inputs(n):
     return [torch.randn(n // ROW, ROW), torch.randn(ROW), torch.randn(ROW)]
 
 
+def softmax_by_hand(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
 def rms_norm_inputs(n):
     return [torch.randn(n // ROW, ROW), torch.randn(ROW)]
 
@@ -76,6 +84,9 @@ CASES = {
     # reads x, writes the result (and one mean per row)
     "rms norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
                  rms_norm_inputs, 2, ("1M", "16M")),
+    # reads x twice (the amax, then the sum), writes the exps and the result
+    "softmax by hand": (softmax_by_hand, lambda n: [torch.randn(n // ROW, ROW)], 4,
+                        ("1M", "16M")),
 }
 SIZES = {"64K": (64 << 10, 300), "1M": (1 << 20, 30), "16M": (1 << 24, 3)}  # elements, calls
 
