@@ -91,41 +91,42 @@ Value lowerFusedMember(ScalarEmitter& emit, const FusedMember& member,
   return emit.convert(sig.op->lower(context), storageType(sig.output));
 }
 
-Hash64 FusedElementwiseSignature::key() const {
-  Hasher h;
-  h.str("fused-elementwise").i64(rank).u64(members.size());
+namespace {
+
+void hashMembers(Hasher& h, const std::vector<FusedMember>& members) {
+  h.u64(members.size());
   for (const FusedMember& member : members) {
     h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
     for (const FusedSource& source : member.sources)
       h.u64(source.kind).i64(source.index);
   }
+}
+
+void hashExternals(Hasher& h, const std::vector<FusedExternal>& externals) {
   h.u64(externals.size());
   for (const FusedExternal& external : externals)
     h.i64(static_cast<int64_t>(external.dtype))
         .u64(static_cast<uint64_t>(external.inner))
         .i64(external.read_through_member);
+}
+
+} // namespace
+
+Hash64 FusedElementwiseSignature::key() const {
+  Hasher h;
+  h.str("fused-elementwise").i64(rank);
+  hashMembers(h, members);
+  hashExternals(h, externals);
   if (consumer) {
     h.str("consumer").u64(consumer->reduction.key()).u64(consumer->input_members.size());
     for (int member : consumer->input_members)
       h.i64(member);
-    h.str("epilogue").u64(consumer->epilogue_over_rows).u64(consumer->epilogue.size());
-    for (const FusedMember& member : consumer->epilogue) {
-      h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
-      for (const FusedSource& source : member.sources)
-        h.u64(source.kind).i64(source.index);
-    }
-    h.u64(consumer->epilogue_externals.size());
-    for (const FusedExternal& external : consumer->epilogue_externals)
-      h.i64(static_cast<int64_t>(external.dtype)).u64(static_cast<uint64_t>(external.inner));
-    h.str("row-epilogue").u64(consumer->row_epilogue.size());
-    for (const FusedMember& member : consumer->row_epilogue) {
-      h.u64(member.signature.key()).u64(member.stored).u64(member.sources.size());
-      for (const FusedSource& source : member.sources)
-        h.u64(source.kind).i64(source.index);
-    }
-    h.u64(consumer->row_externals.size());
-    for (const FusedExternal& external : consumer->row_externals)
-      h.i64(static_cast<int64_t>(external.dtype)).u64(static_cast<uint64_t>(external.inner));
+    h.str("epilogue").u64(consumer->epilogue_over_rows);
+    hashMembers(h, consumer->epilogue);
+    hashExternals(h, consumer->epilogue_externals);
+    h.str("row-epilogue");
+    hashMembers(h, consumer->row_epilogue);
+    hashExternals(h, consumer->row_externals);
   }
   return h.digest();
 }

@@ -682,6 +682,53 @@ private:
   std::vector<std::string> output_types_, input_types_;
 };
 
+// Whether epilogue member `m` (of the row epilogue with `row`) may read `source` as `wanted`.
+bool validEpilogueSource(const FusedElementwiseSignature& s, bool row, size_t m,
+                         const FusedSource& source, c10::ScalarType wanted) {
+  const FusedReductionConsumer& consumer = *s.consumer;
+  const ReductionSignature& r = consumer.reduction;
+  const std::vector<FusedMember>& members = row ? consumer.row_epilogue : consumer.epilogue;
+  const std::vector<FusedExternal>& externals =
+      row ? consumer.row_externals : consumer.epilogue_externals;
+  const auto index = static_cast<size_t>(source.index);
+  if (source.index < 0) return false;
+  switch (source.kind) {
+  case FusedSource::kMember:
+    return index < m && members[index].signature.output == wanted;
+  case FusedSource::kExternal:
+    return index < externals.size() && externals[index].dtype == wanted;
+  case FusedSource::kReductionOutput:
+    // The row epilogue reads a reduction's per-row results; the epilogue over the rows a
+    // row-wise op's element outputs, over the kept dimensions a reduction's outputs (a row-wise
+    // op's per-row results are stored outside that path).
+    return index < r.outputs.size() && r.outputs[index] == wanted &&
+           (row || (consumer.epilogue_over_rows ? r.op->elementOutput(index) : !r.op->row_output));
+  case FusedSource::kKeptMember:
+    return row && index < consumer.epilogue.size() &&
+           consumer.epilogue[index].signature.output == wanted;
+  case FusedSource::kPrologueMember:
+    return row && index < s.members.size() && s.members[index].stored &&
+           s.members[index].signature.output == wanted;
+  }
+  return false;
+}
+
+// Throws naming the first epilogue member (of the row epilogue with `row`) with a bad source.
+void checkEpilogue(const FusedElementwiseSignature& s, bool row) {
+  const std::vector<FusedMember>& members = row ? s.consumer->row_epilogue : s.consumer->epilogue;
+  for (size_t m = 0; m < members.size(); ++m) {
+    const FusedMember& member = members[m];
+    bool valid =
+        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
+    for (size_t i = 0; valid && i < member.sources.size(); ++i)
+      valid = validEpilogueSource(s, row, m, member.sources[i], member.signature.inputs[i]);
+    if (!valid)
+      throw std::logic_error(std::string("[fusion] malformed fused reduction kernel: ") +
+                             (row ? "row epilogue" : "epilogue") + " member " + std::to_string(m) +
+                             " of " + s.describe());
+  }
+}
+
 } // namespace
 
 std::string buildReductionKernel(const ReductionSignature& signature) {
@@ -721,77 +768,11 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
   }
   const FusedReductionConsumer& consumer = *signature.consumer;
   const ReductionSignature& r = consumer.reduction;
-  for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
-    const FusedMember& member = consumer.epilogue[m];
-    bool valid =
-        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
-    for (size_t i = 0; valid && i < member.sources.size(); ++i) {
-      const FusedSource& source = member.sources[i];
-      const c10::ScalarType wanted = member.signature.inputs[i];
-      const auto index = static_cast<size_t>(source.index);
-      switch (source.kind) {
-      case FusedSource::kMember:
-        valid =
-            source.index >= 0 && index < m && consumer.epilogue[index].signature.output == wanted;
-        break;
-      case FusedSource::kExternal:
-        valid = source.index >= 0 && index < consumer.epilogue_externals.size() &&
-                consumer.epilogue_externals[index].dtype == wanted;
-        break;
-      case FusedSource::kReductionOutput:
-        // Over the rows a row-wise op's element output; over the kept dimensions a reduction's
-        // output (a row-wise op's per-row results are stored outside that path).
-        valid = source.index >= 0 && index < r.outputs.size() && r.outputs[index] == wanted &&
-                (consumer.epilogue_over_rows ? r.op->elementOutput(index) : !r.op->row_output);
-        break;
-      case FusedSource::kKeptMember: // the row epilogue's only
-      case FusedSource::kPrologueMember:
-        valid = false;
-        break;
-      }
-    }
-    if (!valid)
-      throw std::logic_error("[fusion] malformed fused reduction kernel: epilogue member " +
-                             std::to_string(m) + " of " + signature.describe());
-  }
   if (!consumer.row_epilogue.empty() && (r.op->row_output || consumer.epilogue_over_rows))
     throw std::logic_error("[fusion] malformed fused reduction kernel: a row epilogue after " +
                            signature.describe());
-  for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
-    const FusedMember& member = consumer.row_epilogue[m];
-    bool valid =
-        member.signature.op != nullptr && member.sources.size() == member.signature.inputs.size();
-    for (size_t i = 0; valid && i < member.sources.size(); ++i) {
-      const FusedSource& source = member.sources[i];
-      const c10::ScalarType wanted = member.signature.inputs[i];
-      const auto index = static_cast<size_t>(source.index);
-      switch (source.kind) {
-      case FusedSource::kMember:
-        valid = source.index >= 0 && index < m &&
-                consumer.row_epilogue[index].signature.output == wanted;
-        break;
-      case FusedSource::kExternal:
-        valid = source.index >= 0 && index < consumer.row_externals.size() &&
-                consumer.row_externals[index].dtype == wanted;
-        break;
-      case FusedSource::kReductionOutput:
-        valid = source.index >= 0 && index < r.outputs.size() && r.outputs[index] == wanted;
-        break;
-      case FusedSource::kKeptMember:
-        valid = source.index >= 0 && index < consumer.epilogue.size() &&
-                consumer.epilogue[index].signature.output == wanted;
-        break;
-      case FusedSource::kPrologueMember:
-        valid = source.index >= 0 && index < signature.members.size() &&
-                signature.members[index].stored &&
-                signature.members[index].signature.output == wanted;
-        break;
-      }
-    }
-    if (!valid)
-      throw std::logic_error("[fusion] malformed fused reduction kernel: row epilogue member " +
-                             std::to_string(m) + " of " + signature.describe());
-  }
+  checkEpilogue(signature, false);
+  checkEpilogue(signature, true);
   return ReductionEmitter(r, &signature).build();
 }
 

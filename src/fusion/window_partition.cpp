@@ -507,23 +507,7 @@ public:
     if (!consumes) return false;
     // Its write: over no memory the kernel reads or writes (its memrefs are declared free of
     // aliases).
-    const Memref& out = parsed.output;
-    for (const PlacedMemref& placed : g.memrefs)
-      if (placed.memref.overlaps(out)) return false;
-    for (const PlacedMemref& external : g.externals)
-      if (external.memref.overlaps(out)) return false;
-    for (const ParsedLaunch& other : parsed_)
-      if (other.output.overlaps(out)) return false;
-    for (const ParsedLaunch& other : epilogue_parsed_)
-      if (other.output.overlaps(out)) return false;
-    for (const Memref& external : epilogue_externals_)
-      if (external.overlaps(out)) return false;
-    for (const ParsedLaunch& other : row_parsed_)
-      if (other.output.overlaps(out)) return false;
-    for (const Memref& external : row_externals_)
-      if (external.overlaps(out)) return false;
-    for (const Memref& external : new_externals)
-      if (external.overlaps(out)) return false;
+    if (overlapsKernelMemory(parsed.output, new_externals)) return false;
 
     for (size_t e = 0; e < new_externals.size(); ++e) {
       FusedExternal external;
@@ -536,13 +520,32 @@ public:
     read_by_rows_.resize(parsed_.size(), false);
     for (int m : read_prologue)
       read_by_rows_[m] = true;
-    row_strides_.push_back(out.stridesOver(all));
+    row_strides_.push_back(parsed.output.stridesOver(all));
     member.signature.inner[0] = innerStrideClass(row_strides_.back().back(), false);
     consumer.row_epilogue.push_back(std::move(member));
     row_parsed_.push_back(parsed);
     row_launches_.push_back(index);
     launches_.push_back(index);
     return true;
+  }
+
+  // Whether `out` overlaps memory the consumer's kernel reads or writes: the reduction's outputs
+  // and inputs, the prologue's externals and outputs, the epilogues' outputs and externals, and
+  // `new_externals` (those the member writing `out` would add).
+  bool overlapsKernelMemory(const Memref& out, c10::ArrayRef<Memref> new_externals) const {
+    for (const PlacedMemref& placed : consumer_geometry_.memrefs)
+      if (placed.memref.overlaps(out)) return true;
+    for (const PlacedMemref& placed : consumer_geometry_.externals)
+      if (placed.memref.overlaps(out)) return true;
+    for (const auto* launches : {&parsed_, &epilogue_parsed_, &row_parsed_})
+      for (const ParsedLaunch& launch : *launches)
+        if (launch.output.overlaps(out)) return true;
+    for (const auto* memrefs : {&epilogue_externals_, &row_externals_})
+      for (const Memref& memref : *memrefs)
+        if (memref.overlaps(out)) return true;
+    for (const Memref& memref : new_externals)
+      if (memref.overlaps(out)) return true;
+    return false;
   }
 
   // The dimensions an epilogue iterates over the consumer's: all, or the kept ones.
@@ -637,20 +640,8 @@ public:
     // Its write: over no memory the kernel reads or writes. Not even element for element (an
     // in-place update of the reduction's output or of an input): the kernel declares its
     // memrefs free of aliases to LLVM, which may then reorder two stores to one address.
-    const Memref& out = parsed.output;
-    const DimList out_strides = out.stridesOver(over);
-    for (const PlacedMemref& placed : g.memrefs) // the reduction's outputs and inputs
-      if (placed.memref.overlaps(out)) return false;
-    for (const PlacedMemref& external : g.externals)
-      if (external.memref.overlaps(out)) return false;
-    for (const ParsedLaunch& prologue : parsed_)
-      if (prologue.output.overlaps(out)) return false;
-    for (const ParsedLaunch& earlier : epilogue_parsed_)
-      if (earlier.output.overlaps(out)) return false;
-    for (const Memref& external : epilogue_externals_)
-      if (external.overlaps(out)) return false;
-    for (const Memref& external : new_externals)
-      if (external.overlaps(out)) return false;
+    const DimList out_strides = parsed.output.stridesOver(over);
+    if (overlapsKernelMemory(parsed.output, new_externals)) return false;
 
     consumer.epilogue_over_rows = over_rows;
     epilogue_dims_ = dims;
