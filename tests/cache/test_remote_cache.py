@@ -17,8 +17,8 @@ import time
 import pytest
 
 from cache_program import PROGRAM, as_reader_without_write_access, run_program
-from remote_nodes import (FORGER, RedisServer, finish, free_port, node_env, run_node, start_node,
-                          store_key, write_key)
+from remote_nodes import (FORGER, REMOTE_TIMEOUT_MS, RedisServer, finish, free_port, node_env,
+                          run_node, start_node, store_key, write_key)
 
 OPS = ("add", "sub", "mul", "hypot")  # four distinct kernels
 
@@ -355,7 +355,8 @@ print(json.dumps(torchneuron.metrics()["remote"]))
 
 def test_pytorch_programs_share_kernels_through_the_remote_tier(redis, work, key):
     env = {"NEURON_CACHE_REMOTE": redis.url, "NEURON_CACHE_KEY_FILE": key,
-           "NEURON_WARM_START": "0", "PYTHONWARNINGS": "always"}
+           "NEURON_CACHE_REMOTE_TIMEOUT_MS": REMOTE_TIMEOUT_MS, "NEURON_WARM_START": "0",
+           "PYTHONWARNINGS": "always"}
     first = run_program({"NEURON_CACHE_DIR": os.path.join(work, "a"), **env},
                         program=REMOTE_PROGRAM)
     *_, result_line, remote_line = first.stdout.strip().splitlines()
