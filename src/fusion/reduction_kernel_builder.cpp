@@ -438,6 +438,24 @@ private:
     return stored;
   }
 
+  // Externals `externals` (memref arguments `prefix`<e> of types `types`) loaded at the element
+  // `indices`: one broadcast along the innermost of them (a consumer's classified dimension) is
+  // read at index 0 there, visibly loop-invariant.
+  std::vector<Value> loadExternals(const std::vector<FusedExternal>& externals,
+                                   const std::vector<std::string>& types, const std::string& prefix,
+                                   const std::vector<std::string>& indices) {
+    std::vector<Value> values;
+    for (size_t e = 0; e < externals.size(); ++e) {
+      std::vector<std::string> at = indices;
+      if (externals[e].inner == InnerStride::kBroadcast) at.back() = "%c0";
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load " + prefix + std::to_string(e) + "[" + join(at) +
+              "] : " + types[e]);
+      values.push_back(Value{name, storageType(externals[e].dtype)});
+    }
+    return values;
+  }
+
   // Epilogue ---------------------------------------------------------------------------------
 
   bool hasEpilogue() const {
@@ -450,18 +468,10 @@ private:
   std::vector<Value> emitEpilogue(const std::vector<Value>& outputs,
                                   const std::vector<std::string>& indices) {
     const FusedReductionConsumer& consumer = *prologue_->consumer;
-    const int classified = static_cast<int>(indices.size()) - 1;
     // lowerFusedMember reads kMember sources from `values` and the rest from `inputs`: the
     // epilogue's externals, then the reduction's outputs.
-    std::vector<Value> inputs;
-    for (size_t e = 0; e < epilogue_external_types_.size(); ++e) {
-      std::vector<std::string> at = indices;
-      if (consumer.epilogue_externals[e].inner == InnerStride::kBroadcast) at[classified] = "%c0";
-      const std::string name = e_.freshName();
-      e_.line(name + " = memref.load %z" + std::to_string(e) + "[" + join(at) +
-              "] : " + epilogue_external_types_[e]);
-      inputs.push_back(Value{name, storageType(consumer.epilogue_externals[e].dtype)});
-    }
+    std::vector<Value> inputs =
+        loadExternals(consumer.epilogue_externals, epilogue_external_types_, "%z", indices);
     const int first_output = static_cast<int>(inputs.size());
     inputs.insert(inputs.end(), outputs.begin(), outputs.end());
     std::vector<Value> values;
@@ -492,15 +502,8 @@ private:
     const std::vector<std::string> indices = allIndices(prefix);
     // lowerFusedMember reads kMember sources from `values` and the rest from `inputs`: the row
     // externals, then the reduction's outputs, then the kept epilogue's members.
-    std::vector<Value> inputs;
-    for (size_t e = 0; e < row_external_types_.size(); ++e) {
-      std::vector<std::string> at = indices;
-      if (consumer.row_externals[e].inner == InnerStride::kBroadcast) at[classifiedDim()] = "%c0";
-      const std::string name = e_.freshName();
-      e_.line(name + " = memref.load %rx" + std::to_string(e) + "[" + join(at) +
-              "] : " + row_external_types_[e]);
-      inputs.push_back(Value{name, storageType(consumer.row_externals[e].dtype)});
-    }
+    std::vector<Value> inputs =
+        loadExternals(consumer.row_externals, row_external_types_, "%rx", indices);
     const int first_output = static_cast<int>(inputs.size());
     inputs.insert(inputs.end(), outputs.begin(), outputs.end());
     const int first_kept = static_cast<int>(inputs.size());
@@ -563,33 +566,30 @@ private:
     }
     const FusedReductionConsumer& consumer = *prologue_->consumer;
     const int epilogue_rank = consumer.epilogue_over_rows ? k_ + m_ : k_;
-    for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
-      const FusedMember& member = consumer.epilogue[m];
-      const ElementwiseSignature& sig = member.signature;
-      epilogue_types_.push_back(
-          member.stored
-              ? stridedMemrefType(epilogue_rank, storageType(sig.output).mlir, sig.inner[0])
-              : std::string());
+    prepareEpilogue(consumer.epilogue, consumer.epilogue_externals, epilogue_rank, "%r",
+                    epilogue_types_, epilogue_external_types_, epilogue_param_arguments_);
+    prepareEpilogue(consumer.row_epilogue, consumer.row_externals, k_ + m_, "%rp", row_types_,
+                    row_external_types_, row_param_arguments_);
+  }
+
+  // An epilogue's argument types, of memrefs of `rank` dimensions: per member its stored output's
+  // type or "" (`types`), per external its type, and its members' params (`param_prefix`<m>_<p>).
+  void prepareEpilogue(const std::vector<FusedMember>& members,
+                       const std::vector<FusedExternal>& externals, int rank,
+                       const std::string& param_prefix, std::vector<std::string>& types,
+                       std::vector<std::string>& external_types, std::vector<Value>& params) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      const ElementwiseSignature& sig = members[m].signature;
+      types.push_back(members[m].stored
+                          ? stridedMemrefType(rank, storageType(sig.output).mlir, sig.inner[0])
+                          : std::string());
       for (size_t p = 0; p < sig.op->params.size(); ++p)
-        epilogue_param_arguments_.push_back(
-            Value{"%r" + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
+        params.push_back(
+            Value{param_prefix + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
     }
-    for (const FusedExternal& external : consumer.epilogue_externals)
-      epilogue_external_types_.push_back(
-          stridedMemrefType(epilogue_rank, storageType(external.dtype).mlir, external.inner));
-    for (size_t m = 0; m < consumer.row_epilogue.size(); ++m) {
-      const FusedMember& member = consumer.row_epilogue[m];
-      const ElementwiseSignature& sig = member.signature;
-      row_types_.push_back(
-          member.stored ? stridedMemrefType(k_ + m_, storageType(sig.output).mlir, sig.inner[0])
-                        : std::string());
-      for (size_t p = 0; p < sig.op->params.size(); ++p)
-        row_param_arguments_.push_back(
-            Value{"%rp" + std::to_string(m) + "_" + std::to_string(p), paramType(sig)});
-    }
-    for (const FusedExternal& external : consumer.row_externals)
-      row_external_types_.push_back(
-          stridedMemrefType(k_ + m_, storageType(external.dtype).mlir, external.inner));
+    for (const FusedExternal& external : externals)
+      external_types.push_back(
+          stridedMemrefType(rank, storageType(external.dtype).mlir, external.inner));
   }
 
   // A member's run-time scalars are passed as f64 for float compute, i64 otherwise.
@@ -640,15 +640,8 @@ private:
   // have written and the next op read back), in member order.
   std::vector<Value> emitMembers(const std::string& prefix, bool store_members) {
     const std::vector<std::string> indices = allIndices(prefix);
-    std::vector<Value> externals;
-    for (size_t e = 0; e < external_types_.size(); ++e) {
-      std::vector<std::string> at = indices;
-      if (prologue_->externals[e].inner == InnerStride::kBroadcast) at[classifiedDim()] = "%c0";
-      const std::string name = e_.freshName();
-      e_.line(name + " = memref.load %e" + std::to_string(e) + "[" + join(at) +
-              "] : " + external_types_[e]);
-      externals.push_back(Value{name, storageType(prologue_->externals[e].dtype)});
-    }
+    const std::vector<Value> externals =
+        loadExternals(prologue_->externals, external_types_, "%e", indices);
     std::vector<Value> stored;
     for (size_t m = 0; m < prologue_->members.size(); ++m) {
       const FusedMember& member = prologue_->members[m];

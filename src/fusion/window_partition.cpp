@@ -125,6 +125,47 @@ ParsedReduction parseReduction(const PartitionLaunch& launch, uint32_t index) {
   return parsed;
 }
 
+// Whether `b` holds `a`'s elements at every index of `dims`, `a_strides` being a's strides
+// there (a value written through one is read at the same iteration through the other).
+bool sameElementsOver(const Memref& a, const DimList& a_strides, const Memref& b,
+                      c10::ArrayRef<int64_t> dims) {
+  return a.dtype == b.dtype && a.begin == b.begin && a.begin != a.end &&
+         a_strides == b.stridesOver(dims);
+}
+
+// An epilogue's memrefs read from memory, with their strides over its dimensions: those its
+// earlier members read and those the member being added would add.
+struct EpilogueExternals {
+  std::vector<Memref>& known;
+  std::vector<DimList>& known_strides;
+  std::vector<Memref> added;
+  std::vector<DimList> added_strides;
+
+  // `input`'s index among them over `dims`, added when new.
+  int indexOf(const Memref& input, c10::ArrayRef<int64_t> dims) {
+    for (size_t e = 0; e < known.size(); ++e)
+      if (sameElementsOver(known[e], known_strides[e], input, dims)) return static_cast<int>(e);
+    for (size_t e = 0; e < added.size(); ++e)
+      if (sameElementsOver(added[e], added_strides[e], input, dims))
+        return static_cast<int>(known.size() + e);
+    added.push_back(input);
+    added_strides.push_back(input.stridesOver(dims));
+    return static_cast<int>(known.size() + added.size() - 1);
+  }
+
+  // Keeps the added ones, and their signature entries in `signature`.
+  void commit(std::vector<FusedExternal>& signature) {
+    for (size_t e = 0; e < added.size(); ++e) {
+      FusedExternal external;
+      external.dtype = added[e].dtype;
+      external.inner = innerStrideClass(added_strides[e].back(), true);
+      signature.push_back(external);
+      known.push_back(added[e]);
+      known_strides.push_back(added_strides[e]);
+    }
+  }
+};
+
 // The group being built.
 class GroupBuilder {
 public:
@@ -442,14 +483,12 @@ public:
              input.stridesOver(all) == expected;
     };
     auto sameElements = [&](const Memref& a, const DimList& a_strides, const Memref& b) {
-      return a.dtype == b.dtype && a.begin == b.begin && a.begin != a.end &&
-             a_strides == b.stridesOver(all);
+      return sameElementsOver(a, a_strides, b, all);
     };
     FusedMember member;
     member.signature = *launch.elementwise;
     bool consumes = false;
-    std::vector<Memref> new_externals;
-    std::vector<DimList> new_strides;
+    EpilogueExternals externals{row_externals_, row_external_strides_, {}, {}};
     std::vector<int> read_prologue;
     for (const Memref& input : parsed.inputs) {
       int source = -1;
@@ -490,33 +529,14 @@ public:
         consumes = true;
         continue;
       }
-      int found = -1;
-      for (size_t e = 0; e < row_externals_.size() && found < 0; ++e)
-        if (sameElements(row_externals_[e], row_external_strides_[e], input))
-          found = static_cast<int>(e);
-      for (size_t e = 0; e < new_externals.size() && found < 0; ++e)
-        if (sameElements(new_externals[e], new_strides[e], input))
-          found = static_cast<int>(row_externals_.size() + e);
-      if (found < 0) {
-        found = static_cast<int>(row_externals_.size() + new_externals.size());
-        new_externals.push_back(input);
-        new_strides.push_back(input.stridesOver(all));
-      }
-      member.sources.push_back({FusedSource::kExternal, found});
+      member.sources.push_back({FusedSource::kExternal, externals.indexOf(input, all)});
     }
     if (!consumes) return false;
     // Its write: over no memory the kernel reads or writes (its memrefs are declared free of
     // aliases).
-    if (overlapsKernelMemory(parsed.output, new_externals)) return false;
+    if (overlapsKernelMemory(parsed.output, externals.added)) return false;
 
-    for (size_t e = 0; e < new_externals.size(); ++e) {
-      FusedExternal external;
-      external.dtype = new_externals[e].dtype;
-      external.inner = innerStrideClass(new_strides[e].back(), true);
-      consumer.row_externals.push_back(external);
-      row_externals_.push_back(new_externals[e]);
-      row_external_strides_.push_back(new_strides[e]);
-    }
+    externals.commit(consumer.row_externals);
     read_by_rows_.resize(parsed_.size(), false);
     for (int m : read_prologue)
       read_by_rows_[m] = true;
@@ -582,15 +602,13 @@ public:
       return over_rows ? r.op->elementOutput(o) : !r.op->row_output;
     };
     auto sameElements = [&](const Memref& a, const DimList& a_strides, const Memref& b) {
-      return a.dtype == b.dtype && a.begin == b.begin && a.begin != a.end &&
-             a_strides == b.stridesOver(over);
+      return sameElementsOver(a, a_strides, b, over);
     };
 
     FusedMember member;
     member.signature = *launch.elementwise;
     bool consumes = false;
-    std::vector<Memref> new_externals;
-    std::vector<DimList> new_strides;
+    EpilogueExternals externals{epilogue_externals_, epilogue_external_strides_, {}, {}};
     for (const Memref& input : parsed.inputs) {
       int writer = -1;
       for (size_t m = epilogue_parsed_.size(); m-- > 0;) {
@@ -620,20 +638,7 @@ public:
       // no memory).
       for (const ParsedLaunch& prologue : parsed_)
         if (prologue.output.overlaps(input)) return false;
-      const DimList strides = input.stridesOver(over);
-      int found = -1;
-      for (size_t e = 0; e < epilogue_externals_.size() && found < 0; ++e)
-        if (sameElements(epilogue_externals_[e], epilogue_external_strides_[e], input))
-          found = static_cast<int>(e);
-      for (size_t e = 0; e < new_externals.size() && found < 0; ++e)
-        if (sameElements(new_externals[e], new_strides[e], input))
-          found = static_cast<int>(epilogue_externals_.size() + e);
-      if (found < 0) {
-        found = static_cast<int>(epilogue_externals_.size() + new_externals.size());
-        new_externals.push_back(input);
-        new_strides.push_back(strides);
-      }
-      member.sources.push_back({FusedSource::kExternal, found});
+      member.sources.push_back({FusedSource::kExternal, externals.indexOf(input, over)});
     }
     if (!consumes) return false; // not a consumer: it may be the next reduction's prologue
 
@@ -641,18 +646,11 @@ public:
     // in-place update of the reduction's output or of an input): the kernel declares its
     // memrefs free of aliases to LLVM, which may then reorder two stores to one address.
     const DimList out_strides = parsed.output.stridesOver(over);
-    if (overlapsKernelMemory(parsed.output, new_externals)) return false;
+    if (overlapsKernelMemory(parsed.output, externals.added)) return false;
 
     consumer.epilogue_over_rows = over_rows;
     epilogue_dims_ = dims;
-    for (size_t e = 0; e < new_externals.size(); ++e) {
-      FusedExternal external;
-      external.dtype = new_externals[e].dtype;
-      external.inner = innerStrideClass(new_strides[e].back(), true);
-      consumer.epilogue_externals.push_back(external);
-      epilogue_externals_.push_back(new_externals[e]);
-      epilogue_external_strides_.push_back(new_strides[e]);
-    }
+    externals.commit(consumer.epilogue_externals);
     member.signature.inner[0] = innerStrideClass(out_strides.back(), false);
     consumer.epilogue.push_back(std::move(member));
     epilogue_parsed_.push_back(parsed);
