@@ -127,6 +127,7 @@ Hash64 FusedElementwiseSignature::key() const {
     h.str("row-epilogue");
     hashMembers(h, consumer->row_epilogue);
     hashExternals(h, consumer->row_externals);
+    h.str("dead-outputs").u64(consumer->dead_outputs);
   }
   return h.digest();
 }
@@ -147,7 +148,8 @@ std::string FusedElementwiseSignature::describe() const {
     return text + "], " +
            std::to_string(externals.size() + consumer->epilogue_externals.size() +
                           consumer->row_externals.size()) +
-           " inputs, " + std::to_string(stored) + " stored intermediates";
+           " inputs, " + std::to_string(stored) + " stored intermediates" +
+           (consumer->dead_outputs != 0 ? ", its dead results unstored" : "");
   }
   return text + "] rank " + std::to_string(rank) + ", " + std::to_string(externals.size()) +
          " inputs, " + std::to_string(stored) + " outputs";
@@ -159,7 +161,7 @@ int FusedElementwiseSignature::argumentSlots() const {
     const ReductionSignature& r = consumer->reduction;
     const int full = r.kept_rank + r.reduced_rank;
     for (size_t o = 0; o < r.outputs.size(); ++o)
-      slots += 3 + 2 * r.outputRank(o);
+      slots += consumer->outputStored(o) ? 3 + 2 * r.outputRank(o) : 0;
     for (int member : consumer->input_members)
       slots += member < 0 ? 3 + 2 * full : 0;
     for (const FusedMember& member : members)

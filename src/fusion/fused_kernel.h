@@ -91,6 +91,13 @@ struct FusedReductionConsumer {
   bool epilogue_over_rows = false;
   std::vector<FusedMember> row_epilogue;
   std::vector<FusedExternal> row_externals;
+  // Bit o set: the reduction's output o is dead (nothing outside the window holds it and no
+  // later step reads it; only the epilogues do, from registers). It takes no memref and no
+  // store. A softmax whose output is dead keeps the exps between its passes in the memory of
+  // a stored epilogue result over the rows (of its compute type), else computes them again.
+  uint32_t dead_outputs = 0;
+
+  bool outputStored(size_t o) const { return (dead_outputs >> o & 1u) == 0; }
 };
 
 struct FusedElementwiseSignature {
@@ -116,7 +123,7 @@ struct FusedElementwiseSignature {
 // names a later member, a read-through external whose member is not stored, no stored output).
 std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& signature);
 
-// A prologue fusion's kernel. ABI: the reduction's outputs, the members' stored outputs (in
+// A prologue fusion's kernel. ABI: the reduction's stored outputs, the members' stored outputs (in
 // member order), the reduction's inputs read from memory, the members' externals, the
 // epilogue's stored outputs (in member order), the epilogue's externals, the row epilogue's
 // stored outputs and externals, the reduction's params, every member's params (in member order),

@@ -53,15 +53,15 @@ public:
                                                s.inner[s.outputs.size() + i], classifiedDim(),
                                                k_ - 1, windowStep()));
     if (prologue_ != nullptr) preparePrologue();
-    stores_row_values_ = op_.row_output && op_.store_pass >= 0 && op_.row_stats == 0 &&
-                         !s.outputs.empty() && storageType(s.outputs[0]).mlir == compute_.mlir;
+    if (op_.row_output && op_.store_pass >= 0 && op_.row_stats == 0 && !s.outputs.empty())
+      chooseRowScratch();
   }
 
   std::string build() {
     TORCH_INTERNAL_ASSERT(k_ >= 1 && m_ >= 1, "[fusion] reduction ranks must be >= 1");
     std::vector<std::string> arguments;
     for (size_t i = 0; i < output_types_.size(); ++i)
-      arguments.push_back("%o" + std::to_string(i) + ": " + output_types_[i]);
+      if (outputStored(i)) arguments.push_back("%o" + std::to_string(i) + ": " + output_types_[i]);
     for (size_t m = 0; m < member_types_.size(); ++m)
       if (!member_types_[m].empty())
         arguments.push_back("%m" + std::to_string(m) + ": " + member_types_[m]);
@@ -157,8 +157,7 @@ private:
                           outputs.size(), " outputs, the signature has ", s_.outputs.size());
     std::vector<Value> stored;
     for (size_t i = 0; i < outputs.size(); ++i)
-      stored.push_back(store(outputs[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
-                             keptIndices()));
+      stored.push_back(storeOutput(outputs[i], i, keptIndices()));
     std::vector<Value> kept_members;
     if (hasEpilogue() && !prologue_->consumer->epilogue_over_rows)
       kept_members = emitEpilogue(stored, keptIndices());
@@ -368,9 +367,10 @@ private:
     }
     const std::vector<Value> x = loadInputs(prefix, pass == 0);
     std::vector<Value> updated;
-    if (stores_row_values_ && pass == op_.store_pass) {
-      const Value value = op_.row_value(context, x);
-      store(value, "%o0", output_types_[0], s_.outputs[0], allIndices(prefix));
+    if (!scratch_.empty() && pass == op_.store_pass) {
+      const Value value = e_.convert(op_.row_value(context, x), compute_);
+      e_.line("memref.store " + value.name + ", " + scratch_ + "[" + join(allIndices(prefix)) +
+              "] : " + scratch_type_);
       updated = op_.combine_stored(context, accumulators, value);
     } else {
       const Value index = !op_.needs_index            ? Value{}
@@ -398,18 +398,17 @@ private:
       TORCH_INTERNAL_ASSERT(static_cast<int>(context.row.size()) == op_.row_stats, "[fusion] ",
                             op_.name, " yields ", context.row.size(), " row results");
       for (int i = 0; i < op_.row_stats; ++i)
-        store(context.row[i], "%o" + std::to_string(i), output_types_[i], s_.outputs[i],
-              keptIndices());
+        storeOutput(context.row[i], i, keptIndices());
     }
     const std::string prefix = "%w";
     for (int j = 0; j < m_; ++j)
       e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to " + "%R" + std::to_string(j) +
               " step %c1 {");
     std::vector<Value> outputs;
-    if (stores_row_values_) {
+    if (!scratch_.empty()) {
       const std::string stored = e_.freshName();
-      e_.line(stored + " = memref.load %o0[" + join(allIndices(prefix)) +
-              "] : " + output_types_[0]);
+      e_.line(stored + " = memref.load " + scratch_ + "[" + join(allIndices(prefix)) +
+              "] : " + scratch_type_);
       outputs = op_.finish_stored(context, Value{stored, compute_});
     } else {
       outputs = op_.finish(context, loadInputs(prefix, op_.passes == 0));
@@ -420,14 +419,45 @@ private:
     // never reads one: window_partition.cpp).
     std::vector<Value> stored(op_.row_stats);
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const size_t o = i + op_.row_stats;
-      stored.push_back(store(outputs[i], "%o" + std::to_string(o), output_types_[o], s_.outputs[o],
-                             allIndices(prefix)));
+      stored.push_back(storeOutput(outputs[i], i + op_.row_stats, allIndices(prefix)));
     }
     if (hasEpilogue() && prologue_->consumer->epilogue_over_rows)
       emitEpilogue(stored, allIndices(prefix));
     for (int j = 0; j < m_; ++j)
       e_.line("}");
+  }
+
+  // The row values' scratch memory: output 0 when stored in the compute type; when output 0 is
+  // dead, the output of a stored epilogue member over the rows in the compute type, which the
+  // write pass overwrites with the member's value at the same element (no other memref of the
+  // kernel aliases it: window_partition.cpp); else none.
+  void chooseRowScratch() {
+    if (outputStored(0)) {
+      if (storageType(s_.outputs[0]).mlir != compute_.mlir) return;
+      scratch_ = "%o0";
+      scratch_type_ = output_types_[0];
+      return;
+    }
+    const FusedReductionConsumer& consumer = *prologue_->consumer;
+    if (!consumer.epilogue_over_rows) return;
+    for (size_t m = 0; m < consumer.epilogue.size(); ++m) {
+      const FusedMember& member = consumer.epilogue[m];
+      if (!member.stored || storageType(member.signature.output).mlir != compute_.mlir) continue;
+      scratch_ = "%y" + std::to_string(m);
+      scratch_type_ = epilogue_types_[m];
+      return;
+    }
+  }
+
+  // Whether the reduction's output `o` has a memref (fused_kernel.h: dead outputs do not).
+  bool outputStored(size_t o) const {
+    return prologue_ == nullptr || prologue_->consumer->outputStored(o);
+  }
+
+  // Output `o`'s value as stored (its storage type); stored unless the output is dead.
+  Value storeOutput(const Value& value, size_t o, const std::vector<std::string>& indices) {
+    if (!outputStored(o)) return e_.convert(value, storageType(s_.outputs[o]));
+    return store(value, "%o" + std::to_string(o), output_types_[o], s_.outputs[o], indices);
   }
 
   // Stores `value` as `dtype`; returns the value stored.
@@ -671,7 +701,10 @@ private:
   ScalarEmitter e_;
   int k_, m_;
   ElementType compute_, wide_;
-  bool stores_row_values_ = false; // op_.store_pass applies (see ReductionOp)
+  // Where a row-wise op with a store pass (ReductionOp::store_pass) keeps each element's row
+  // value from that pass to its write pass: a memref of the compute type over every element
+  // (name and type), or none (the write pass computes the values again).
+  std::string scratch_, scratch_type_;
   std::vector<std::string> output_types_, input_types_;
 };
 
@@ -766,6 +799,15 @@ std::string buildFusedReductionKernel(const FusedElementwiseSignature& signature
                            signature.describe());
   checkEpilogue(signature, false);
   checkEpilogue(signature, true);
+  // A dead output is one the epilogues replace: the kernel still stores one of their results.
+  bool stores_epilogue = false;
+  for (const auto* members : {&consumer.epilogue, &consumer.row_epilogue})
+    for (const FusedMember& member : *members)
+      stores_epilogue |= member.stored;
+  if ((consumer.dead_outputs >> r.outputs.size()) != 0 ||
+      (consumer.dead_outputs != 0 && !stores_epilogue))
+    throw std::logic_error("[fusion] malformed fused reduction kernel: dead outputs " +
+                           std::to_string(consumer.dead_outputs) + " of " + signature.describe());
   return ReductionEmitter(r, &signature).build();
 }
 

@@ -668,16 +668,20 @@ public:
     group.first = launches_.front();
     group.count = launches_.size();
     const size_t last = launches_.back();
+    // Whether a launch after the group touches `storage`.
+    auto read_later = [&](const void* storage) {
+      auto touch = last_touch.find(storage);
+      return touch != last_touch.end() && touch->second > last;
+    };
     bool any_stored = false;
     for (size_t m = 0; m < members_.size(); ++m) {
       bool superseded = false;
       for (size_t later = m + 1; later < members_.size() && !superseded; ++later)
         superseded = same(parsed_[later].output, parsed_[m].output);
       const PartitionLaunch& launch = launches[launches_[m]];
-      auto touch = last_touch.find(launch.output_storage);
-      const bool read_later = touch != last_touch.end() && touch->second > last;
       const bool read_by_rows = m < read_by_rows_.size() && read_by_rows_[m];
-      members_[m].stored = !superseded && (launch.output_escapes || read_later || read_by_rows);
+      members_[m].stored = !superseded && (launch.output_escapes ||
+                                           read_later(launch.output_storage) || read_by_rows);
       any_stored |= members_[m].stored;
     }
     group.shape_launch = consumer_ ? consumer_index_ : launches_.front();
@@ -685,19 +689,25 @@ public:
       // An epilogue member's output overlaps nothing else the kernel touches (tryAddEpilogueIn):
       // stored when it escapes or a later step reads it.
       std::vector<FusedMember>& epilogue = consumer_->epilogue;
+      bool stores_epilogue = false;
       for (size_t m = 0; m < epilogue.size(); ++m) {
         const PartitionLaunch& launch = launches[epilogue_launches_[m]];
-        auto touch = last_touch.find(launch.output_storage);
-        const bool read_later = touch != last_touch.end() && touch->second > last;
-        epilogue[m].stored = launch.output_escapes || read_later;
+        epilogue[m].stored = launch.output_escapes || read_later(launch.output_storage);
+        stores_epilogue |= epilogue[m].stored;
       }
       std::vector<FusedMember>& row_epilogue = consumer_->row_epilogue;
       for (size_t m = 0; m < row_epilogue.size(); ++m) {
         const PartitionLaunch& launch = launches[row_launches_[m]];
-        auto touch = last_touch.find(launch.output_storage);
-        const bool read_later = touch != last_touch.end() && touch->second > last;
-        row_epilogue[m].stored = launch.output_escapes || read_later;
+        row_epilogue[m].stored = launch.output_escapes || read_later(launch.output_storage);
+        stores_epilogue |= row_epilogue[m].stored;
       }
+      // The reduction's outputs that only the epilogues read are dead (fused_kernel.h), when
+      // the kernel still stores an epilogue result.
+      const PartitionLaunch& reduction = launches[consumer_index_];
+      for (size_t o = 0; stores_epilogue && o < reduction.output_storages.size(); ++o)
+        if ((reduction.escaping_outputs >> o & 1u) == 0 && reduction.output_storages[o] &&
+            !read_later(reduction.output_storages[o]))
+          consumer_->dead_outputs |= 1u << o;
       FusedElementwiseSignature& signature = group.signature;
       signature.members = members_;
       // A stored member's output over the common dimensions: its innermost stride there (an
@@ -863,7 +873,8 @@ private:
     const ReductionSignature& r = group.signature.consumer->reduction;
     size_t next = 0;
     for (size_t o = 0; o < r.outputs.size(); ++o, ++next)
-      add(g.memrefs[next].memref, common.slice(0, r.outputRank(o)), g.memrefs[next].strides);
+      if (group.signature.consumer->outputStored(o))
+        add(g.memrefs[next].memref, common.slice(0, r.outputRank(o)), g.memrefs[next].strides);
     for (size_t m = 0; m < members_.size(); ++m)
       if (members_[m].stored) add(parsed_[m].output, common, g.members[m]);
     for (; next < g.memrefs.size(); ++next)

@@ -31,17 +31,17 @@
 // (the kernel's dimensions are refined for a member iterating finer ones, a scale broadcast over
 // a layer norm's tokens); it may not read what the prologue computes, nor write memory the
 // kernel reads or writes, not even element for element (an in-place update): the kernel's
-// memrefs are declared free of aliases. The reduction's outputs are stored as before; the
-// members' like a group's, when they escape. After a reduction's epilogue over the kept
-// dimensions, launches over every element that read its per-row values broadcast over the row
-// (each row's value at each of its elements: `x * torch.rsqrt(ms + eps)`) join a row epilogue,
-// run in a pass over the row after them, under the same rules but one: a row member may read
-// what a prologue member computes at the same element, which that member then stores in the
-// row's first pass (a softmax written by hand divides the exps its sum stored). A run of
-// elementwise launches
-// that feeds the next
-// reduction is left to be that reduction's prologue instead, which stores nothing where the
-// epilogue would store the run's results (a residual stream's add between two layer norms).
+// memrefs are declared free of aliases. The members' outputs are stored like a group's, when
+// they escape; so are the reduction's, once an epilogue member stores its own: an output only
+// the epilogues read (a softmax's, scaled at once) is dead and never written. After a reduction's
+// epilogue over the kept dimensions, launches over every element that read its per-row values
+// broadcast over the row (each row's value at each of its elements: `x * torch.rsqrt(ms + eps)`)
+// join a row epilogue, run in a pass over the row after them, under the same rules but one: a row
+// member may read what a prologue member computes at the same element, which that member then
+// stores in the row's first pass (a softmax written by hand divides the exps its sum stored). A run
+// of elementwise launches that feeds the next reduction is left to be that reduction's prologue
+// instead, which stores nothing where the epilogue would store the run's results (a residual
+// stream's add between two layer norms).
 
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
@@ -69,6 +69,10 @@ struct PartitionLaunch {
   // A reduction or row-wise kernel launch, which the elementwise group just before it may feed
   // (prologue fusion), with `slots` (its outputs, inputs, params and reduced count).
   const ReductionSignature* reduction = nullptr;
+  // A reduction launch's outputs, as output_storage and output_escapes are an elementwise
+  // launch's: per output its storage (null: unknown), and bit o set when output o escapes.
+  c10::SmallVector<const void*, 3> output_storages;
+  uint32_t escaping_outputs = ~0u;
 };
 
 // `count` argument slots of launch `launch`, from its slot `begin`; or, with `group_words`,

@@ -50,6 +50,13 @@ MemrefShapes memrefShapes(const DeferredLaunch& launch) {
   return shapes;
 }
 
+// The storage of a reduction launch's output `o` (its memref's place), or null: not placed.
+const void* outputStorage(const DeferredLaunch& launch, size_t o) {
+  if (launch.memref_places.size() <= o) return nullptr;
+  const int64_t index = launch.memref_places[o] & 0xff;
+  return index == 0 ? nullptr : launch.storages[index - 1];
+}
+
 } // namespace
 
 void PartitionMemo::resetSlots(size_t storages) {
@@ -83,6 +90,15 @@ int32_t PartitionMemo::numberOf(const void* storage) {
   StorageSlot& slot = slotOf(storage);
   if (slot.number < 0) slot.number = next_number_++;
   return slot.number;
+}
+
+// Whether anything outside the window holds `storage`: the window's references are all it has
+// (`held`, counted before), else it is not the window's to judge, so it escapes.
+bool PartitionMemo::escapes(const void* storage) {
+  const StorageSlot& slot = slotOf(storage);
+  const auto* impl = static_cast<const c10::StorageImpl*>(storage);
+  return slot.held == 0 ||
+         c10::raw::intrusive_ptr::use_count(const_cast<c10::StorageImpl*>(impl)) > slot.held;
 }
 
 // The launch's memrefs (memrefShapes) as storage number and byte offset there, element offset,
@@ -162,7 +178,7 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
   resetSlots(storages);
   for (const c10::Storage& storage : held)
     ++slotOf(storage.unsafeGetStorageImpl()).held;
-  escapes_.assign(launches.size(), 1);
+  escapes_.assign(launches.size(), ~0u);
   raw_extents_.clear();
   all_placed_ = true;
   words_.clear();
@@ -173,17 +189,18 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
     for (const void* storage : launch.storages)
       numbers_.push_back(numberOf(storage));
     if (fusible(launch)) {
-      const StorageSlot& output = slotOf(launch.output_storage);
-      const auto* impl = static_cast<const c10::StorageImpl*>(launch.output_storage);
-      // Not held by the window: not the window's to judge, so it escapes.
-      escapes_[i] = output.held == 0 || c10::raw::intrusive_ptr::use_count(
-                                            const_cast<c10::StorageImpl*>(impl)) > output.held;
+      escapes_[i] = escapes(launch.output_storage);
       words_.push_back(reinterpret_cast<int64_t>(launch.elementwise));
       words_.push_back(escapes_[i]);
-      words_.push_back(output.number);
+      words_.push_back(slotOf(launch.output_storage).number);
       fingerprintMemrefs(launch, numbers_);
     } else if (consumable(launch)) {
+      for (size_t o = 0; o < launch.reduction->outputs.size(); ++o) {
+        const void* storage = outputStorage(launch, o);
+        if (storage != nullptr && !escapes(storage)) escapes_[i] &= ~(1u << o);
+      }
       words_.push_back(reinterpret_cast<int64_t>(launch.reduction));
+      words_.push_back(escapes_[i]);
       fingerprintMemrefs(launch, numbers_);
     } else {
       words_.push_back(kOtherStep);
@@ -207,6 +224,9 @@ RememberedPartition* PartitionMemo::partition(const std::vector<DeferredLaunch>&
     if (consumable(launch)) {
       view.reduction = launch.reduction;
       view.slots = launch.slots.data();
+      for (size_t o = 0; o < launch.reduction->outputs.size(); ++o)
+        view.output_storages.push_back(outputStorage(launch, o));
+      view.escaping_outputs = escapes_[i];
     }
     if (!fusible(launch)) continue;
     view.elementwise = launch.elementwise;

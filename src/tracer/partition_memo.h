@@ -67,6 +67,7 @@ private:
   };
   StorageSlot& slotOf(const void* storage);
   int32_t numberOf(const void* storage);
+  bool escapes(const void* storage);
   void resetSlots(size_t storages);
   void fingerprintMemrefs(const DeferredLaunch& launch, c10::ArrayRef<int32_t> numbers);
   bool rawExtentsAreDisjoint();
@@ -78,7 +79,9 @@ private:
   std::vector<int64_t> words_;           // the fingerprint's words, hashed at the end
   c10::SmallVector<int32_t, 8> numbers_; // the numbers of one launch's storages
   bool all_placed_ = true;               // every memref of the batch had its place
-  std::vector<uint8_t> escapes_;         // per launch: its output escapes the window
+  // Per launch: whether its output escapes the window (an elementwise launch), or bit o set
+  // when its output o does (a reduction's).
+  std::vector<uint32_t> escapes_;
   std::vector<std::pair<uintptr_t, uintptr_t>> raw_extents_; // host memrefs' [begin, end)
   std::unique_ptr<RememberedPartition> unremembered_;        // the last batch that could not be
   struct Hash128Hasher {

@@ -9,8 +9,10 @@ intermediate, updating in place) give wrong values when the partitioner ignores 
 
 import torch
 import torch.nn.functional as F
+import torchneuron
+from torch.testing import assert_close
 
-from test_adaptive_fusion import fused_adaptive_mode  # noqa: F401
+from test_adaptive_fusion import fused_adaptive_mode, fusion_metrics  # noqa: F401
 from test_prologue_fusion import check_fused
 
 
@@ -221,3 +223,40 @@ def test_a_row_op_reading_a_prologue_result_transposed_is_not_fused(dev):
 
     check_fused(program, [torch.randn(12, 12), torch.randn(12)], dev, prologues=1,
                 saved_per_run=1)
+
+
+def test_a_softmax_output_the_program_keeps_is_written_beside_its_epilogue(dev):
+    # New values every step, so that a result left unwritten cannot pass by holding the last
+    # step's values in reused memory.
+    b = torch.randn(40)
+    on_device = b.to(dev)
+    torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
+    torchneuron.reset_metrics()
+    for _ in range(8):
+        x = torch.randn(6, 40)
+        s = torch.softmax(x.to(dev), -1)
+        y = s * 2 + on_device  # s escapes: written, and its exps kept in its own memory
+        assert_close(s.cpu(), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+        assert_close(y.cpu(), torch.softmax(x, -1) * 2 + b, rtol=1e-5, atol=1e-6)
+    assert fusion_metrics()["fused_reduction_runs"] >= 3
+
+
+def test_a_dead_softmax_whose_epilogue_stores_no_float32_result_computes_its_exps_again(dev):
+    def program(x, b):
+        # The softmax's output is dead, and no stored result of its epilogue is float32 (a
+        # comparison's bool, a float64 product) to keep its exps in: the write pass computes them
+        # again, to the same values.
+        s = torch.softmax(x, -1)
+        return s * 40 > 1, torch.softmax(x, -1) * b
+
+    check_fused(program, [torch.randn(6, 40), torch.randn(40, dtype=torch.float64)], dev,
+                prologues=2, saved_per_run=3)
+
+
+def test_a_dead_softmax_keeps_its_exps_in_the_first_float32_result_of_its_epilogue(dev):
+    def program(x, b):
+        s = torch.softmax(x, -1)
+        return s > 0.05, s * b + 1  # the bool result cannot hold exps; the second one does
+
+    check_fused(program, [torch.randn(6, 40), torch.randn(40)], dev, prologues=1,
+                saved_per_run=3)

@@ -74,6 +74,65 @@ def test_a_hot_no_grad_gelu_chain_allocates_only_its_output(dev):
     assert counters["fused_kernel_runs"] >= 5
 
 
+def allocations_of_hot_runs(step, runs=5):
+    """The allocations `runs` hot runs of `step` make (synchronizing after each), and the
+    last run's result."""
+    run_hot(step)
+    before = torchneuron.memory_stats()["allocations"]
+    for _ in range(runs):
+        result = step()
+        torchneuron.synchronize()
+    return torchneuron.memory_stats()["allocations"] - before, result
+
+
+def test_a_hot_no_grad_softmax_with_its_scale_and_shift_allocates_only_its_output(dev):
+    # The softmax's output is dead (only its epilogue reads it): no memory, no store; its exps
+    # wait for the write pass in the result's memory.
+    x, s, b = torch.randn(64, 256), torch.randn(256), torch.randn(256)
+    d = [t.to(dev) for t in (x, s, b)]
+    with torch.no_grad():
+        allocations, got = allocations_of_hot_runs(lambda: torch.softmax(d[0], -1) * d[1] + d[2])
+    assert_same(got, torch.softmax(x, -1) * s + b)
+    assert allocations == 5, f"{allocations} allocations for 5 runs of a fused softmax"
+    assert adaptive_counters()["fused_reduction_runs"] >= 5
+
+
+def test_a_hot_no_grad_modulated_layer_norm_allocates_only_its_output(dev):
+    # adaLN's layer_norm(x) * scale + shift: the layer norm's output, means and inverse standard
+    # deviations are all dead.
+    inputs = [torch.randn(4, 16, 128), torch.randn(128), torch.randn(128), torch.randn(4, 1, 128),
+              torch.randn(4, 1, 128)]
+    d = [t.to(dev) for t in inputs]
+
+    def modulated(x, w, b, scale, shift):
+        return torch.nn.functional.layer_norm(x, (128,), w, b) * scale + shift
+
+    with torch.no_grad():
+        allocations, got = allocations_of_hot_runs(lambda: modulated(*d))
+    assert_same(got, modulated(*inputs))
+    assert allocations == 5, f"{allocations} allocations for 5 runs of a fused layer norm"
+
+
+def test_a_softmax_saved_for_backward_is_written_and_its_gradient_matches(dev):
+    b, weights = torch.randn(32), torch.arange(32.0)
+    d_b, d_weights = b.to(dev), weights.to(dev)
+
+    def step(x, b, weights):
+        x = x.requires_grad_()
+        y = torch.softmax(x, -1) * 3 + b  # autograd keeps the softmax's output: it escapes
+        (y * weights).sum().backward()
+        return y.detach(), x.grad
+
+    # New values every step: a saved output left unwritten would give wrong gradients even
+    # where reused memory still held an earlier step's.
+    for _ in range(8):
+        x = torch.randn(8, 32)
+        got = step(x.to(dev), d_b, d_weights)
+        for g, want in zip(got, step(x, b, weights)):
+            assert_same(g, want)
+    assert adaptive_counters()["fused_reduction_runs"] >= 3
+
+
 def test_intermediates_the_program_keeps_get_memory_and_their_values(dev):
     x = torch.randn(4096)
     d = x.to(dev)

@@ -10,6 +10,7 @@
 #include "fusion/fused_kernel.h"
 #include "fusion/op_registry.h"
 #include "fusion/window_partition.h"
+#include "partition_launches.h"
 #include "signatures.h"
 
 namespace torchneuron::fusion {
@@ -76,9 +77,9 @@ TEST(WindowPartition, ChainsThroughIdenticalMemoryAndCutsAtAShiftedRead) {
   memref(s2, c.data(), 100), memref(s2, a.data() + 1, 100); // c = tanh(a[1:]): another geometry
   const void* touched[3][2] = {{a.data(), x.data()}, {b.data(), a.data()}, {c.data(), a.data()}};
   std::vector<PartitionLaunch> launches(3);
-  launches[0] = {&exp_sig, s0.data(), a.data(), false, touched[0]};
-  launches[1] = {&tanh_sig, s1.data(), b.data(), true, touched[1]};
-  launches[2] = {&tanh_sig, s2.data(), c.data(), true, touched[2]};
+  launches[0] = elementwiseLaunch(exp_sig, s0.data(), a.data(), false, touched[0]);
+  launches[1] = elementwiseLaunch(tanh_sig, s1.data(), b.data(), true, touched[1]);
+  launches[2] = elementwiseLaunch(tanh_sig, s2.data(), c.data(), true, touched[2]);
   const PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   const FusedGroup& group = result.groups[0];
@@ -101,9 +102,9 @@ TEST(WindowPartition, AnIntermediateNobodyReadsIsNotStoredAndADeadLoneLaunchIsSk
   memref(s2, d.data(), 32, 2), memref(s2, x.data(), 32); // other sizes: alone, and dead
   const void* touched[3][2] = {{a.data(), x.data()}, {b.data(), a.data()}, {d.data(), x.data()}};
   std::vector<PartitionLaunch> launches(3);
-  launches[0] = {&exp_sig, s0.data(), a.data(), false, touched[0]};
-  launches[1] = {&tanh_sig, s1.data(), b.data(), true, touched[1]};
-  launches[2] = {&exp_sig, s2.data(), d.data(), false, touched[2]};
+  launches[0] = elementwiseLaunch(exp_sig, s0.data(), a.data(), false, touched[0]);
+  launches[1] = elementwiseLaunch(tanh_sig, s1.data(), b.data(), true, touched[1]);
+  launches[2] = elementwiseLaunch(exp_sig, s2.data(), d.data(), false, touched[2]);
   const PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   EXPECT_FALSE(result.groups[0].signature.members[0].stored);

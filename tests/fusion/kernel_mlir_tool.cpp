@@ -18,6 +18,7 @@
 //     Members after a word `rows` are a reduction's row epilogue, over every element after the
 //     kept one; their sources may also be k<j> (member j of the kept epilogue), broadcast.
 //     Example: mean 1 1 m0 -- mul(x0,x0) epilogue add(o0,s1) rsqrt(m0) rows mul(x0,k1)!
+//     A trailing `dead <k>` makes the reduction's output k dead (not passed, not stored).
 // dtypes are c10 names (Float, BFloat16, Long, Bool, ...); inner classes c, b or s.
 
 #include <c10/core/ScalarType.h>
@@ -175,6 +176,12 @@ int main(int argc, char** argv) {
         r.inputs.push_back(c10::kFloat);
         consumer->input_members.push_back(input.at(0) == 'm' ? std::stoi(input.substr(1)) : -1);
         r.inner.push_back(input == "b" ? InnerStride::kBroadcast : InnerStride::kContiguous);
+      }
+      const auto dead =
+          std::find(args.begin() + static_cast<std::ptrdiff_t>(i), args.end(), std::string("dead"));
+      if (dead != args.end()) {
+        consumer->dead_outputs = 1u << std::stoi(dead[1]);
+        args.erase(dead, dead + 2);
       }
       const auto first = args.begin() + static_cast<std::ptrdiff_t>(i) + 1;
       const auto split = std::find(first, args.end(), std::string("epilogue"));

@@ -11,6 +11,7 @@
 #include "fusion/fused_kernel.h"
 #include "fusion/op_registry.h"
 #include "fusion/window_partition.h"
+#include "partition_launches.h"
 #include "signatures.h"
 
 namespace torchneuron::fusion {
@@ -77,8 +78,8 @@ struct AddThenRowSum {
     memref(sum_slots, sums.data(), {6}, {1});
     memref(sum_slots, h.data() + 8 * row_start, {6, 8}, {8, 1});
     sum_slots.push_back(8); // the reduced count
-    launches[0] = {&add, add_slots.data(), h.data(), false, add_touched};
-    launches[1] = {nullptr, sum_slots.data(), nullptr, true, sum_touched, &sum};
+    launches[0] = elementwiseLaunch(add, add_slots.data(), h.data(), false, add_touched);
+    launches[1] = reductionLaunch(sum, sum_slots.data(), sum_touched);
   }
 };
 
@@ -132,8 +133,8 @@ TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTh
   const void* add_touched[3] = {h.data(), x.data(), bias.data()};
   const void* relu_touched[2] = {y.data(), h.data()};
   std::vector<PartitionLaunch> launches(2);
-  launches[0] = {&add, add_slots.data(), h.data(), false, add_touched};
-  launches[1] = {&relu, relu_slots.data(), y.data(), true, relu_touched};
+  launches[0] = elementwiseLaunch(add, add_slots.data(), h.data(), false, add_touched);
+  launches[1] = elementwiseLaunch(relu, relu_slots.data(), y.data(), true, relu_touched);
   const PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   const FusedGroup& group = result.groups[0];
@@ -169,8 +170,8 @@ TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
   const void* sum_touched[2] = {sums.data(), x.data()};
   const void* mul_touched[3] = {scaled.data(), sums.data(), w.data()};
   std::vector<PartitionLaunch> launches(2);
-  launches[0] = {nullptr, sum_slots.data(), nullptr, true, sum_touched, &sum};
-  launches[1] = {&mul, mul_slots.data(), scaled.data(), true, mul_touched};
+  launches[0] = reductionLaunch(sum, sum_slots.data(), sum_touched);
+  launches[1] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
   const PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   const FusedGroup& group = result.groups[0];
@@ -204,6 +205,83 @@ TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
   memref(mul_slots, w.data(), {5}, {1});
   launches[1].slots = mul_slots.data();
   EXPECT_TRUE(partitionWindow(launches).groups.empty());
+}
+
+TEST(WindowPartition, AReductionOutputOnlyItsEpilogueReadsIsNeitherPassedNorStored) {
+  // sums = x.sum(-1) over [6, 8], scaled = sums * w: the sums are dead outside the window.
+  std::vector<float> x(48), sums(6), w(6), scaled(6), other(6);
+  const ReductionSignature sum = rowSum();
+  const ElementwiseSignature mul = contiguous("mul", 2);
+  std::vector<int64_t> sum_slots, mul_slots, neg_slots;
+  memref(sum_slots, sums.data(), {6}, {1});
+  memref(sum_slots, x.data(), {6, 8}, {8, 1});
+  sum_slots.push_back(8);
+  memref(mul_slots, scaled.data(), {6}, {1});
+  memref(mul_slots, sums.data(), {6}, {1});
+  memref(mul_slots, w.data(), {6}, {1});
+  const void* sum_touched[2] = {sums.data(), x.data()};
+  const void* mul_touched[3] = {scaled.data(), sums.data(), w.data()};
+  std::vector<PartitionLaunch> launches(2);
+  launches[0] = reductionLaunch(sum, sum_slots.data(), sum_touched, {sums.data()}, 0);
+  launches[1] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
+  PartitionResult result = partitionWindow(launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  const FusedGroup& group = result.groups[0];
+  ASSERT_TRUE(group.signature.consumer);
+  EXPECT_EQ(group.signature.consumer->dead_outputs, 1u);
+  EXPECT_FALSE(group.signature.consumer->outputStored(0));
+  // x over [6, 8], the product and w over [6], the count: no memref of the sums.
+  c10::SmallVector<int64_t, 32> slots;
+  group.gatherSlots([&](size_t i) { return launches[i].slots; }, slots);
+  const auto xp = reinterpret_cast<int64_t>(x.data()), wp = reinterpret_cast<int64_t>(w.data()),
+             pp = reinterpret_cast<int64_t>(scaled.data());
+  const std::vector<int64_t> expected{xp, xp, 0, 6, 8, 8, 1, pp, pp, 0, 6, 1, wp, wp, 0, 6, 1, 8};
+  EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.end()), expected);
+  EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
+  const std::string kernel = buildFusedElementwiseKernel(group.signature);
+  EXPECT_EQ(kernel.find("%o0"), std::string::npos) << kernel;
+  EXPECT_NE(kernel.find("memref.store"), std::string::npos) << kernel;
+  FusedElementwiseSignature sums_stored = group.signature;
+  auto storing = std::make_shared<FusedReductionConsumer>(*group.signature.consumer);
+  storing->dead_outputs = 0;
+  sums_stored.consumer = storing;
+  EXPECT_NE(sums_stored.key(), group.signature.key());
+
+  // The same with a launch after the group that reads the sums: they are stored.
+  memref(neg_slots, other.data(), {6}, {1});
+  memref(neg_slots, sums.data(), {6}, {1});
+  const void* neg_touched[2] = {other.data(), sums.data()};
+  const ElementwiseSignature neg = contiguous("neg", 1);
+  launches.push_back(elementwiseLaunch(neg, neg_slots.data(), other.data(), true, neg_touched));
+  // (The negation reads the sums, so it could join the epilogue: it is kept out by a library
+  // step between, which touches the sums too.)
+  PartitionLaunch library;
+  library.storages = c10::ArrayRef<const void*>(sum_touched, 1);
+  launches.insert(launches.begin() + 2, library);
+  result = partitionWindow(launches);
+  ASSERT_FALSE(result.groups.empty());
+  ASSERT_TRUE(result.groups[0].signature.consumer);
+  EXPECT_EQ(result.groups[0].signature.consumer->dead_outputs, 0u);
+
+  // Dead sums whose epilogue stores nothing either (the product is dead too): the kernel
+  // stores the sums, its only result.
+  launches.resize(2);
+  launches[1].output_escapes = false;
+  result = partitionWindow(launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  ASSERT_TRUE(result.groups[0].signature.consumer);
+  EXPECT_EQ(result.groups[0].signature.consumer->dead_outputs, 0u);
+
+  // A signature naming dead outputs the reduction lacks, or dead outputs with no stored epilogue
+  // member, is malformed.
+  FusedElementwiseSignature malformed = group.signature;
+  auto consumer = std::make_shared<FusedReductionConsumer>(*group.signature.consumer);
+  consumer->dead_outputs = 2;
+  malformed.consumer = consumer;
+  EXPECT_THROW(buildFusedElementwiseKernel(malformed), std::logic_error);
+  consumer->dead_outputs = 1;
+  consumer->epilogue[0].stored = false;
+  EXPECT_THROW(buildFusedElementwiseKernel(malformed), std::logic_error);
 }
 
 } // namespace
