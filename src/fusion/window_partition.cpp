@@ -175,6 +175,29 @@ public:
   bool hasConsumer() const { return consumer_ != nullptr; }
   bool hasEpilogue() const { return consumer_ != nullptr && !consumer_->epilogue.empty(); }
 
+  // Whether `parsed` may be a hole of the consumer's group (window_partition.h): it touches no
+  // memory the kernel reads or writes, so it may run before the kernel, and iterates at most a
+  // quarter of the epilogue's elements, so that storing its result costs less than the
+  // elementwise group it would otherwise join after the kernel saves.
+  bool mayBeHole(const ParsedLaunch& parsed) const {
+    const int64_t elements = c10::multiply_integers(parsed.output.space);
+    if (elements * 4 > c10::multiply_integers(epilogueDims())) return false;
+    if (overlapsKernelMemory(parsed.output, {})) return false;
+    for (const Memref& input : parsed.inputs)
+      if (overlapsKernelMemory(input, {})) return false;
+    return true;
+  }
+
+  // Puts the held holes before the member about to be added; takeHoles() takes them out again.
+  void addHoles(c10::ArrayRef<size_t> holes) {
+    launches_.insert(launches_.end(), holes.begin(), holes.end());
+    holes_.append(holes.begin(), holes.end());
+  }
+  void takeHoles(size_t count) {
+    launches_.resize(launches_.size() - count);
+    holes_.resize(holes_.size() - count);
+  }
+
   // Adds launch `index`; false, changing nothing, when it cannot join the group. A launch over
   // other iteration dimensions with the same elements (a broadcast bias add, which coalesces to
   // two dimensions, beside a contiguous chain's one) joins over their common refinement: the
@@ -667,6 +690,7 @@ public:
     FusedGroup group;
     group.first = launches_.front();
     group.count = launches_.size();
+    group.holes = holes_;
     const size_t last = launches_.back();
     // Whether a launch after the group touches `storage`.
     auto read_later = [&](const void* storage) {
@@ -741,6 +765,7 @@ public:
     members_.clear();
     parsed_.clear();
     launches_.clear();
+    holes_.clear();
     externals_.clear();
     external_inner_.clear();
     consumer_.reset();
@@ -948,6 +973,7 @@ private:
   std::vector<FusedMember> members_;
   std::vector<ParsedLaunch> parsed_;
   std::vector<size_t> launches_;
+  c10::SmallVector<size_t, 2> holes_; // launches_ that are no members (FusedGroup::holes)
   std::vector<Memref> externals_;
   std::vector<InnerStride> external_inner_;
 };
@@ -992,7 +1018,20 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
     if (finished.signature.members.empty() && !finished.signature.consumer)
       result.dead_launches.push_back(finished.first);
   };
-  for (size_t i = 0; i < launches.size(); ++i) {
+  // Launches held as holes of the consumer's group: they join it before the next member, or,
+  // when another launch comes, are partitioned again after the group.
+  c10::SmallVector<size_t, 4> holes;
+  constexpr size_t kMaxHoles = 4;
+  auto partitionHolesAgain = [&](size_t& i) {
+    close();
+    i = holes.front() - 1; // the loop's increment makes it the first hole
+    holes.clear();
+  };
+  for (size_t i = 0; i < launches.size() || !holes.empty(); ++i) {
+    if (i == launches.size() || (!holes.empty() && launches[i].elementwise == nullptr)) {
+      partitionHolesAgain(i);
+      continue;
+    }
     const PartitionLaunch& launch = launches[i];
     if (launch.elementwise == nullptr) {
       if (launch.reduction != nullptr && !group.empty() && !group.hasConsumer() &&
@@ -1005,9 +1044,22 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
     }
     const ParsedLaunch parsed = parse(launch, static_cast<uint32_t>(i));
     if (group.hasConsumer()) {
-      if ((group.hasEpilogue() || !feeds_next_reduction[i]) &&
-          group.tryAddEpilogue(i, launch, parsed))
+      if (group.hasEpilogue() || !feeds_next_reduction[i]) {
+        group.addHoles(holes);
+        if (group.tryAddEpilogue(i, launch, parsed)) {
+          holes.clear();
+          continue;
+        }
+        group.takeHoles(holes.size());
+      }
+      if (holes.size() < kMaxHoles && group.mayBeHole(parsed)) {
+        holes.push_back(i);
         continue;
+      }
+      if (!holes.empty()) {
+        partitionHolesAgain(i);
+        continue;
+      }
       close();
     }
     if (group.tryAdd(i, launch, parsed)) continue;

@@ -42,6 +42,13 @@
 // of elementwise launches that feeds the next reduction is left to be that reduction's prologue
 // instead, which stores nothing where the epilogue would store the run's results (a residual
 // stream's add between two layer norms).
+//
+// An elementwise launch between a reduction and the epilogue member after it, that joins no
+// epilogue, touches no memory of the kernel and iterates at most a quarter of the epilogue's
+// elements (adaLN's `1 + scale` over [batch, 1, dim] before `layer_norm(x) * (1 + scale)`), is a
+// hole of the group: it runs as recorded before the kernel, which runs at the group's last
+// launch, and the member reads its result from memory. Held holes that no member follows are
+// partitioned again after the group.
 
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
@@ -86,10 +93,13 @@ struct SlotRange {
 
 // Launches [first, first + count) computed by one fused kernel (count >= 2), or, when no member
 // stores its output, by nothing at all (every result is dead). With a consumer (the signature's
-// prologue fusion), the last of them is the reduction the others feed.
+// prologue fusion), its prologue's launches come first, then the reduction, then its epilogues'.
+// The kernel runs in place of the group's last launch; `holes` are launches in the range that
+// are no members: they run as recorded, before it.
 struct FusedGroup {
   size_t first = 0;
   size_t count = 0;
+  c10::SmallVector<size_t, 2> holes;
   size_t shape_launch = 0; // the launch whose LaunchShape (parallel range) the kernel takes
   int64_t range = 0;       // its outer range instead, when not 0 (a prologue fusion's)
   FusedElementwiseSignature signature; // empty members when nothing is stored

@@ -50,12 +50,16 @@ BatchSchedule::BatchSchedule(const std::vector<DeferredLaunch>& launches,
     // The launcher's cost estimate: every member's work happens in the one loop (a prologue
     // fusion's members once per element of its reduction's work, which counts every element).
     if (!group.signature.consumer) fused.shape.work_per_index *= static_cast<int64_t>(group.count);
-    actions_[group.first] = kFused;
-    fused_index_[group.first] = static_cast<uint32_t>(fused_.size());
-    fused_.push_back(std::move(fused));
-    for (size_t i = group.first + 1; i < group.first + group.count; ++i)
+    // In place of the group's last launch, after its holes (window_partition.h).
+    const size_t last = group.first + group.count - 1;
+    for (size_t i = group.first; i < last; ++i)
       actions_[i] = kSkip;
-    saved_ += static_cast<int64_t>(group.count) - 1;
+    for (size_t hole : group.holes)
+      actions_[hole] = kRun;
+    actions_[last] = kFused;
+    fused_index_[last] = static_cast<uint32_t>(fused_.size());
+    fused_.push_back(std::move(fused));
+    saved_ += static_cast<int64_t>(group.count - group.holes.size()) - 1;
     if (group.signature.consumer) ++reductions_;
   }
   saved_ += dead_;

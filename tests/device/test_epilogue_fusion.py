@@ -225,20 +225,28 @@ def test_a_row_op_reading_a_prologue_result_transposed_is_not_fused(dev):
                 saved_per_run=1)
 
 
-def test_a_softmax_output_the_program_keeps_is_written_beside_its_epilogue(dev):
-    # New values every step, so that a result left unwritten cannot pass by holding the last
-    # step's values in reused memory.
-    b = torch.randn(40)
-    on_device = b.to(dev)
+def check_fresh_steps(program, make_inputs, dev, steps=8):
+    """Runs `program` on the device with new inputs from `make_inputs()` every step, each
+    step's results equal to the CPU's: a result left unwritten, or written out of order, cannot
+    pass by holding an earlier step's values in reused memory. Returns the fusion counters."""
     torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
     torchneuron.reset_metrics()
-    for _ in range(8):
-        x = torch.randn(6, 40)
-        s = torch.softmax(x.to(dev), -1)
-        y = s * 2 + on_device  # s escapes: written, and its exps kept in its own memory
-        assert_close(s.cpu(), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
-        assert_close(y.cpu(), torch.softmax(x, -1) * 2 + b, rtol=1e-5, atol=1e-6)
-    assert fusion_metrics()["fused_reduction_runs"] >= 3
+    for _ in range(steps):
+        inputs = make_inputs()
+        got = program(*[t.to(dev) for t in inputs])
+        want = program(*inputs)
+        for g, w in zip(got, want):
+            assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
+    return fusion_metrics()
+
+
+def test_a_softmax_output_the_program_keeps_is_written_beside_its_epilogue(dev):
+    def program(x, b):
+        s = torch.softmax(x, -1)
+        return s, s * 2 + b  # s escapes: written, and its exps kept in its own memory
+
+    metrics = check_fresh_steps(program, lambda: [torch.randn(6, 40), torch.randn(40)], dev)
+    assert metrics["fused_reduction_runs"] >= 3
 
 
 def test_a_dead_softmax_whose_epilogue_stores_no_float32_result_computes_its_exps_again(dev):
@@ -260,3 +268,52 @@ def test_a_dead_softmax_keeps_its_exps_in_the_first_float32_result_of_its_epilog
 
     check_fused(program, [torch.randn(6, 40), torch.randn(40)], dev, prologues=1,
                 saved_per_run=3)
+
+
+def test_adaln_modulation_with_one_plus_scale_runs_in_the_layer_norm_kernel(dev):
+    def program(x, w, b, scale, shift):
+        # `1 + scale` reads no output of the layer norm and iterates [4, 1, 48], a fifth of the
+        # epilogue's elements: it runs as recorded before the kernel (a hole of the group), and
+        # the product and the shift run in the layer norm's kernel.
+        return (F.layer_norm(x, (48,), w, b) * (1 + scale) + shift,)
+
+    def inputs():
+        return [torch.randn(4, 5, 48), torch.randn(48), torch.randn(48), torch.randn(4, 1, 48),
+                torch.randn(4, 1, 48)]
+
+    check_fused(program, inputs(), dev, prologues=1, saved_per_run=2)
+    assert check_fresh_steps(program, inputs, dev)["fused_reduction_runs"] >= 3
+
+
+def test_a_small_launch_no_member_follows_is_partitioned_again_after_the_group(dev):
+    def program(x, s, r):
+        y = torch.softmax(x, -1) * 2  # the epilogue
+        t = s + 1  # small and independent: held as holes, but no member follows
+        u = torch.tanh(t) * 3
+        return y, u, u * r  # the product: other element counts, after the holes' group
+
+    def inputs():
+        return [torch.randn(8, 32), torch.randn(1, 32), torch.randn(8, 32)]
+
+    # The softmax's kernel saves one launch, the holes fused as a group of their own two.
+    check_fused(program, inputs(), dev, prologues=1, saved_per_run=3)
+    check_fresh_steps(program, inputs, dev)
+
+
+def test_a_small_launch_updating_what_the_kernel_reads_is_no_hole(dev):
+    def program(x, w, b):
+        y = F.layer_norm(x, (32,), w, b)
+        w.add_(1)  # small, but the layer norm reads w: it must run after the kernel
+        return y * 2, w
+
+    check_fresh_steps(program, lambda: [torch.randn(8, 32), torch.randn(32), torch.randn(32)],
+                      dev)
+
+
+def test_a_small_launch_reading_what_the_kernel_writes_is_no_hole(dev):
+    def program(x):
+        y = torch.softmax(x, -1)
+        t = y[:1] * 2  # reads the softmax's first row: it must run after the kernel
+        return t, y * 3
+
+    check_fresh_steps(program, lambda: [torch.randn(8, 32)], dev)
