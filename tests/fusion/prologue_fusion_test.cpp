@@ -284,5 +284,61 @@ TEST(WindowPartition, AReductionOutputOnlyItsEpilogueReadsIsNeitherPassedNorStor
   EXPECT_THROW(buildFusedElementwiseKernel(malformed), std::logic_error);
 }
 
+TEST(WindowPartition, ASmallLaunchBeforeTheNextEpilogueMemberRunsBeforeTheKernelAsAHole) {
+  // sums = x.sum(-1) over [4, 6, 5]; t = w + w over [6] (independent, a quarter of the sums'
+  // 24 elements); scaled = sums * t, t broadcast over the 4 rows.
+  std::vector<float> x(120), sums(24), w(6), t(6), scaled(24);
+  ReductionSignature sum = rowSum();
+  sum.kept_rank = 2;
+  const ElementwiseSignature add = contiguous("add", 2), mul = contiguous("mul", 2, 2);
+  std::vector<int64_t> sum_slots, add_slots, mul_slots;
+  memref(sum_slots, sums.data(), {4, 6}, {6, 1});
+  memref(sum_slots, x.data(), {4, 6, 5}, {30, 5, 1});
+  sum_slots.push_back(5);
+  memref(add_slots, t.data(), {6}, {1});
+  memref(add_slots, w.data(), {6}, {1});
+  memref(add_slots, w.data(), {6}, {1});
+  memref(mul_slots, scaled.data(), {4, 6}, {6, 1});
+  memref(mul_slots, sums.data(), {4, 6}, {6, 1});
+  memref(mul_slots, t.data(), {4, 6}, {0, 1});
+  const void* sum_touched[2] = {sums.data(), x.data()};
+  const void* add_touched[3] = {t.data(), w.data(), w.data()};
+  const void* mul_touched[3] = {scaled.data(), sums.data(), t.data()};
+  std::vector<PartitionLaunch> launches(3);
+  launches[0] = reductionLaunch(sum, sum_slots.data(), sum_touched);
+  launches[1] = elementwiseLaunch(add, add_slots.data(), t.data(), true, add_touched);
+  launches[2] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
+  PartitionResult result = partitionWindow(launches);
+  ASSERT_EQ(result.groups.size(), 1u);
+  const FusedGroup& group = result.groups[0];
+  EXPECT_EQ(group.first, 0u);
+  EXPECT_EQ(group.count, 3u);
+  EXPECT_EQ(std::vector<size_t>(group.holes.begin(), group.holes.end()), std::vector<size_t>{1});
+  ASSERT_TRUE(group.signature.consumer);
+  ASSERT_EQ(group.signature.consumer->epilogue.size(), 1u);
+  EXPECT_EQ(group.signature.consumer->epilogue[0].sources[0].kind, FusedSource::kReductionOutput);
+  EXPECT_EQ(group.signature.consumer->epilogue[0].sources[1].kind, FusedSource::kExternal);
+
+  // An add that writes what the reduction reads (x's first 6 elements) is no hole: the product
+  // then joins nothing (it would have to run after the add), and nothing fuses.
+  add_slots.clear();
+  memref(add_slots, x.data(), {6}, {1});
+  memref(add_slots, w.data(), {6}, {1});
+  memref(add_slots, w.data(), {6}, {1});
+  mul_slots.clear();
+  memref(mul_slots, scaled.data(), {4, 6}, {6, 1});
+  memref(mul_slots, sums.data(), {4, 6}, {6, 1});
+  memref(mul_slots, x.data(), {4, 6}, {0, 1});
+  const void* in_place_touched[3] = {x.data(), w.data(), w.data()};
+  const void* reads_x[3] = {scaled.data(), sums.data(), x.data()};
+  launches[1] = elementwiseLaunch(add, add_slots.data(), x.data(), true, in_place_touched);
+  launches[2] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, reads_x);
+  result = partitionWindow(launches);
+  for (const FusedGroup& g : result.groups)
+    EXPECT_TRUE(g.holes.empty());
+  for (const FusedGroup& g : result.groups)
+    EXPECT_FALSE(g.signature.consumer && !g.signature.consumer->epilogue.empty());
+}
+
 } // namespace
 } // namespace torchneuron::fusion
