@@ -22,7 +22,10 @@ Each call ends in a read (a scalar's value, or one element of a result: a sync p
 training loop's loss does. The physical limit of these passes is memory bandwidth: `of_triad`
 is the bytes a fused kernel must move per second (inputs read, results written; the row-wise
 ops' own outputs are dead, never written, while the hand-written softmax stores its exps for
-the row pass) over the triad's, measured in the same run. Each path is
+the row pass) over the triad's, measured in the same run. The softmax cases compute an exp
+per element, which costs more than moving it here: their limit is an exp pass, the device's
+`torch.exp(x, out=y)` over as many elements (one read, one write, one exp each), measured in
+the same run too (`exp_pass_us`, and `adaptive_of_exp_pass` for those cases). Each path is
 checked against float64 first. Prints one JSON object.
 
     OMP_NUM_THREADS=1 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
@@ -93,6 +96,16 @@ CASES = {
 SIZES = {"64K": (64 << 10, 300), "1M": (1 << 20, 30), "16M": (1 << 24, 3)}  # elements, calls
 
 
+def exp_pass_us(n, calls, rounds):
+    """The device's exp over n elements into a reused buffer, us per call (median of rounds):
+    what a softmax of n elements costs at least."""
+    x = torch.randn(n).to(torchneuron.device())
+    y = torch.empty_like(x)
+    return statistics.median(
+        per_call_us(lambda: torch.exp(x, out=y), (), calls, torchneuron.synchronize)
+        for _ in range(rounds))
+
+
 def read_back(result):
     """A sync point: the value of a scalar, or of one element of a result."""
     return float(result) if result.dim() == 0 else float(result.reshape(-1)[-1])
@@ -106,6 +119,7 @@ def main(argv):
     torchneuron.set_adaptive_fusion(True, wait_for_compiles=True)
     torch.manual_seed(0)
     triad = triad_gb_per_s(args.threads)
+    exp_pass = {size: exp_pass_us(*SIZES[size], args.rounds) for size in ("1M", "16M")}
     results = {}
     for name, (case, make_inputs, moved_per_element, sizes) in CASES.items():
         for size in sizes:
@@ -139,9 +153,13 @@ def main(argv):
                 "adaptive_over_stock": round(us["stock"] / us["adaptive"], 2),
                 "adaptive_of_triad": round(moved / (us["adaptive"] * 1e-6) / 1e9 / triad, 2),
             }
+            if "softmax" in name:
+                results[f"{name} {size}"]["adaptive_of_exp_pass"] = round(
+                    exp_pass[size] / us["adaptive"], 2)
     adaptive = torchneuron.metrics()["adaptive"]
     print(json.dumps({"threads": args.threads, "rounds": args.rounds,
                       "triad_gb_per_s": round(triad, 1),
+                      "exp_pass_us": {size: round(us, 1) for size, us in exp_pass.items()},
                       "fused_reduction_runs": adaptive["fused_reduction_runs"],
                       "results": results}, indent=1))
     return 0
