@@ -1019,9 +1019,10 @@ PartitionResult partitionWindow(c10::ArrayRef<PartitionLaunch> launches) {
       result.dead_launches.push_back(finished.first);
   };
   // Launches held as holes of the consumer's group: they join it before the next member, or,
-  // when another launch comes, are partitioned again after the group.
-  c10::SmallVector<size_t, 4> holes;
-  constexpr size_t kMaxHoles = 4;
+  // when another launch comes, are partitioned again after the group. At most two in a row: a
+  // longer run of small ops fuses better as a group of its own (each hole is a launch).
+  c10::SmallVector<size_t, 2> holes;
+  constexpr size_t kMaxHoles = 2;
   auto partitionHolesAgain = [&](size_t& i) {
     close();
     i = holes.front() - 1; // the loop's increment makes it the first hole

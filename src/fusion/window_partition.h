@@ -47,8 +47,8 @@
 // epilogue, touches no memory of the kernel and iterates at most a quarter of the epilogue's
 // elements (adaLN's `1 + scale` over [batch, 1, dim] before `layer_norm(x) * (1 + scale)`), is a
 // hole of the group: it runs as recorded before the kernel, which runs at the group's last
-// launch, and the member reads its result from memory. Held holes that no member follows are
-// partitioned again after the group.
+// launch, and the member reads its result from memory. At most two holes in a row; held holes
+// that no member follows are partitioned again after the group.
 
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
