@@ -155,23 +155,40 @@ TEST(WindowPartition, LaunchesOverDifferentDimensionsOfTheSameElementsFuseOverTh
   EXPECT_EQ(static_cast<int>(slots.size()), group.signature.argumentSlots());
 }
 
-TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
-  // sums = x.sum(-1) over [6, 8] (no prologue), then scaled = sums * w over the 6 kept rows.
-  std::vector<float> x(48), sums(6), w(6), scaled(6);
-  const ReductionSignature sum = rowSum();
-  const ElementwiseSignature mul = contiguous("mul", 2);
+// sums = x.sum(-1) over [6, 8] (no prologue), then scaled = sums * w over the 6 kept rows.
+struct RowSumTimesWeight {
+  std::vector<float> x = std::vector<float>(48), sums = std::vector<float>(6),
+                     w = std::vector<float>(6), scaled = std::vector<float>(6);
+  ReductionSignature sum = rowSum();
+  ElementwiseSignature mul = contiguous("mul", 2);
   std::vector<int64_t> sum_slots, mul_slots;
-  memref(sum_slots, sums.data(), {6}, {1});
-  memref(sum_slots, x.data(), {6, 8}, {8, 1});
-  sum_slots.push_back(8); // the reduced count
-  memref(mul_slots, scaled.data(), {6}, {1});
-  memref(mul_slots, sums.data(), {6}, {1});
-  memref(mul_slots, w.data(), {6}, {1});
   const void* sum_touched[2] = {sums.data(), x.data()};
   const void* mul_touched[3] = {scaled.data(), sums.data(), w.data()};
-  std::vector<PartitionLaunch> launches(2);
-  launches[0] = reductionLaunch(sum, sum_slots.data(), sum_touched);
-  launches[1] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
+
+  RowSumTimesWeight() {
+    memref(sum_slots, sums.data(), {6}, {1});
+    memref(sum_slots, x.data(), {6, 8}, {8, 1});
+    sum_slots.push_back(8); // the reduced count
+    memref(mul_slots, scaled.data(), {6}, {1});
+    memref(mul_slots, sums.data(), {6}, {1});
+    memref(mul_slots, w.data(), {6}, {1});
+  }
+  // The two launches; with `sums_escape` false, the sums are dead outside the window.
+  std::vector<PartitionLaunch> launches(bool sums_escape = true) const {
+    std::vector<PartitionLaunch> both(2);
+    both[0] = sums_escape ? reductionLaunch(sum, sum_slots.data(), sum_touched)
+                          : reductionLaunch(sum, sum_slots.data(), sum_touched, {sums.data()}, 0);
+    both[1] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
+    return both;
+  }
+};
+
+TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
+  RowSumTimesWeight program;
+  const std::vector<float>&x = program.x, &sums = program.sums, &w = program.w,
+        &scaled = program.scaled;
+  std::vector<int64_t>& mul_slots = program.mul_slots;
+  std::vector<PartitionLaunch> launches = program.launches();
   const PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   const FusedGroup& group = result.groups[0];
@@ -208,22 +225,13 @@ TEST(WindowPartition, OpsConsumingAReductionsOutputBecomeItsEpilogue) {
 }
 
 TEST(WindowPartition, AReductionOutputOnlyItsEpilogueReadsIsNeitherPassedNorStored) {
-  // sums = x.sum(-1) over [6, 8], scaled = sums * w: the sums are dead outside the window.
-  std::vector<float> x(48), sums(6), w(6), scaled(6), other(6);
-  const ReductionSignature sum = rowSum();
-  const ElementwiseSignature mul = contiguous("mul", 2);
-  std::vector<int64_t> sum_slots, mul_slots, neg_slots;
-  memref(sum_slots, sums.data(), {6}, {1});
-  memref(sum_slots, x.data(), {6, 8}, {8, 1});
-  sum_slots.push_back(8);
-  memref(mul_slots, scaled.data(), {6}, {1});
-  memref(mul_slots, sums.data(), {6}, {1});
-  memref(mul_slots, w.data(), {6}, {1});
-  const void* sum_touched[2] = {sums.data(), x.data()};
-  const void* mul_touched[3] = {scaled.data(), sums.data(), w.data()};
-  std::vector<PartitionLaunch> launches(2);
-  launches[0] = reductionLaunch(sum, sum_slots.data(), sum_touched, {sums.data()}, 0);
-  launches[1] = elementwiseLaunch(mul, mul_slots.data(), scaled.data(), true, mul_touched);
+  // The sums are dead outside the window.
+  RowSumTimesWeight program;
+  const std::vector<float>&x = program.x, &sums = program.sums, &w = program.w,
+        &scaled = program.scaled;
+  std::vector<float> other(6);
+  std::vector<int64_t> neg_slots;
+  std::vector<PartitionLaunch> launches = program.launches(false);
   PartitionResult result = partitionWindow(launches);
   ASSERT_EQ(result.groups.size(), 1u);
   const FusedGroup& group = result.groups[0];
@@ -256,7 +264,7 @@ TEST(WindowPartition, AReductionOutputOnlyItsEpilogueReadsIsNeitherPassedNorStor
   // (The negation reads the sums, so it could join the epilogue: it is kept out by a library
   // step between, which touches the sums too.)
   PartitionLaunch library;
-  library.storages = c10::ArrayRef<const void*>(sum_touched, 1);
+  library.storages = c10::ArrayRef<const void*>(program.sum_touched, 1);
   launches.insert(launches.begin() + 2, library);
   result = partitionWindow(launches);
   ASSERT_FALSE(result.groups.empty());
