@@ -433,6 +433,7 @@ def markdown(result):
                 f"- 8 processes started at once on a cold directory: {eight['total_compiles']} compiles in "
                 f"total for {eight['distinct_kernels']} distinct kernels ({eight['total_loads']} loads)"]
             lines += (cold_pass_lines(cache.get("cold_pass")) + cold_start_lines(cache.get("cold_start"))
+                      + adaptive_rerun_lines(cache.get("adaptive_rerun"))
                       + remote_lines(cache.get("remote")) + [""])
     lines += allreduce_lines(result.get("allreduce"))
     lines += adaptive_overhead_lines(result.get("adaptive_overhead"))
@@ -440,6 +441,21 @@ def markdown(result):
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def adaptive_rerun_lines(rerun):
+    """Adaptive mode rerun on the cache its first run filled (bench/cache_bench.py, issue 14)."""
+    if not rerun:
+        return []
+    return [f"- adaptive mode, rerun on the cache its first run filled (median of {rerun['rounds']} "
+            f"rounds): {rerun['rerun_compiles_max']} compiles (first run "
+            f"{rerun['first_run_compiles']:.0f}, {rerun['first_run_fused_kernels']:.0f} of them fused "
+            f"kernels); {rerun['rerun_fused_kernels_loaded']:.0f} fused kernels loaded from the store "
+            f"(median load {rerun['rerun_load_ms_median']:.2f} ms a kernel); hot from iteration "
+            f"{rerun['rerun_first_hot_iteration']}, fused from iteration "
+            f"{rerun['rerun_first_fused_iteration']} (first run: hot from "
+            f"{rerun['first_run_first_hot_iteration']}, fused from "
+            f"{rerun['first_run_first_fused_iteration']} once its background compiles finished)"]
 
 
 def adaptive_overhead_lines(overhead):
