@@ -9,6 +9,7 @@
 #include "device/device.h"
 #include "device/kernel_operand.h"
 #include "device/reduction_launch.h"
+#include "device/reduction_split.h"
 #include "device/view_geometry.h"
 #include "launcher/kernel_abi.h"
 
@@ -183,13 +184,18 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   const int64_t kept_numel = c10::multiply_integers(kept.sizes);
   launch.range = kept.sizes[0];
   launch.work_per_index = kept_numel / kept.sizes[0] * std::max<int64_t>(reduced_numel, 1);
+  splitLongRow(plan); // one long row: chunks on every thread, then their partials combined
   return plan;
 }
 
 c10::optional<TensorList> launchReduction(const ReductionCall& call, LaunchCounter* launches) {
   const c10::optional<LaunchPlan> plan = planReduction(call);
   if (!plan) return c10::nullopt;
-  return executePlan(*plan, call.inputs, call.outputs, launches);
+  c10::optional<TensorList> outputs = executePlan(*plan, call.inputs, call.outputs, launches);
+  // Not the scratch outputs a split row appends (reduction_split.h).
+  const size_t returned = call.outputs.empty() ? call.output_dtypes.size() : call.outputs.size();
+  if (outputs) outputs->resize(returned);
+  return outputs;
 }
 
 c10::optional<TensorList>

@@ -89,6 +89,11 @@ void addLossOps(std::vector<ReductionOp>& ops) {
     const Value& sum = c.results[0][0];
     return Values{c.constants.at(1) == 1 ? c.emit.div(sum, c.count) : sum};
   };
+  // Chunks' means (equal chunks) or sums, then their mean or sum.
+  reduced.partials = [](const std::vector<int64_t>& constants) {
+    return ReductionOp::Partials{constants.at(1) == 1 ? "mean" : "sum", {}};
+  };
+  reduced.widen_partials = true;
   ops.push_back(reduced);
 
   // inputs: grad_output (broadcast to self's shape), self, target; output: self's gradient.

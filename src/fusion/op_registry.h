@@ -168,6 +168,19 @@ struct ReductionOp {
   // across windows (strided loads of a known step), at one kernel per window shape.
   bool static_window = false;
   int num_params = 0; // run-time scalars (a correction, an order p, an epsilon)
+  // Long rows split across threads (device/reduction_split.h): a reduction with one kept row of
+  // many elements runs this op over equal chunks of the row into partial results, then the
+  // registry op `partials(constants)` names, with its constants, over those, so that every thread
+  // takes chunks. Null, or an empty name for these constants: never split (the result is not a
+  // function of the chunks' results: variance, indices). `widen_partials`: floating partials are
+  // kept in float64 (sums, products and norms, which accumulate in float64 within a chunk too).
+  // A combining op with run-time params must be the op itself: it gets the same params.
+  struct Partials {
+    std::string op; // "": not split
+    std::vector<int64_t> constants;
+  };
+  std::function<Partials(const std::vector<int64_t>& constants)> partials;
+  bool widen_partials = false;
   ReductionRule rule;
   std::function<std::vector<Value>(ReduceContext&, int pass)> init;
   std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,

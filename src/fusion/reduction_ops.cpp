@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace torchneuron::fusion {
 namespace {
@@ -305,6 +306,14 @@ ReductionOp vectorNorm() {
       return Values{e.binary("math.powf", acc, e.div(e.floatConstant(1, c.wide), c.params[0]))};
     return Values{acc};
   };
+  // The 2-, 1-, inf- and -inf-norms of a row are those norms of its chunks' norms; its count of
+  // nonzeros is the sum of theirs. Another order p would need p again (a run-time param).
+  op.partials = [](const std::vector<int64_t>& constants) {
+    if (constants.at(0) == 4) return ReductionOp::Partials{"sum", {}};
+    if (constants.at(0) == 5) return ReductionOp::Partials{};
+    return ReductionOp::Partials{"vector_norm", constants};
+  };
+  op.widen_partials = true;
   return op;
 }
 
@@ -555,11 +564,17 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   };
   ReductionOp sum = fold("sum", 0, add, identity);
   sum.rule = atenRule(ReductionResult::kAccumulated, {"sum", "sum.dim_IntList", "sum.IntList_out"});
+  sum.partials = [](const std::vector<int64_t>&) { return ReductionOp::Partials{"sum", {}}; };
+  sum.widen_partials = true;
   ops.push_back(sum);
   ReductionOp mean = fold(
       "mean", 0, add, [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); });
   mean.rule = atenRule(ReductionResult::kRequestedOrOut, {"mean", "mean.dim", "mean.out"});
   mean.rule.floats_only = true;
+  mean.partials = [](const std::vector<int64_t>&) { // the mean of equal chunks' means
+    return ReductionOp::Partials{"mean", {}};
+  };
+  mean.widen_partials = true;
   ops.push_back(mean);
   ReductionOp prod = fold(
       "prod", 1,
@@ -568,9 +583,18 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
       },
       identity);
   prod.rule = atenRule(ReductionResult::kAccumulated, {"prod", "prod.dim_int", "prod.int_out"});
+  prod.partials = [](const std::vector<int64_t>&) { return ReductionOp::Partials{"prod", {}}; };
+  prod.widen_partials = true;
   ops.push_back(prod);
-  ops.push_back(extremum("amax", true, {"amax", "amax.out", "max"}));
-  ops.push_back(extremum("amin", false, {"amin", "amin.out", "min"}));
+  for (const auto& [name, is_max, overloads] :
+       {std::tuple{"amax", true, std::vector<std::string>{"amax", "amax.out", "max"}},
+        std::tuple{"amin", false, std::vector<std::string>{"amin", "amin.out", "min"}}}) {
+    ReductionOp extreme = extremum(name, is_max, overloads);
+    extreme.partials = [op = std::string(name)](const std::vector<int64_t>&) {
+      return ReductionOp::Partials{op, {}};
+    };
+    ops.push_back(extreme);
+  }
   ops.push_back(argExtremum("argmax", true, false, {"argmax", "argmax.out"}));
   ops.push_back(argExtremum("argmin", false, false, {"argmin", "argmin.out"}));
   ops.push_back(argExtremum("max", true, true, {"max.dim", "max.dim_max"}));

@@ -14,6 +14,7 @@
 #include "device/elementwise_plan.h"
 #include "device/plan_executor.h"
 #include "device/reduction_launch.h"
+#include "device/reduction_split.h"
 #include "launcher/kernel_abi.h"
 
 namespace torchneuron {
@@ -260,6 +261,80 @@ TEST(LaunchPlan, ExecutingAReductionPlanGivesTheOpsResult) {
   const c10::optional<TensorList> outputs = executePlan(*plan, call.inputs, {}, launches);
   ASSERT_TRUE(outputs.has_value());
   EXPECT_TRUE(sameBits((*outputs)[0], at::sum(x, {1})));
+}
+
+TEST(ReductionSplit, ARowSplitsIntoItsLargestDivisorFrom4To64WithChunksOf4096) {
+  EXPECT_EQ(rowChunks((int64_t{1} << 18) - 1), 0); // too short
+  EXPECT_EQ(rowChunks(int64_t{1} << 18), 64);
+  EXPECT_EQ(rowChunks(int64_t{1} << 24), 64);
+  EXPECT_EQ(rowChunks(2 * 3 * 5 * 7 * 11 * 13 * 17), 55); // 56 to 64 do not divide it
+  EXPECT_EQ(rowChunks(1000003), 0);                       // a prime
+  EXPECT_EQ(rowChunks(2 * 1000003), 0);                   // only 2 of 2 to 64 divides it
+  EXPECT_EQ(rowChunks(5 * 65537), 5);
+}
+
+ReductionCall fullSum(const at::Tensor& x) {
+  ReductionCall call = sumOverDim1(x);
+  call.dims = {0, 1};
+  return call;
+}
+
+TEST(ReductionSplit, AFullSumOfALongRowPlansChunksThenTheirSum) {
+  const int64_t n = 1024 * 1024;
+  const at::Tensor x = viewOf(pendingStorage(2 * n), {1024, 1024}, {2048, 2}); // every other
+  const c10::optional<LaunchPlan> plan = planReduction(fullSum(x));
+  ASSERT_TRUE(plan.has_value());
+  // The call's output, then the float64 partials, which the call does not return.
+  ASSERT_EQ(plan->outputs.size(), 2u);
+  EXPECT_EQ(plan->outputs[1].given, -1);
+  EXPECT_EQ(at::IntArrayRef(plan->outputs[1].sizes), at::IntArrayRef({64}));
+  EXPECT_EQ(plan->outputs[1].dtype, at::kDouble);
+  ASSERT_EQ(plan->launches.size(), 2u);
+
+  const PlannedLaunch& chunks = plan->launches[0];
+  EXPECT_EQ(chunks.reduction.op->name, "sum");
+  EXPECT_EQ(chunks.reduction.outputs[0], at::kDouble);
+  EXPECT_EQ(chunks.operands[0].role, OperandRole::kOutput);
+  EXPECT_EQ(chunks.operands[0].index, 1);
+  EXPECT_EQ(at::IntArrayRef(chunks.operands[1].sizes), at::IntArrayRef({64, n / 64}));
+  EXPECT_EQ(at::IntArrayRef(chunks.operands[1].strides), at::IntArrayRef({2 * n / 64, 2}));
+  EXPECT_EQ(chunks.words.back(), n / 64);
+  EXPECT_EQ(chunks.range, 64);
+  EXPECT_EQ(chunks.key, chunks.reduction.key());
+
+  const PlannedLaunch& combine = plan->launches[1];
+  EXPECT_EQ(combine.reduction.op->name, "sum");
+  EXPECT_EQ(combine.reduction.inputs[0], at::kDouble);
+  EXPECT_EQ(combine.reduction.outputs[0], at::kFloat);
+  ASSERT_EQ(combine.operands.size(), 2u);
+  EXPECT_EQ(combine.operands[0].index, 0); // the call's output
+  EXPECT_EQ(combine.operands[1].role, OperandRole::kOutput);
+  EXPECT_EQ(combine.operands[1].index, 1); // reads the partials
+  EXPECT_EQ(at::IntArrayRef(combine.operands[1].sizes), at::IntArrayRef({1, 64}));
+  EXPECT_EQ(at::IntArrayRef(combine.words), at::IntArrayRef({64}));
+  EXPECT_EQ(combine.range, 1);
+  EXPECT_NE(combine.key, chunks.key);
+}
+
+TEST(ReductionSplit, ExecutingASplitPlanReturnsOnlyTheCallsOutput) {
+  const at::Tensor x = randomOnDevice({1 << 20});
+  const c10::optional<TensorList> outputs = launchReduction(
+      fullSum(x.view({1024, 1024})), launchCounter(LaunchKind::kCompiled, "test::split_sum"));
+  ASSERT_TRUE(outputs.has_value());
+  ASSERT_EQ(outputs->size(), 1u);
+  const at::Tensor want = x.cpu().to(at::kDouble).sum();
+  EXPECT_NEAR((*outputs)[0].cpu().item<double>(), want.item<double>(),
+              1e-6 * x.cpu().abs().sum().item<double>());
+}
+
+TEST(ReductionSplit, ARowOfAnOpWithoutPartialsStaysOneLaunch) {
+  ReductionCall call = fullSum(viewOf(pendingStorage(1 << 20), {1024, 1024}, {1024, 1}));
+  call.op = fusion::findReductionOp("var");
+  call.params = {1};
+  const c10::optional<LaunchPlan> plan = planReduction(call);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->outputs.size(), 1u);
+  EXPECT_EQ(plan->launches.size(), 1u);
 }
 
 TEST(LaunchPlan, EmptyOutputPlansNoLaunch) {
