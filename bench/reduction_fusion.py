@@ -6,7 +6,8 @@ over the rounds. Cases:
 
 - reductions over all elements with an elementwise prologue, as a loss or a regularizer:
   `((a - b) ** 2).mean()`, `(a * b).sum()`, `vector_norm(a * 2)`, at 64K, 1M and 16M elements;
-  one kernel that never writes the per-element results;
+  one kernel that never writes the per-element results; and `a.t().sum()` of a square matrix,
+  whose reduced dimensions the kernel walks in memory order;
 - row-wise ops with an elementwise epilogue: `softmax(x) * s + b` over rows of 256 and adaLN's
   modulation `layer_norm(x) * (1 + scale) + shift` (scale and shift broadcast over each sample's
   tokens; `1 + scale` runs before the kernel, a hole of its group), at 1M and 16M elements; one
@@ -80,6 +81,9 @@ CASES = {
     "product sum": (lambda a, b: (a * b).sum(), full_reduction_inputs, 2, ("64K", "1M", "16M")),
     "scaled norm": (lambda a, b: torch.linalg.vector_norm(a * 2), full_reduction_inputs, 1,
                     ("64K", "1M", "16M")),
+    # a square matrix's transpose: its reduced dimensions walked in memory order
+    "transposed sum": (lambda a, b: a.view(int(a.numel() ** 0.5), -1).t().sum(),
+                       full_reduction_inputs, 1, ("1M", "16M")),
     # reads x, writes the result (the softmax's output is dead: never written)
     "softmax * s + b": (lambda x, s, b: torch.softmax(x, -1) * s + b, softmax_inputs, 2,
                         ("1M", "16M")),

@@ -33,6 +33,44 @@ MergedDims mergeGroup(const DimVector& sizes, const c10::SmallVector<DimVector, 
   return group;
 }
 
+// Whether reduced dimension `a` of the inputs lies outside `b` in memory: by the first input
+// whose strides along both are nonzero and differ (the larger stride is outer), as ATen's
+// TensorIterator orders dimensions.
+bool liesOutside(const c10::SmallVector<DimVector, 4>& strides, size_t first_input, size_t a,
+                 size_t b) {
+  for (size_t i = first_input; i < strides.size(); ++i) {
+    const int64_t sa = strides[i][a], sb = strides[i][b];
+    if (sa != 0 && sb != 0 && sa != sb) return sa > sb;
+  }
+  return false;
+}
+
+// Puts the reduced dimensions in the inputs' memory order, outermost first (operands
+// `first_input` on are the inputs). The kernel walks a row in the order of its dimensions: over a
+// transposed tensor in logical order it strided through memory at every element (x.t().sum() of
+// 4096 x 4096 floats: 107 ms against 2.4 on the CPU); in memory order the dimensions merge into
+// one contiguous row. Insertion sort with adjacent swaps: well defined whatever the inputs' orders.
+void orderReducedByMemory(DimVector& sizes, c10::SmallVector<DimVector, 4>& strides,
+                          size_t first_input) {
+  const size_t n = sizes.size();
+  c10::SmallVector<size_t, 6> order(n);
+  for (size_t d = 0; d < n; ++d)
+    order[d] = d;
+  for (size_t i = 1; i < n; ++i)
+    for (size_t j = i; j > 0 && liesOutside(strides, first_input, order[j], order[j - 1]); --j)
+      std::swap(order[j], order[j - 1]);
+  DimVector reordered;
+  for (size_t d : order)
+    reordered.push_back(sizes[d]);
+  sizes = std::move(reordered);
+  for (DimVector& operand : strides) {
+    DimVector moved;
+    for (size_t d : order)
+      moved.push_back(operand[d]);
+    operand = std::move(moved);
+  }
+}
+
 } // namespace
 
 c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
@@ -99,7 +137,8 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
   if (c10::multiply_integers(out_shape) == 0 && !(call.op->row_output && self.numel() > 0))
     return plan;
 
-  // Operands: outputs then inputs; kept dims first, reduced dims after, both in logical order.
+  // Operands: outputs then inputs; kept dims first, reduced dims after, both in logical order
+  // (the reduced ones then in memory order, below).
   const size_t num_operands = num_outputs + call.inputs.size();
   DimVector kept_sizes, red_sizes;
   c10::SmallVector<DimVector, 4> kept_strides(num_operands), red_strides(num_operands);
@@ -119,6 +158,10 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
     }
     if (!reduced[d] || call.keepdim) ++out_d;
   }
+  // The order of a row's elements is the op's business only when it reports where an element
+  // was (argmax, a pooling window's offset) or writes one output per element (row-wise ops).
+  if (!call.op->needs_index && !call.op->row_output && !call.op->static_window)
+    orderReducedByMemory(red_sizes, red_strides, num_outputs);
   const MergedDims kept = mergeGroup(kept_sizes, kept_strides);
   const MergedDims red = mergeGroup(red_sizes, red_strides);
 

@@ -35,6 +35,10 @@ CASES = {
     "2-D keepdim": (lambda x: x.view(1024, 1024).sum((0, 1), keepdim=True), [values()],
                     "aten::sum.dim_IntList", 1e-6),
     "strided": (lambda x: x[::2].sum(), [values(2 * ROW)], "aten::sum", 1e-6),
+    # Reduced dimensions are walked in memory order: these merge into one contiguous row.
+    "transposed": (lambda x: x.view(512, 2048).t().sum(), [values()], "aten::sum", 1e-6),
+    "permuted": (lambda x: x.view(16, 256, 256).permute(2, 0, 1).mean(), [values()],
+                 "aten::mean", 1e-6),
     "2-norm": (lambda x: torch.linalg.vector_norm(x), [values()], "aten::linalg_vector_norm",
                1e-6),
     "1-norm": (lambda x: torch.linalg.vector_norm(x, 1), [values()], "aten::linalg_vector_norm",
@@ -104,15 +108,32 @@ def test_nan_and_infinity_reach_the_combined_result(dev):
     (2 * 1000003, None, "no divisor from 4 to 64: 2 x 1000003"),
     (1000003, None, "a prime"),
     ((1 << 18) - 64, None, "below the 2^18 elements a split needs"),
-    (ROW, (512, 2048), "transposed: its two dimensions do not merge into one row"),
+    (1024 * 1024, (1024, 1024), "a column slice: its rows do not merge into one"),
 ])
 def test_a_row_that_does_not_split_runs_in_one_launch(dev, n, view, why):
     x = values(n)
-    program = (lambda t: t.sum()) if view is None else (lambda t: t.view(view).t().sum())
+    program = (lambda t: t.sum()) if view is None else (lambda t: t.view(view)[:, :1000].sum())
     before = launches_now()
     got = on_device(program, [x], dev, threads=2)
     assert launched_since(before)["compiled"] == {"aten::sum": 1}, why
-    assert_close(got.double(), x.double().sum(), rtol=1e-6, atol=0)
+    assert_close(got.double(), program(x.double()), rtol=1e-6, atol=0)
+
+
+def test_reductions_over_transposed_dimensions_walk_memory_in_order_and_keep_indices_logical(dev):
+    x = values().view(64, 128, 128)
+    x[5, 7, 9] = 100.0  # one maximum: its index is logical, whatever order the kernel walks
+    t = x.permute(2, 0, 1)  # [128, 64, 128], strides (1, 16384, 128)
+    d = x.to(dev).permute(2, 0, 1)
+    assert_close(d.sum((1, 2)).cpu().double(), t.double().sum((1, 2)), rtol=1e-6, atol=1e-6)
+    assert_close(d.sum((0, 2)).cpu().double(), t.double().sum((0, 2)), rtol=1e-6, atol=1e-6)
+    assert torch.equal(d.amax((0, 1)).cpu(), t.amax((0, 1)))
+    assert torch.equal(d.argmax().cpu(), t.argmax())
+    assert torch.equal(d.reshape(128, -1).argmax(1).cpu(), t.reshape(128, -1).argmax(1))
+    assert torch.equal(d.max(2).indices.cpu(), t.max(2).indices)
+    assert_close(torch.linalg.vector_norm(d, dim=(0, 2)).cpu().double(),
+                 torch.linalg.vector_norm(t.double(), dim=(0, 2)), rtol=1e-6, atol=0)
+    assert_close(d.var((1, 2)).cpu().double(), t.double().var((1, 2)), rtol=1e-5, atol=0)
+    assert_close(torch.softmax(d, 1).cpu(), torch.softmax(t, 1), rtol=1e-5, atol=1e-7)
 
 
 def test_a_norm_of_another_order_and_a_variance_do_not_split(dev):
