@@ -1,6 +1,7 @@
 #include "device/reduction_split.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <vector>
@@ -9,12 +10,12 @@
 
 namespace torchneuron {
 
-int64_t rowChunks(int64_t elements) {
+int64_t rowChunks(int64_t elements, int64_t outermost) {
   if (elements < kSplitRowMinElements) return 0;
   constexpr int64_t kMinChunks = 4, kMaxChunks = 64, kMinChunkElements = 4096;
   for (int64_t chunks = std::min(kMaxChunks, elements / kMinChunkElements); chunks >= kMinChunks;
        --chunks)
-    if (elements % chunks == 0) return chunks;
+    if (outermost % chunks == 0) return chunks;
   return 0;
 }
 
@@ -23,22 +24,24 @@ void splitLongRow(LaunchPlan& plan) {
   const PlannedLaunch& whole = plan.launches.front();
   const fusion::ReductionSignature& signature = whole.reduction;
   const fusion::ReductionOp& op = *signature.op;
-  // One output with one kept row, and every input one merged reduced dimension: operands
-  // [output: sizes {1}] then [input: sizes {1, n}].
+  // One output with one kept row, every input over the same reduced dimensions: operands
+  // [output: sizes {1}] then [input: sizes {1, r0, r1, ...}], r0 * r1 * ... = n.
   if (whole.kind != KernelKind::kReduction || !op.partials || op.row_output || op.static_window ||
-      signature.column_order || signature.outputs.size() != 1 || signature.kept_rank != 1 ||
-      signature.reduced_rank != 1)
+      signature.column_order || signature.outputs.size() != 1 || signature.kept_rank != 1)
     return;
   const PlannedOperand& output = whole.operands.front();
   if (output.sizes.size() != 1 || output.sizes[0] != 1) return;
   const int64_t elements = whole.words.back();
+  const DimVector& row = whole.operands.back().sizes;
   for (size_t i = 1; i < whole.operands.size(); ++i) {
     const PlannedOperand& input = whole.operands[i];
-    if (input.role != OperandRole::kInput || input.sizes.size() != 2 || input.sizes[0] != 1 ||
-        input.sizes[1] != elements)
+    if (input.role != OperandRole::kInput || input.sizes != row ||
+        static_cast<int>(row.size()) != 1 + signature.reduced_rank || row[0] != 1 ||
+        c10::multiply_integers(row.begin() + 1, row.end()) != elements)
       return;
   }
-  const int64_t chunks = rowChunks(elements);
+  const int64_t outermost = row[1];
+  const int64_t chunks = rowChunks(elements, outermost);
   if (chunks == 0) return;
   const fusion::ReductionOp::Partials how =
       op.partials(std::vector<int64_t>(signature.constants.begin(), signature.constants.end()));
@@ -50,7 +53,7 @@ void splitLongRow(LaunchPlan& plan) {
       "[device] ", op.name, " names no reduction to combine its partials: ", how.op);
   const at::ScalarType partial_dtype =
       op.widen_partials && at::isFloatingType(signature.compute) ? at::kDouble : signature.compute;
-  const int64_t chunk = elements / chunks;
+  const int64_t chunk = elements / chunks; // elements of a chunk
 
   PlannedOutput& partials = plan.outputs.emplace_back();
   partials.sizes = {chunks};
@@ -59,16 +62,19 @@ void splitLongRow(LaunchPlan& plan) {
   partials.device = plan.outputs.front().device;
   const int partials_index = static_cast<int>(plan.outputs.size() - 1);
 
-  // 1. The op over [chunks, chunk] into the partials.
+  // 1. The op over [chunks, r0 / chunks, r1, ...] into the partials: the outermost reduced
+  //    dimension is cut into the chunks, the kept one.
   PlannedLaunch first = whole;
   first.reduction.outputs = {partial_dtype};
   first.reduction.inner[0] = fusion::innerStrideClass(1, false);
   first.operands[0] = PlannedOperand{OperandRole::kOutput, partials_index, 0, {chunks}, {1}};
+  const int64_t outer_per_chunk = outermost / chunks;
   for (size_t i = 1; i < first.operands.size(); ++i) {
     PlannedOperand& input = first.operands[i];
     const int64_t stride = input.strides[1];
-    input.sizes = {chunks, chunk};
-    input.strides = {stride * chunk, stride};
+    input.sizes[0] = chunks;
+    input.strides[0] = stride * outer_per_chunk;
+    input.sizes[1] = outer_per_chunk;
   }
   first.words.back() = chunk;
   first.range = chunks;

@@ -6,8 +6,9 @@
 // extrema, vector norms but of a general order, the pointwise losses), is planned as two
 // launches instead:
 //
-//   1. the op over the row viewed as [chunks, row / chunks], one partial result per chunk, into
-//      a scratch output of the plan (a new tensor that the call does not return);
+//   1. the op over the row with its outermost dimension cut into chunks (a merged row of n
+//      elements viewed as [chunks, n / chunks]), one partial result per chunk, into a scratch
+//      output of the plan (a new tensor that the call does not return);
 //   2. the combining op (sum, mean, prod, amax, amin, the same norm) over those partials, into
 //      the output.
 //
@@ -26,9 +27,11 @@ namespace torchneuron {
 // it saved (64K-element sums took 17 us split against 9 us whole, bench/reduction_fusion.py).
 constexpr int64_t kSplitRowMinElements = int64_t{1} << 18;
 
-// The number of chunks a row of `elements` splits into: the largest divisor of it from 4 to 64
-// that leaves chunks of at least 4096 elements; 0 when the row is too short or has none.
-int64_t rowChunks(int64_t elements);
+// The number of chunks a row of `elements` splits into, cut along its outermost dimension of
+// `outermost` elements (the whole row when its dimensions merged into one): the largest divisor
+// of `outermost` from 4 to 64 that leaves chunks of at least 4096 elements; 0 when the row is too
+// short or there is none.
+int64_t rowChunks(int64_t elements, int64_t outermost);
 
 // Rewrites `plan`, the plan of one reduction launch (reduction_plan.cpp), into the two launches
 // above when its one kept row splits; otherwise leaves it alone. The scratch output is appended

@@ -264,13 +264,18 @@ TEST(LaunchPlan, ExecutingAReductionPlanGivesTheOpsResult) {
 }
 
 TEST(ReductionSplit, ARowSplitsIntoItsLargestDivisorFrom4To64WithChunksOf4096) {
-  EXPECT_EQ(rowChunks((int64_t{1} << 18) - 1), 0); // too short
-  EXPECT_EQ(rowChunks(int64_t{1} << 18), 64);
-  EXPECT_EQ(rowChunks(int64_t{1} << 24), 64);
-  EXPECT_EQ(rowChunks(2 * 3 * 5 * 7 * 11 * 13 * 17), 55); // 56 to 64 do not divide it
-  EXPECT_EQ(rowChunks(1000003), 0);                       // a prime
-  EXPECT_EQ(rowChunks(2 * 1000003), 0);                   // only 2 of 2 to 64 divides it
-  EXPECT_EQ(rowChunks(5 * 65537), 5);
+  auto merged = [](int64_t n) { return rowChunks(n, n); }; // a row of one dimension
+  EXPECT_EQ(merged((int64_t{1} << 18) - 1), 0);            // too short
+  EXPECT_EQ(merged(int64_t{1} << 18), 64);
+  EXPECT_EQ(merged(int64_t{1} << 24), 64);
+  EXPECT_EQ(merged(2 * 3 * 5 * 7 * 11 * 13 * 17), 55); // 56 to 64 do not divide it
+  EXPECT_EQ(merged(1000003), 0);                       // a prime
+  EXPECT_EQ(merged(2 * 1000003), 0);                   // only 2 of 2 to 64 divides it
+  EXPECT_EQ(merged(5 * 65537), 5);
+  // Rows of several dimensions are cut along the outermost one.
+  EXPECT_EQ(rowChunks(1024 * 1000, 1024), 64);
+  EXPECT_EQ(rowChunks(1031 * 1000, 1031), 0); // a prime outermost size
+  EXPECT_EQ(rowChunks(6 * 100000, 6), 6);
 }
 
 ReductionCall fullSum(const at::Tensor& x) {
@@ -314,6 +319,21 @@ TEST(ReductionSplit, AFullSumOfALongRowPlansChunksThenTheirSum) {
   EXPECT_EQ(at::IntArrayRef(combine.words), at::IntArrayRef({64}));
   EXPECT_EQ(combine.range, 1);
   EXPECT_NE(combine.key, chunks.key);
+}
+
+TEST(ReductionSplit, ARowOfTwoDimensionsIsCutAlongItsOutermost) {
+  // A column slice [1024, 1000] of a [1024, 1024] matrix: its dimensions do not merge.
+  const at::Tensor x = viewOf(pendingStorage(1024 * 1024), {1024, 1000}, {1024, 1});
+  const c10::optional<LaunchPlan> plan = planReduction(fullSum(x));
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->launches.size(), 2u);
+  const PlannedLaunch& chunks = plan->launches[0];
+  EXPECT_EQ(chunks.reduction.kept_rank, 1);
+  EXPECT_EQ(chunks.reduction.reduced_rank, 2);
+  EXPECT_EQ(at::IntArrayRef(chunks.operands[1].sizes), at::IntArrayRef({64, 16, 1000}));
+  EXPECT_EQ(at::IntArrayRef(chunks.operands[1].strides), at::IntArrayRef({16 * 1024, 1024, 1}));
+  EXPECT_EQ(chunks.words.back(), 16 * 1000);
+  EXPECT_EQ(at::IntArrayRef(plan->launches[1].operands[1].sizes), at::IntArrayRef({1, 64}));
 }
 
 TEST(ReductionSplit, ExecutingASplitPlanReturnsOnlyTheCallsOutput) {

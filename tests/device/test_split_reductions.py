@@ -1,6 +1,7 @@
 """Long rows across threads (device/reduction_split.h): a reduction with one kept row of at
 least 2^18 elements, of an op whose result is a function of its chunks' results, runs as two
-compiled launches, the op over equal chunks into partial results and a combining op over those.
+compiled launches, the op over equal chunks of the row's outermost dimension into partial results
+and a combining op over those.
 Every result is checked against float64 on the CPU (the device accumulates sums in float64, so
 it is closer to that than the CPU's float32 result), against the CPU within tolerance, and for
 the same bits at 1 and 2 threads: the chunks depend on the row's length, not on the threads."""
@@ -39,6 +40,11 @@ CASES = {
     "transposed": (lambda x: x.view(512, 2048).t().sum(), [values()], "aten::sum", 1e-6),
     "permuted": (lambda x: x.view(16, 256, 256).permute(2, 0, 1).mean(), [values()],
                  "aten::mean", 1e-6),
+    # Dimensions that do not merge: the row is cut along its outermost one.
+    "column slice": (lambda x: x.view(1024, 1024)[:, :1000].sum(), [values()], "aten::sum",
+                     1e-6),
+    "3-D slice": (lambda x: torch.linalg.vector_norm(x.view(64, 128, 128)[:, 1:, :100]),
+                  [values()], "aten::linalg_vector_norm", 1e-6),
     "2-norm": (lambda x: torch.linalg.vector_norm(x), [values()], "aten::linalg_vector_norm",
                1e-6),
     "1-norm": (lambda x: torch.linalg.vector_norm(x, 1), [values()], "aten::linalg_vector_norm",
@@ -108,7 +114,7 @@ def test_nan_and_infinity_reach_the_combined_result(dev):
     (2 * 1000003, None, "no divisor from 4 to 64: 2 x 1000003"),
     (1000003, None, "a prime"),
     ((1 << 18) - 64, None, "below the 2^18 elements a split needs"),
-    (1024 * 1024, (1024, 1024), "a column slice: its rows do not merge into one"),
+    (1031 * 1024, (1031, 1024), "a column slice whose outermost size, 1031, is a prime"),
 ])
 def test_a_row_that_does_not_split_runs_in_one_launch(dev, n, view, why):
     x = values(n)
