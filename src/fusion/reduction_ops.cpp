@@ -10,7 +10,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 namespace torchneuron::fusion {
 namespace {
@@ -45,6 +44,15 @@ Value highest(ScalarEmitter& e, const ElementType& type) {
 }
 
 // A one-pass fold into a single wide accumulator.
+// ReductionOp::partials of an op whose result over a row is its result over its chunks' results
+// (equal chunks: a mean of means).
+std::function<ReductionOp::Partials(const std::vector<int64_t>&)>
+partialsOfItself(const char* name) {
+  return [op = std::string(name)](const std::vector<int64_t>&) {
+    return ReductionOp::Partials{op, {}};
+  };
+}
+
 ReductionOp fold(const char* name, double initial,
                  std::function<Value(ReduceContext&, const Value& acc, const Value& x)> step,
                  std::function<Value(ReduceContext&, const Value& acc)> done) {
@@ -57,6 +65,8 @@ ReductionOp fold(const char* name, double initial,
     return Values{step(c, acc[0], c.emit.convert(x[0], c.wide))};
   };
   op.finish = [done](ReduceContext& c, const Values&) { return Values{done(c, c.results[0][0])}; };
+  op.partials = partialsOfItself(name); // sum, mean and prod
+  op.widen_partials = true;
   return op;
 }
 
@@ -76,6 +86,7 @@ ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> ov
     return Values{maximum ? c.emit.maximum(acc[0], x[0]) : c.emit.minimum(acc[0], x[0])};
   };
   op.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
+  op.partials = partialsOfItself(name); // exact: the extreme of the chunks' extremes
   return op;
 }
 
@@ -564,17 +575,11 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   };
   ReductionOp sum = fold("sum", 0, add, identity);
   sum.rule = atenRule(ReductionResult::kAccumulated, {"sum", "sum.dim_IntList", "sum.IntList_out"});
-  sum.partials = [](const std::vector<int64_t>&) { return ReductionOp::Partials{"sum", {}}; };
-  sum.widen_partials = true;
   ops.push_back(sum);
   ReductionOp mean = fold(
       "mean", 0, add, [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); });
   mean.rule = atenRule(ReductionResult::kRequestedOrOut, {"mean", "mean.dim", "mean.out"});
   mean.rule.floats_only = true;
-  mean.partials = [](const std::vector<int64_t>&) { // the mean of equal chunks' means
-    return ReductionOp::Partials{"mean", {}};
-  };
-  mean.widen_partials = true;
   ops.push_back(mean);
   ReductionOp prod = fold(
       "prod", 1,
@@ -583,18 +588,9 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
       },
       identity);
   prod.rule = atenRule(ReductionResult::kAccumulated, {"prod", "prod.dim_int", "prod.int_out"});
-  prod.partials = [](const std::vector<int64_t>&) { return ReductionOp::Partials{"prod", {}}; };
-  prod.widen_partials = true;
   ops.push_back(prod);
-  for (const auto& [name, is_max, overloads] :
-       {std::tuple{"amax", true, std::vector<std::string>{"amax", "amax.out", "max"}},
-        std::tuple{"amin", false, std::vector<std::string>{"amin", "amin.out", "min"}}}) {
-    ReductionOp extreme = extremum(name, is_max, overloads);
-    extreme.partials = [op = std::string(name)](const std::vector<int64_t>&) {
-      return ReductionOp::Partials{op, {}};
-    };
-    ops.push_back(extreme);
-  }
+  ops.push_back(extremum("amax", true, {"amax", "amax.out", "max"}));
+  ops.push_back(extremum("amin", false, {"amin", "amin.out", "min"}));
   ops.push_back(argExtremum("argmax", true, false, {"argmax", "argmax.out"}));
   ops.push_back(argExtremum("argmin", false, false, {"argmin", "argmin.out"}));
   ops.push_back(argExtremum("max", true, true, {"max.dim", "max.dim_max"}));
