@@ -221,7 +221,10 @@ def test_a_row_op_reading_a_prologue_result_transposed_is_not_fused(dev):
         torch.div(h.t(), s, out=out)  # another element of h than the row pass has at hand
         return out
 
-    check_fused(program, [torch.randn(12, 12), torch.randn(12)], dev, prologues=1,
+    # Positive rows, as the other division tests use: a row sum of randn values near zero made
+    # the quotient ill-conditioned, and the CPU's float32 sum and the device's float64 one then
+    # differed by more than the tolerance (the inputs are not seeded).
+    check_fused(program, [torch.rand(12, 12) + 0.5, torch.rand(12)], dev, prologues=1,
                 saved_per_run=1)
 
 
