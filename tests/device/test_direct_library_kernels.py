@@ -1,7 +1,9 @@
 """Matrix products and nll_loss run on device memory without ATen's kernel around them
 (device/direct_gemm.h: the BLAS call ATen makes; device/nll_loss_loops.h: ATen's loops). Each
 must give the CPU's result bit for bit, in every layout and case, including the ones it hands
-back to ATen's kernel (layouts ATen copies first, 1-D inputs, byte targets)."""
+back to ATen's kernel (layouts ATen copies first, 1-D inputs, byte targets). Products do with
+ATen's BLAS, which these tests choose: the device's own (device/device_blas.h, where the CPU has
+AVX-512) rounds otherwise, and tests/device/test_device_blas.py checks it."""
 
 import warnings
 
@@ -11,6 +13,13 @@ import torch.nn.functional as F
 import torchneuron
 
 from conftest import launched_since, launches_now
+
+
+@pytest.fixture(autouse=True)
+def atens_blas():
+    torchneuron.set_device_blas("aten")
+    yield
+    torchneuron.set_device_blas("auto")
 
 
 def assert_same_bits(got, want):
