@@ -46,14 +46,11 @@ def mode_environment(mode, threads, build_dir):
     return env
 
 
-def run_cell(mode, threads, workload, args, extra_env=None):
-    """One cell in a fresh process; `extra_env` adds to (or overrides) the mode's environment."""
+def run_cell(mode, threads, workload, args):
     command = [sys.executable, os.path.join(HERE, "run_workload.py"), "--mode", mode,
                "--threads", str(threads), "--workload", workload, "--reps", str(args.reps)]
-    env = mode_environment(mode, threads, args.build)
-    env.update(extra_env or {})
     try:
-        done = subprocess.run(command, env=env,
+        done = subprocess.run(command, env=mode_environment(mode, threads, args.build),
                               capture_output=True, text=True, timeout=args.cell_timeout)
         lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
         if lines:

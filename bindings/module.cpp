@@ -20,7 +20,6 @@
 #include "cache/remote_transfer.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
-#include "device/device_blas.h"
 #include "device/eager_call_cache.h"
 #include "device/list_launch.h"
 #include "device/metrics.h"
@@ -202,16 +201,6 @@ py::dict eagerCallCacheDict() {
   return result;
 }
 
-// What the device's matrix products call (device/device_blas.h).
-py::dict deviceBlasDict() {
-  const torchneuron::DeviceBlasInfo info = torchneuron::deviceBlasInfo();
-  py::dict result;
-  result["library"] = info.library;
-  result["core"] = info.core;
-  result["reason"] = info.reason;
-  return result;
-}
-
 py::dict metricsDict() {
   const torchneuron::MetricsSnapshot snapshot = torchneuron::metricsSnapshot();
   py::dict result;
@@ -242,7 +231,6 @@ py::dict metricsDict() {
   result["adaptive"] = adaptiveDict();
   result["eager_call_cache"] = eagerCallCacheDict();
   result["remote"] = remoteStatsDict(torchneuron::kernelCacheStats());
-  result["blas"] = deviceBlasDict();
   return result;
 }
 
@@ -424,9 +412,6 @@ PYBIND11_MODULE(_C, m) {
   });
   defaultWarningHandler();
   torchneuron::makeTorchForkSafe(); // before the program starts threads that may fork
-  // The device's own BLAS loads now, setting OPENBLAS_CORETYPE for the moment of its load, before
-  // the program starts threads that could read the environment meanwhile.
-  (void)torchneuron::deviceBlasInfo();
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);
@@ -478,19 +463,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("adaptive_unbacked", &torchneuron::tracer::adaptiveUnbacked);
   m.def("set_list_launches", &torchneuron::setListLaunches, py::arg("enabled"));
   m.def("list_launches_enabled", &torchneuron::listLaunchesEnabled);
-  m.def("device_blas", &deviceBlasDict);
-  m.def(
-      "set_device_blas",
-      [](const std::string& name) {
-        if (name == "auto")
-          torchneuron::setDeviceBlas(torchneuron::DeviceBlas::kAuto);
-        else if (name == "aten")
-          torchneuron::setDeviceBlas(torchneuron::DeviceBlas::kAten);
-        else
-          throw py::value_error("set_device_blas: '" + name +
-                                "' is not a device BLAS ('auto' or 'aten')");
-      },
-      py::arg("name"));
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,

@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build
-  libtorch-dev python3-torch python3-torchvision libopenblas0-pthread libopenblas64-0-openmp
+  libtorch-dev python3-torch python3-torchvision libopenblas0-pthread
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
   libtbb-dev libxxhash-dev librocksdb-dev
   libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev

@@ -61,7 +61,6 @@ __all__ = [
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
     "set_adaptive_fusion", "set_adaptive_min_bytes", "adaptive_min_bytes",
     "set_adaptive_unbacked", "adaptive_unbacked", "set_list_launches", "list_launches_enabled",
-    "set_device_blas", "device_blas",
     "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
@@ -257,21 +256,6 @@ def set_list_launches(enabled: bool) -> None:
 def list_launches_enabled() -> bool:
     """Whether eager ``_foreach_*`` calls run as list launches (``set_list_launches``)."""
     return _C.list_launches_enabled()
-
-
-def set_device_blas(name: str) -> None:
-    """Which BLAS the device's matrix products call from now on (``NEURON_DEVICE_BLAS``):
-    ``"auto"`` (the default), the device's own OpenBLAS with AVX-512 kernels where the CPU has
-    AVX-512 and ATen's BLAS does not use it, else ATen's; ``"aten"``, the BLAS ATen's CPU kernels
-    call, so that products equal the CPU's bit for bit. :func:`device_blas` says which is used."""
-    _C.set_device_blas(name)
-
-
-def device_blas() -> dict:
-    """What the device's matrix products call: ``library`` (``"aten"`` or the path of the
-    device's own OpenBLAS), ``core`` (its kernels, e.g. ``"SkylakeX"``) and ``reason``, a
-    sentence saying what decided it. Also ``metrics()["blas"]``."""
-    return _C.device_blas()
 
 
 def adaptive_min_bytes() -> int:

@@ -6,8 +6,15 @@
 #include <cstring>
 #include <utility>
 
-#include "device/device_blas.h"
 #include "device/host_view.h"
+
+// The BLAS ATen's CPU kernels call (libblas.so.3, which libtorch_cpu links).
+extern "C" void sgemm_(char* transa, char* transb, int* m, int* n, int* k, float* alpha,
+                       const float* a, int* lda, const float* b, int* ldb, float* beta, float* c,
+                       int* ldc);
+extern "C" void dgemm_(char* transa, char* transb, int* m, int* n, int* k, double* alpha,
+                       const double* a, int* lda, const double* b, int* ldb, double* beta,
+                       double* c, int* ldc);
 
 namespace torchneuron {
 namespace {
@@ -47,11 +54,16 @@ struct GemmCall {
            ldb >= std::max<int64_t>(1, transpose_b ? n : k) && ldc >= std::max<int64_t>(1, m);
   }
 
-  template <typename T>
-  void run(const c10::Scalar& alpha_scalar, const c10::Scalar& beta_scalar) const {
-    deviceGemm(transpose_a ? 't' : 'n', transpose_b ? 't' : 'n', m, n, k, alpha_scalar.to<T>(),
-               reinterpret_cast<const T*>(a), lda, reinterpret_cast<const T*>(b), ldb,
-               beta_scalar.to<T>(), reinterpret_cast<T*>(c), ldc);
+  template <typename T, typename Gemm>
+  void run(Gemm gemm, const c10::Scalar& alpha_scalar, const c10::Scalar& beta_scalar) const {
+    char transa = transpose_a ? 't' : 'n';
+    char transb = transpose_b ? 't' : 'n';
+    int m_ = static_cast<int>(m), n_ = static_cast<int>(n), k_ = static_cast<int>(k);
+    int lda_ = static_cast<int>(lda), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
+    T alpha = alpha_scalar.to<T>();
+    T beta = beta_scalar.to<T>();
+    gemm(&transa, &transb, &m_, &n_, &k_, &alpha, reinterpret_cast<const T*>(a), &lda_,
+         reinterpret_cast<const T*>(b), &ldb_, &beta, reinterpret_cast<T*>(c), &ldc_);
   }
 };
 
@@ -147,34 +159,9 @@ bool gemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Te
   if (!planLikeAten(out, a, b, call)) return false;
   if (self != nullptr && beta.toComplexDouble() != 0.0 && !copySelfRows(out, *self)) return false;
   if (dtype == at::kFloat)
-    call.run<float>(alpha, beta);
+    call.run<float>(sgemm_, alpha, beta);
   else
-    call.run<double>(alpha, beta);
-  return true;
-}
-
-bool batchedGemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                               const c10::Scalar& beta, const c10::Scalar& alpha,
-                               const at::Tensor* self) {
-  if (deviceBlasIsAtens() || out.dim() != 3 || a.dim() != 3 || b.dim() != 3) return false;
-  if (out.numel() == 0 || a.size(2) == 0) return false;
-  // ATen's bmm_out_or_baddbmm_ runs its own loops for products this small.
-  if (a.size(2) * out.size(1) * out.size(2) < 400) return false;
-  const bool reads_self = self != nullptr && beta.toComplexDouble() != 0.0;
-  if (reads_self) { // out = self expanded, as ATen's baddbmm copies it before the products
-    ScopedHostView target(out), source(*self);
-    target.tensor().copy_(source.tensor().expand_as(target.tensor()));
-  }
-  const c10::Scalar product_beta = reads_self ? beta : c10::Scalar(0);
-  for (int64_t i = 0; i < out.size(0); ++i) {
-    // Every batch has the first one's layout: the first decides, before anything is written
-    // but the copy of self, which ATen's kernel, run instead, makes again.
-    if (!gemmOnDeviceMemory(out.select(0, i), a.select(0, i), b.select(0, i), product_beta,
-                            alpha)) {
-      TORCH_INTERNAL_ASSERT(i == 0, "batch ", i, " of a product has another layout");
-      return false;
-    }
-  }
+    call.run<double>(dgemm_, alpha, beta);
   return true;
 }
 

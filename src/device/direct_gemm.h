@@ -1,11 +1,9 @@
 #pragma once
 // A matrix product on device memory as the one BLAS call ATen's CPU kernel makes for it, without
 // the kernel around it: for the 2-D layouts ATen passes to BLAS as they are, the same
-// transposes, sizes, leading dimensions and scalars go to the device's BLAS (device_blas.h).
-// Where that is ATen's own sgemm_/dgemm_ (NEURON_DEVICE_BLAS=aten, or a CPU without AVX-512) the
-// result is ATen's bit for bit; the device's own AVX-512 OpenBLAS gives other roundings. What the
-// direct call saves is ATen's wrapping (its meta function, host views, conj and name checks: most
-// of a tiny product's cost above stock's, issue 15's 32-element `mm`).
+// transposes, sizes, leading dimensions and scalars go to the same sgemm_/dgemm_, so the result
+// is ATen's bit for bit. What that saves is ATen's wrapping (its meta function, host views,
+// conj and name checks: most of a tiny product's cost above stock's, issue 15's 32-element `mm`).
 
 #include <ATen/Tensor.h>
 #include <c10/core/Scalar.h>
@@ -24,16 +22,5 @@ namespace torchneuron {
 bool gemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                         const c10::Scalar& beta, const c10::Scalar& alpha,
                         const at::Tensor* self = nullptr);
-
-// bmm and baddbmm (`self` non-null: out is new and self, broadcast to it, is copied in first
-// where beta is not 0) as one gemmOnDeviceMemory per batch, as ATen's kernel makes its products,
-// but only through the device's own BLAS: with ATen's, ATen's kernel gives the same bits as on
-// the CPU (its own loops for small products included), so this returns false. False too, having
-// written nothing but the copy of self, for 3-D products ATen runs its loops for (fewer than 400
-// multiply-adds per batch) or whose batches' layout gemmOnDeviceMemory refuses; the caller then
-// runs ATen's kernel.
-bool batchedGemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                               const c10::Scalar& beta, const c10::Scalar& alpha,
-                               const at::Tensor* self = nullptr);
 
 } // namespace torchneuron

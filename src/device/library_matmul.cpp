@@ -1,11 +1,11 @@
 // mm, addmm, bmm and baddbmm as library kernels that write straight into device memory: the
 // output is allocated on the device (the caching allocator) and filled by the BLAS call ATen's
-// CPU kernel would make, through the device's BLAS (device/direct_gemm.h, device/device_blas.h),
-// or, in layouts that call does not cover, by ATen's out= CPU kernel through host views; or, in a
-// hot window of the adaptive tracer, a recorded step of the window does when the window runs (the
-// output's metadata are known now). The generic library path would let the functional CPU kernel
-// allocate fresh host memory and then copy it to the device: an extra allocation (page faults for a
-// fresh multi-megabyte block) and an extra copy of every result.
+// CPU kernel would make (device/direct_gemm.h) or, in layouts that call does not cover, by ATen's
+// out= CPU kernel through host views; or, in a hot window of the adaptive tracer, a
+// recorded step of the window does when the window runs (the output's metadata are known now). The
+// generic library path would let the functional CPU kernel allocate fresh host memory and then copy
+// it to the device: an extra allocation (page faults for a fresh multi-megabyte block) and an extra
+// copy of every result.
 
 #include <ATen/ATen.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -161,7 +161,6 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
       [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-        if (batchedGemmOnDeviceMemory(out, a, b, /*beta=*/0, /*alpha=*/1)) return;
         onHostViews([](at::Tensor& o, at::Tensor& x, at::Tensor& y) { at::cpu::bmm_out(o, x, y); },
                     out, a, b);
       },
@@ -181,7 +180,6 @@ at::Tensor baddbmmIntoDevice(const at::Tensor& self, const at::Tensor& batch1,
       launches, {batch1.size(0), batch1.size(1), batch2.size(2)}, batch1,
       [beta, alpha](const at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
                     const at::Tensor& b) {
-        if (batchedGemmOnDeviceMemory(out, a, b, beta, alpha, &s)) return;
         onHostViews(
             [&](at::Tensor& o, at::Tensor& self_view, at::Tensor& x, at::Tensor& y) {
               // ATen 1.13's loops for small products compute out * beta + alpha * product even

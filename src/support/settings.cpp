@@ -130,14 +130,6 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
   };
   readSetting(lookup, "NEURON_LAUNCH_POOL", "a launch pool ('openmp' or 'tbb')", s.launch_pool,
               "openmp", pool, s);
-  auto blas = [](const char* raw) -> std::optional<DeviceBlas> {
-    const std::string value = lowercase(raw);
-    if (value == "auto") return DeviceBlas::kAuto;
-    if (value == "aten") return DeviceBlas::kAten;
-    return std::nullopt;
-  };
-  readSetting(lookup, "NEURON_DEVICE_BLAS", "a device BLAS ('auto' or 'aten')", s.device_blas,
-              "auto", blas, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
   auto ms = [](const char* raw) { return parseMilliseconds(raw); };

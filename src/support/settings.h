@@ -25,10 +25,6 @@ enum class FallbackMode { kWarn, kSilent, kError };
 // own CPU kernels use), or a TBB arena of the launcher's own.
 enum class LaunchPool { kOpenMp, kTbb };
 
-// Which BLAS the device's matrix products call (device/device_blas.h): the best one this process
-// can load for the host CPU, or the one ATen's CPU kernels call (the CPU's results bit for bit).
-enum class DeviceBlas { kAuto, kAten };
-
 struct Settings {
   bool cache_enabled = true;                           // NEURON_CACHE
   int64_t cache_max_bytes = 0;                         // NEURON_CACHE_MAX_BYTES; 0: no cap
@@ -44,7 +40,6 @@ struct Settings {
   bool list_launches = true;    // NEURON_LIST_LAUNCHES: a _foreach_* call as one compiled launch
   // NEURON_LAUNCH_POOL: the threads that run a parallel launch (launcher/parallel_launch.h).
   LaunchPool launch_pool = LaunchPool::kOpenMp;
-  DeviceBlas device_blas = DeviceBlas::kAuto; // NEURON_DEVICE_BLAS
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;

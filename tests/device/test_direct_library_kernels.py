@@ -1,9 +1,7 @@
 """Matrix products and nll_loss run on device memory without ATen's kernel around them
 (device/direct_gemm.h: the BLAS call ATen makes; device/nll_loss_loops.h: ATen's loops). Each
 must give the CPU's result bit for bit, in every layout and case, including the ones it hands
-back to ATen's kernel (layouts ATen copies first, 1-D inputs, byte targets). Products do with
-ATen's BLAS, which these tests choose: the device's own (device/device_blas.h, where the CPU has
-AVX-512) rounds otherwise, and tests/device/test_device_blas.py checks it."""
+back to ATen's kernel (layouts ATen copies first, 1-D inputs, byte targets)."""
 
 import warnings
 
@@ -13,13 +11,6 @@ import torch.nn.functional as F
 import torchneuron
 
 from conftest import launched_since, launches_now
-
-
-@pytest.fixture(autouse=True)
-def atens_blas():
-    torchneuron.set_device_blas("aten")
-    yield
-    torchneuron.set_device_blas("auto")
 
 
 def assert_same_bits(got, want):
@@ -100,6 +91,26 @@ def test_linear_layers_gradients_equal_the_cpus_bit_for_bit(dev):
         assert torch.equal(x_dev.grad.cpu(), x.grad)
     for layer_cpu, layer_dev in zip(cpu, device):
         assert torch.equal(layer_dev.weight.grad.cpu(), layer_cpu.weight.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batches, m, k, n", [(3, 4, 5, 6), (3, 20, 30, 40)], ids=["loops", "gemm"])
+def test_baddbmm_with_beta_zero_ignores_what_its_new_output_held_before(dev, dtype, batches, m,
+                                                                         k, n):
+    """beta 0 ignores self, NaN included. ATen 1.13's loops for small products multiply the old
+    output by beta anyway (torch.baddbmm(..., beta=0, out=a_nan_tensor) is NaN on the CPU), and a
+    device output reuses freed memory: here memory that held NaN."""
+    g = torch.Generator().manual_seed(8)
+    a = torch.randn(batches, m, k, dtype=dtype, generator=g)
+    b = torch.randn(batches, k, n, dtype=dtype, generator=g)
+    self = torch.full((batches, m, n), float("nan"), dtype=dtype)
+    want = torch.baddbmm(self, a, b, beta=0, alpha=2)
+    assert not want.isnan().any()
+    for _ in range(3):
+        junk = torch.full((batches, m, n), float("nan"), dtype=dtype, device=dev)
+        del junk
+        got = torch.baddbmm(self.to(dev), a.to(dev), b.to(dev), beta=0, alpha=2)
+        assert torch.equal(got.cpu(), want)
 
 
 def test_a_product_of_an_empty_inner_size_is_zeros_as_on_the_cpu(dev):

@@ -59,7 +59,6 @@ BAD_KNOBS = [
     ("NEURON_WARM_START_MAX_BYTES", "1e23"),
     ("NEURON_LIST_LAUNCHES", "sometimes"),
     ("NEURON_LAUNCH_POOL", "fibers"),
-    ("NEURON_DEVICE_BLAS", "mkl"),
 ]
 
 

@@ -56,18 +56,6 @@ TEST(Settings, TheLaunchPoolIsOpenMpUnlessTbbIsNamed) {
       << s.warnings[0];
 }
 
-TEST(Settings, TheDeviceBlasIsAutoUnlessAtenIsNamed) {
-  EXPECT_EQ(parse({}).device_blas, DeviceBlas::kAuto);
-  EXPECT_EQ(parse({{"NEURON_DEVICE_BLAS", "aten"}}).device_blas, DeviceBlas::kAten);
-  EXPECT_EQ(parse({{"NEURON_DEVICE_BLAS", "ATen"}}).device_blas, DeviceBlas::kAten);
-  EXPECT_EQ(parse({{"NEURON_DEVICE_BLAS", "auto"}}).device_blas, DeviceBlas::kAuto);
-  const Settings s = parse({{"NEURON_DEVICE_BLAS", "mkl"}});
-  EXPECT_EQ(s.device_blas, DeviceBlas::kAuto);
-  ASSERT_EQ(s.warnings.size(), 1u);
-  EXPECT_NE(s.warnings[0].find("NEURON_DEVICE_BLAS=mkl is not a device BLAS"), std::string::npos)
-      << s.warnings[0];
-}
-
 TEST(Settings, AnUnknownBooleanWarnsNamingVariableAndValueAndKeepsTheDefault) {
   const Settings s = parse({{"NEURON_CACHE", "nope"},
                             {"NEURON_WARM_START", "bogus"},
