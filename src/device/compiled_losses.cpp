@@ -79,9 +79,10 @@ at::Tensor lossForward(LossKind kind, const at::Tensor& self, const at::Tensor& 
     return loss;
   }
   const int64_t mean = reduction == at::Reduction::Mean ? 1 : 0;
+  // The plan allocates the 0-dim result, so that the eager call cache can capture the call.
   c10::optional<TensorList> result =
-      launchNamedReduction("pointwise_loss_reduced", {input, other}, allDims(input),
-                           {at::empty({}, self.options())}, {limit}, launches, {kind, mean});
+      launchNamedReduction("pointwise_loss_reduced", {input, other}, allDims(input), {}, {limit},
+                           launches, {kind, mean});
   return result ? (*result)[0] : at::Tensor();
 }
 

@@ -40,6 +40,20 @@ def test_a_recurring_call_is_replayed_with_its_result_equal_to_the_cpu():
     assert torchneuron.metrics()["launches"]["compiled"] == 15  # replays count as launches
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_a_reduced_loss_is_captured_and_replayed_with_new_inputs(reduction):
+    """The loss's 0-dim result is allocated by its plan, so the call is captured (a result made
+    outside the plan would leave it uncapturable, planned at every step of a training loop)."""
+    torchneuron.reset_metrics()
+    for _ in range(5):
+        x, y = torch.randn(32, 3), torch.randn(32, 3)
+        got = F.mse_loss(x.to(dev), y.to(dev), reduction=reduction)
+        assert got.shape == () and got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), F.mse_loss(x, y, reduction=reduction))
+    stats = cache_stats()
+    assert stats["captures"] == 1 and stats["uncapturable"] == 0 and stats["replays"] == 3, stats
+
+
 def test_replays_read_the_new_arguments_memory():
     x, y = torch.randn(16).to(dev), torch.randn(16).to(dev)
     repeat(lambda: x * y)
