@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "device/plan_replay.h"
+
 namespace torchneuron {
 namespace {
 
@@ -83,6 +85,7 @@ bool bindCall(const NativeOpBinding& binding, c10::ArrayRef<c10::IValue> args, B
         // ignores it, clamp_min(x, nan) and fill_(nan) do not): the CPU decides.
         if (scalar.isFloatingPoint() && std::isnan(scalar.toDouble())) return false;
         by_operand[role.index] = wrappedScalar(scalar);
+        captureNumberOperand(by_operand[role.index]);
         scalar_of[role.index] = scalar;
       } else {
         by_operand[role.index] = value.toTensor();

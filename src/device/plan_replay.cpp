@@ -15,8 +15,14 @@ namespace {
 
 // Where a tensor of a captured plan comes from.
 struct TensorSource {
-  enum Kind : uint8_t { kArgument, kListElement, kPlanOutput, kUndefined } kind = kArgument;
-  uint16_t index = 0;   // the argument, or the plan
+  enum Kind : uint8_t {
+    kArgument,
+    kListElement,
+    kPlanOutput,
+    kUndefined,
+    kNumber
+  } kind = kArgument;
+  uint16_t index = 0;   // the argument, the plan, or the number (CapturedCall::numbers)
   uint16_t element = 0; // the list element, or the plan's output
 };
 
@@ -36,6 +42,9 @@ struct CapturedCall {
   std::vector<CapturedPlan> plans;
   c10::SmallVector<TensorSource, 2> returns;
   size_t list_elements = 0; // tensor-list elements the plans and returns name, counted
+  // CPU numbers the call's kernel made from its number arguments (captureNumberOperand), whose
+  // values the fingerprint holds: every replay reads them as they are.
+  std::vector<at::Tensor> numbers;
 };
 
 namespace {
@@ -180,6 +189,9 @@ thread_local Capture* active_capture = nullptr;
 
 c10::optional<TensorSource> sourceOf(const Capture& capture, const at::Tensor& t) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (size_t n = 0; n < capture.call.numbers.size(); ++n)
+    if (capture.call.numbers[n].unsafeGetTensorImpl() == impl)
+      return TensorSource{TensorSource::kNumber, static_cast<uint16_t>(n), 0};
   for (size_t p = 0; p < capture.plan_outputs.size(); ++p)
     for (size_t o = 0; o < capture.plan_outputs[p].size(); ++o)
       if (capture.plan_outputs[p][o].unsafeGetTensorImpl() == impl)
@@ -215,8 +227,8 @@ bool sourcesOf(Capture& capture, at::ArrayRef<at::Tensor> tensors,
   return true;
 }
 
-const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue> args,
-                          c10::ArrayRef<TensorList> plan_outputs,
+const at::Tensor& resolve(const TensorSource& source, const CapturedCall& call,
+                          c10::ArrayRef<c10::IValue> args, c10::ArrayRef<TensorList> plan_outputs,
                           std::vector<at::Tensor>& list_elements) {
   static const at::Tensor undefined;
   switch (source.kind) {
@@ -227,6 +239,8 @@ const at::Tensor& resolve(const TensorSource& source, c10::ArrayRef<c10::IValue>
   case TensorSource::kListElement:
     list_elements.push_back(args[source.index].toTensorList().get(source.element));
     return list_elements.back();
+  case TensorSource::kNumber:
+    return call.numbers[source.index];
   case TensorSource::kPlanOutput:
     break;
   }
@@ -243,15 +257,15 @@ void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool 
   for (const CapturedPlan& captured_plan : call.plans) {
     TensorList inputs, given;
     for (const TensorSource& source : captured_plan.inputs)
-      inputs.push_back(resolve(source, args, plan_outputs, list_elements));
+      inputs.push_back(resolve(source, call, args, plan_outputs, list_elements));
     for (const TensorSource& source : captured_plan.given_outputs)
-      given.push_back(resolve(source, args, plan_outputs, list_elements));
+      given.push_back(resolve(source, call, args, plan_outputs, list_elements));
     plan_outputs.push_back(runPlanWithKernels(captured_plan.plan, captured_plan.kernels, inputs,
                                               given, captured_plan.launches, deferred));
   }
   c10::SmallVector<at::Tensor, 2> results;
   for (const TensorSource& source : call.returns)
-    results.push_back(resolve(source, args, plan_outputs, list_elements));
+    results.push_back(resolve(source, call, args, plan_outputs, list_elements));
   torch::jit::drop(*stack, call.arguments);
   for (at::Tensor& result : results)
     torch::jit::push(*stack, std::move(result));
@@ -312,6 +326,16 @@ std::shared_ptr<const CapturedCall> endCallCapture(const c10::OperatorHandle& op
 }
 
 bool callCaptureActive() { return active_capture != nullptr; }
+
+void captureNumberOperand(const at::Tensor& wrapped) {
+  Capture* capture = active_capture;
+  if (capture == nullptr || !capture->valid) return;
+  if (capture->call.numbers.size() >= 0xffff) {
+    capture->valid = false;
+    return;
+  }
+  capture->call.numbers.push_back(wrapped);
+}
 
 void invalidateCallCapture() {
   if (active_capture != nullptr) active_capture->valid = false;

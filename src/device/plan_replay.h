@@ -40,6 +40,12 @@ std::shared_ptr<const CapturedCall> endCallCapture(const c10::OperatorHandle& op
                                                    const torch::jit::Stack& stack, bool ran);
 // Whether a capture is under way on this thread.
 bool callCaptureActive();
+// A wrapped CPU number the call's kernel made from one of its number arguments (a Scalar
+// operand: pow(x, 2), clamp(min=0), fill_(v)) and passes to its plans: the capture under way
+// keeps it, and every replay reads it as it is. Only for numbers the fingerprinted arguments
+// decide (the fingerprint holds each number argument's value), never for one read from a
+// tensor's data.
+void captureNumberOperand(const at::Tensor& wrapped);
 // A routed call the capture under way cannot replay (a library kernel, the fallback, an interim
 // launch) ran inside it: the capture is dropped.
 void invalidateCallCapture();

@@ -54,6 +54,34 @@ def test_a_reduced_loss_is_captured_and_replayed_with_new_inputs(reduction):
     assert stats["captures"] == 1 and stats["uncapturable"] == 0 and stats["replays"] == 3, stats
 
 
+NUMBER_OPERAND_CALLS = {
+    "pow": lambda x, m, v: x.pow(v),
+    "clamp_min": lambda x, m, v: x.clamp(min=v),
+    "clamp_both": lambda x, m, v: x.clamp(min=-v, max=v),
+    "masked_fill": lambda x, m, v: x.masked_fill(m, v),
+    "fill_": lambda x, m, v: x.clone().fill_(v),
+    "rsub": lambda x, m, v: torch.rsub(x, v),
+}
+
+
+@pytest.mark.parametrize("name", NUMBER_OPERAND_CALLS)
+def test_calls_with_number_operands_are_captured_and_each_number_is_its_own_call(name):
+    """A number operand (pow's exponent, clamp's bound, a fill value) becomes a CPU number the
+    plan reads: the capture keeps it, and a call with another number (or an int for a float) is
+    another call, never a replay of the first's."""
+    call = NUMBER_OPERAND_CALLS[name]
+    x_cpu = torch.randn(64, 8)
+    m_cpu = x_cpu > 0.3
+    x, m = x_cpu.to(dev), m_cpu.to(dev)
+    torchneuron.reset_metrics()
+    for value in (2, 2.0, 0.5, 3, 0.5, 2):
+        for _ in range(3):
+            torch.testing.assert_close(call(x, m, value).cpu(), call(x_cpu, m_cpu, value),
+                                       rtol=0, atol=0, equal_nan=True)
+    stats = cache_stats()
+    assert stats["uncapturable"] == 0 and stats["captures"] >= 4 and stats["replays"] >= 10, stats
+
+
 def test_replays_read_the_new_arguments_memory():
     x, y = torch.randn(16).to(dev), torch.randn(16).to(dev)
     repeat(lambda: x * y)
