@@ -27,6 +27,9 @@ import torchneuron  # noqa: E402
 OPS = {
     "add": lambda x, y: x + y,
     "mul_scalar": lambda x, y: x * 2.5,
+    # Number operands the kernel turns into CPU numbers (each call's capture keeps them).
+    "pow_scalar": lambda x, y: x.pow(2),
+    "clamp_min": lambda x, y: x.clamp(min=0.0),
     "relu": lambda x, y: torch.relu(x),
     "sum": lambda x, y: x.sum(),
 }
