@@ -60,16 +60,15 @@ void orderReducedByMemory(DimVector& sizes, c10::SmallVector<DimVector, 4>& stri
   for (size_t i = 1; i < n; ++i)
     for (size_t j = i; j > 0 && liesOutside(strides, first_input, order[j], order[j - 1]); --j)
       std::swap(order[j], order[j - 1]);
-  DimVector reordered;
-  for (size_t d : order)
-    reordered.push_back(sizes[d]);
-  sizes = std::move(reordered);
-  for (DimVector& operand : strides) {
+  auto permute = [&order](DimVector& dims) {
     DimVector moved;
     for (size_t d : order)
-      moved.push_back(operand[d]);
-    operand = std::move(moved);
-  }
+      moved.push_back(dims[d]);
+    dims = std::move(moved);
+  };
+  permute(sizes);
+  for (DimVector& operand : strides)
+    permute(operand);
 }
 
 } // namespace

@@ -43,7 +43,6 @@ Value highest(ScalarEmitter& e, const ElementType& type) {
                        type);
 }
 
-// A one-pass fold into a single wide accumulator.
 // ReductionOp::partials of an op whose result over a row is its result over its chunks' results
 // (equal chunks: a mean of means).
 std::function<ReductionOp::Partials(const std::vector<int64_t>&)>
@@ -53,6 +52,7 @@ partialsOfItself(const char* name) {
   };
 }
 
+// A one-pass fold into a single wide accumulator.
 ReductionOp fold(const char* name, double initial,
                  std::function<Value(ReduceContext&, const Value& acc, const Value& x)> step,
                  std::function<Value(ReduceContext&, const Value& acc)> done) {
