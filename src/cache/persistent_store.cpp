@@ -197,10 +197,16 @@ struct PersistentStore::Impl {
   std::unique_ptr<EntryAuthenticator> authenticator;
   std::string key_source;
   std::string open_problem; // the latest failure to open the database for reading
-  // Entries, last-use times and failures read in one pass at the first lookup, so a warm
-  // process opens the database once rather than once per kernel, and a cold one opens it only
-  // when another process wrote meanwhile (store_snapshot.h).
+  // The keys stored and the failures, read at the first lookup and again whenever another
+  // process has written, so a miss is answered without reading the database (store_snapshot.h).
   StoreSnapshot snapshot;
+  // The database opened read-only at the first lookup and kept open while its generation is the
+  // one it was opened at, so a warm process opens it once rather than once per kernel and reads
+  // only the entries it looks up. Used only under the shared lock at that generation: no writer
+  // is active then and none has been since the open (each write changes the generation), so
+  // every file the instance opened is as it was. Guarded by `mutex`.
+  std::unique_ptr<rocksdb::DB> reader;
+  StoreGeneration reader_generation;
   // Made at the first putLater(): entries of compiles, and last-use refreshes (store_writer.h).
   std::once_flag writer_made;
   std::unique_ptr<StoreWriter> writer;
@@ -216,6 +222,9 @@ struct PersistentStore::Impl {
     open_problem.clear();
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr; // nothing stored yet
     rocksdb::Options options = baseOptions();
+    // A reader may stay open for the process's life: it schedules no periodic work (no thread).
+    options.stats_dump_period_sec = 0;
+    options.stats_persist_period_sec = 0;
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
@@ -305,6 +314,52 @@ struct PersistentStore::Impl {
                                 "); it is bypassed, kernels compile as usual");
     }
     return fn(nullptr);
+  }
+
+  // Runs `fn` on the held reader under the shared lock (null when there is no database, it
+  // cannot be read, or the lock cannot be taken). A reader of an older generation is closed and
+  // the database opened again, and the snapshot is taken again from it. Called under `mutex`.
+  template <typename Fn> auto readCurrent(Fn&& fn) -> decltype(fn(std::declval<rocksdb::DB*>())) {
+    FileLock lock(lock_path, LOCK_SH);
+    if (!lock.held()) return fn(nullptr);
+    try {
+      const StoreGeneration now = readGeneration(db_path);
+      if (!reader || !(reader_generation == now)) reopenReader(now);
+      return fn(reader.get());
+    } catch (const std::exception& error) {
+      reader.reset();
+      warnCacheOnce("read", std::string("reading the compile cache failed (") + error.what() +
+                                "); it is bypassed, kernels compile as usual");
+    }
+    return fn(nullptr);
+  }
+
+  // Opens the reader at generation `now` (held under the shared lock) and takes the snapshot
+  // from it: the keys of the last-use records and the failures, not the entries.
+  void reopenReader(const StoreGeneration& now) {
+    reader.reset();
+    reader = openReader(/*warn=*/true);
+    reader_generation = now;
+    StoreSnapshot::Contents contents;
+    contents.generation = now;
+    if (!reader) {
+      contents.complete = now.current.empty(); // none yet, or unreadable
+    } else {
+      lookup_opens.fetch_add(1);
+      std::unique_ptr<rocksdb::Iterator> it(reader->NewIterator(rocksdb::ReadOptions()));
+      for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
+        contents.keys.insert(it->key().ToString().substr(kUse.size()));
+      for (it->Seek(kFailure); it->Valid() && it->key().starts_with(kFailure); it->Next())
+        contents.failures[it->key().ToString().substr(kFailure.size())] = it->value().ToString();
+      contents.complete = it->status().ok();
+    }
+    snapshot.replace(std::move(contents));
+  }
+
+  // Closes the reader (before the database is destroyed or repaired) and forgets the snapshot.
+  void forgetReader() {
+    reader.reset();
+    snapshot.clear();
   }
 
   // Deletes least recently used entries until the total is at most `max_bytes`.
@@ -441,37 +496,14 @@ int64_t removeUnheldLockFiles(const std::string& locks_dir) {
 
 } // namespace
 
-// The first lookup of the process: reads the database once, and removes stale lock files.
+// The first lookup of the process: opens the reader, takes the snapshot, and removes stale
+// lock files.
 void PersistentStore::takeSnapshot() {
-  constexpr size_t kSnapshotLimit = 64 << 20;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->snapshot.taken()) return;
-  StoreSnapshot::Contents contents;
-  impl_->read([&](rocksdb::DB* db) {
-    // Read under the shared lock: no writer can change the database between these two reads.
-    contents.generation = readGeneration(impl_->db_path);
-    if (db != nullptr) impl_->lookup_opens.fetch_add(1);
-    if (db == nullptr) {
-      contents.complete = contents.generation.current.empty(); // none yet, or unreadable
-      return 0;
-    }
-    size_t bytes = 0;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
-      if (bytes >= kSnapshotLimit) {
-        contents.complete = false;
-        break;
-      }
-      bytes += it->value().size();
-      contents.entries[it->key().ToString().substr(kEntry.size())] = it->value().ToString();
-    }
-    for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
-      contents.uses[it->key().ToString().substr(kUse.size())] = it->value().ToString();
-    for (it->Seek(kFailure); it->Valid() && it->key().starts_with(kFailure); it->Next())
-      contents.failures[it->key().ToString().substr(kFailure.size())] = it->value().ToString();
-    return 0;
-  });
-  impl_->snapshot.replace(std::move(contents));
+  impl_->readCurrent([](rocksdb::DB*) { return 0; });
+  if (!impl_->snapshot.taken()) // the shared lock could not be taken: nothing is known
+    impl_->snapshot.replace(StoreSnapshot::Contents{StoreGeneration{}, false, {}, {}});
   removeUnheldLockFiles(impl_->locks_dir);
 }
 
@@ -481,18 +513,14 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
   if (!impl_->snapshot.taken()) takeSnapshot();
   std::optional<std::vector<char>> found;
   bool stale_use = false;
-  std::string use;
-  if (std::optional<std::string> bytes = impl_->snapshot.takeEntry(key, &use)) {
-    found.emplace(bytes->begin(), bytes->end());
-    stale_use = nowMs() - decodeTime(use) > kUseGranularityMs;
-  } else if (impl_->snapshot.knownAbsent(key, readGeneration(impl_->db_path))) {
+  if (impl_->snapshot.knownAbsent(key, readGeneration(impl_->db_path))) {
     impl_->misses.fetch_add(1);
     return std::nullopt; // nothing was written since the snapshot, which does not hold it
-  } else {
+  }
+  {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    found = impl_->read([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
+    found = impl_->readCurrent([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
       std::string value, used;
-      if (db != nullptr) impl_->lookup_opens.fetch_add(1);
       if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok())
         return std::nullopt;
       stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &used).ok() ||
@@ -652,9 +680,8 @@ std::optional<std::string> PersistentStore::failure(const std::string& key,
       impl_->snapshot.failure(key, readGeneration(impl_->db_path), &known);
   if (!known) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    value = impl_->read([&](rocksdb::DB* db) -> std::optional<std::string> {
+    value = impl_->readCurrent([&](rocksdb::DB* db) -> std::optional<std::string> {
       std::string stored;
-      if (db != nullptr) impl_->lookup_opens.fetch_add(1);
       if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kFailure + key, &stored).ok())
         return std::nullopt;
       return stored;
@@ -796,7 +823,7 @@ PersistentStoreStats PersistentStore::stats() {
 int64_t PersistentStore::prune(int64_t max_bytes) {
   if (off()) return 0;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot.clear();
+  impl_->forgetReader();
   int64_t removed = 0;
   impl_->write([&](rocksdb::DB& db,
                    rocksdb::WriteBatch& batch) { removed = impl_->evict(db, batch, max_bytes, 0); },
@@ -812,7 +839,7 @@ ClearReport PersistentStore::clear() {
   }
   report.profiles = removeProfiles(directory_); // they name entries that are about to go
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot.clear();
+  impl_->forgetReader();
   FileLock store_lock(impl_->lock_path, LOCK_EX);
   if (!store_lock.held()) {
     report.problem = "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
@@ -834,7 +861,7 @@ ClearReport PersistentStore::clear() {
 std::string PersistentStore::repair() {
   if (off()) return impl_->problem;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->snapshot.clear();
+  impl_->forgetReader();
   FileLock store_lock(impl_->lock_path, LOCK_EX);
   if (!store_lock.held())
     return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";

@@ -35,9 +35,6 @@ void StoreSnapshot::replace(Contents contents) {
   taken_ = true;
   writing_from_current_ = false;
   contents_ = std::move(contents);
-  present_.clear();
-  for (const auto& entry : contents_.entries)
-    present_.insert(entry.first);
 }
 
 void StoreSnapshot::clear() {
@@ -45,24 +42,12 @@ void StoreSnapshot::clear() {
   taken_ = false;
   writing_from_current_ = false;
   contents_ = Contents();
-  present_.clear();
-}
-
-std::optional<std::string> StoreSnapshot::takeEntry(const std::string& key, std::string* use) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = contents_.entries.find(key);
-  if (it == contents_.entries.end()) return std::nullopt;
-  std::string bytes = std::move(it->second);
-  contents_.entries.erase(it);
-  auto used = contents_.uses.find(key);
-  *use = used == contents_.uses.end() ? std::string() : used->second;
-  return bytes;
 }
 
 bool StoreSnapshot::knownAbsent(const std::string& key, const StoreGeneration& now) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return taken_ && contents_.complete && (writing_from_current_ || contents_.generation == now) &&
-         present_.count(key) == 0;
+         contents_.keys.count(key) == 0;
 }
 
 std::optional<std::string> StoreSnapshot::failure(const std::string& key,
@@ -90,7 +75,7 @@ void StoreSnapshot::endWrite(bool written, const StoreGeneration& after,
   contents_.generation = after; // a failed write may have moved it too (a new MANIFEST)
   if (!written) return;
   for (const std::string& key : keys) {
-    present_.insert(key);
+    contents_.keys.insert(key);
     contents_.failures.erase(key); // a stored entry deletes its remembered failure
   }
   for (const auto& failure : failures)

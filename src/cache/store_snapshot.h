@@ -1,13 +1,18 @@
 #pragma once
-// What a process knows of the persistent store without opening it (persistent_store.h): the
-// entries, last-use times and remembered failures read in one pass under the store's shared
-// lock, valid for as long as the database's generation is unchanged. RocksDB writes a new
-// MANIFEST and repoints CURRENT every time a writer opens the database, so CURRENT's content
-// and identity change with every write by any process (StoreGeneration). A miss that finds the
-// generation unchanged is answered here, without an open (which costs 2-13 ms); one that finds
-// it changed reads the database. A stale answer can only cost a duplicate compile (the key's
-// lock, taken before a compile, is held until that entry is durable), never a wrong kernel:
-// every entry returned is verified as any other.
+// What a process knows of the persistent store without reading an entry (persistent_store.h):
+// the keys stored and the remembered failures, read in one pass under the store's shared lock,
+// valid for as long as the database's generation is unchanged. RocksDB writes a new MANIFEST and
+// repoints CURRENT every time a writer opens the database, so CURRENT's content and identity
+// change with every write by any process (StoreGeneration). A miss that finds the generation
+// unchanged is answered here, without touching the database; one that finds it changed reads
+// the database. A stale answer can only cost a duplicate compile (the key's lock, taken before a
+// compile, is held until that entry is durable), never a wrong kernel: every entry returned is
+// verified as any other.
+//
+// The keys are those of the last-use records, which every stored entry has (a put writes both,
+// eviction deletes both): reading them touches a few hundred bytes per entry where reading the
+// entries' own keys would read and decompress every entry. A last-use record without its entry
+// (refreshed while another process evicted it) only sends that lookup to the database.
 //
 // Thread-safe: one mutex guards everything; it is never held while the database is open.
 
@@ -40,17 +45,15 @@ public:
   // What one pass over the database found (taken under the store's shared lock).
   struct Contents {
     StoreGeneration generation;
-    bool complete = true; // false when entries were left out (a size limit): no absence known
-    std::unordered_map<std::string, std::string> entries, uses, failures;
+    bool complete = true; // false when the database could not be read: no absence known
+    std::unordered_set<std::string> keys;                  // of the entries stored
+    std::unordered_map<std::string, std::string> failures; // key -> failure, as stored
   };
 
   bool taken() const;
   void replace(Contents contents);
   void clear(); // forgets everything: the next lookup takes a new snapshot
 
-  // The stored bytes of `key` if the snapshot holds them; handed out once (a later lookup of
-  // the same key, after the memory tier evicted its kernel, reads the database).
-  std::optional<std::string> takeEntry(const std::string& key, std::string* use);
   // True when `key` is known to be absent: the snapshot is complete, the database's generation
   // is `now`, and neither the snapshot nor this process's writes since then hold the key.
   bool knownAbsent(const std::string& key, const StoreGeneration& now) const;
@@ -73,8 +76,7 @@ private:
   mutable std::mutex mutex_;
   bool taken_ = false;
   bool writing_from_current_ = false; // a write of this process started from the snapshot's
-  Contents contents_;
-  std::unordered_set<std::string> present_; // keys stored at the snapshot or written since
+  Contents contents_;                 // its keys grow with this process's writes
 };
 
 } // namespace torchneuron

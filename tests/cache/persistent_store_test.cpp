@@ -283,6 +283,30 @@ TEST_F(PersistentStoreTest, AMissOpensTheDatabaseOnlyAfterAnotherProcessWrote) {
   EXPECT_EQ(mine.failure(storeKey('d')).value_or(""), "rejected by LLVM");
 }
 
+// A warm process opens the database once for all its lookups, whatever it holds; the reader it
+// keeps open is reopened once another process has written (and compacted: eight flushes make
+// more level-0 tables than RocksDB keeps before it merges them), and sees every entry.
+TEST_F(PersistentStoreTest, AWarmProcessOpensOnceAndReopensOnlyAfterAnotherProcessWrote) {
+  const std::string directory = freshDirectory();
+  {
+    PersistentStore writer(directory, 0);
+    for (char c : {'a', 'b', 'c'})
+      ASSERT_TRUE(writer.put(storeKey(c), containerBytes(c)));
+  }
+  PersistentStore mine(directory, 0), other(directory, 0);
+  for (char c : {'a', 'b', 'c', 'a'})
+    EXPECT_EQ(objectOf(mine.get(storeKey(c)).value_or(std::vector<char>())),
+              objectOf(containerBytes(c)));
+  EXPECT_FALSE(mine.get(storeKey('z')));
+  EXPECT_EQ(mine.stats().lookup_opens, 1);
+  for (char c : {'d', 'e', 'f', 'g', 'h', 'i', 'j', 'k'})
+    ASSERT_TRUE(other.put(storeKey(c), containerBytes(c, 4096)));
+  for (char c : {'k', 'a', 'd', 'c'})
+    EXPECT_TRUE(mine.get(storeKey(c))) << c;
+  EXPECT_FALSE(mine.get(storeKey('z')));
+  EXPECT_EQ(mine.stats().lookup_opens, 2);
+}
+
 TEST_F(PersistentStoreTest, ForeignEntriesImportOnlyWhenTrustedAndAreThenResigned) {
   PersistentStore source(freshDirectory(), 0); // its own per-user key
   for (char c : {'a', 'b'})

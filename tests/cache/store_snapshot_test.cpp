@@ -23,8 +23,7 @@ void fill(StoreSnapshot& snapshot, const StoreGeneration& g, bool complete = tru
   StoreSnapshot::Contents contents;
   contents.generation = g;
   contents.complete = complete;
-  contents.entries["stored"] = "bytes";
-  contents.uses["stored"] = "use";
+  contents.keys.insert("stored");
   contents.failures["failed"] = "v1\nrejected";
   snapshot.replace(contents);
 }
@@ -45,17 +44,6 @@ TEST(StoreSnapshot, AbsenceIsKnownOnlyAtTheSnapshotsGeneration) {
   EXPECT_TRUE(known);
   snapshot.failure("failed", g2, &known);
   EXPECT_FALSE(known);
-}
-
-TEST(StoreSnapshot, AnEntryIsHandedOutOnceButStaysKnownPresent) {
-  const StoreGeneration g1 = generation("MANIFEST-000005\n", 11);
-  StoreSnapshot snapshot;
-  fill(snapshot, g1);
-  std::string use;
-  EXPECT_EQ(snapshot.takeEntry("stored", &use).value_or(""), "bytes");
-  EXPECT_EQ(use, "use");
-  EXPECT_FALSE(snapshot.takeEntry("stored", &use));
-  EXPECT_FALSE(snapshot.knownAbsent("stored", g1)); // read from the database next time
 }
 
 TEST(StoreSnapshot, OwnWritesKeepItCurrentAndOthersMakeItStale) {
