@@ -38,8 +38,11 @@
 namespace torchneuron {
 namespace {
 
-// Key prefixes: an entry, its last use (unix ms, 8 bytes), a remembered compile failure.
-const std::string kEntry = "e/", kUse = "u/", kFailure = "f/";
+// Key prefixes: an entry, its last use (unix ms, 8 bytes), its size in bytes (8 bytes), a
+// remembered compile failure. The sizes let eviction total the store from small records instead
+// of reading every entry; an entry stored by an engine without them (none before 2026-12-06) has
+// its size read once, by the first eviction, and recorded then.
+const std::string kEntry = "e/", kUse = "u/", kSize = "s/", kFailure = "f/";
 constexpr int64_t kUseGranularityMs = 3600 * 1000;
 
 // A forked child that exits normally leaves here, before the static destructors: the
@@ -111,14 +114,18 @@ int64_t nowMs() {
       .count();
 }
 
-std::string encodeTime(int64_t ms) {
-  return std::string(reinterpret_cast<const char*>(&ms), sizeof ms);
+// A last-use time or a size as stored: 8 bytes, host order (a cache never leaves its host in
+// this form: an export carries entries only).
+std::string encodeNumber(int64_t value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof value);
 }
-int64_t decodeTime(const std::string& s) {
-  int64_t ms = 0;
-  if (s.size() == sizeof ms) std::memcpy(&ms, s.data(), sizeof ms);
-  return ms;
+std::optional<int64_t> decodeNumber(const rocksdb::Slice& stored) {
+  int64_t value = 0;
+  if (stored.size() != sizeof value) return std::nullopt;
+  std::memcpy(&value, stored.data(), sizeof value);
+  return value;
 }
+int64_t decodeTime(const std::string& stored) { return decodeNumber(stored).value_or(0); }
 
 // An flock() held until destruction.
 class FileLock {
@@ -267,14 +274,28 @@ struct PersistentStore::Impl {
       write_failures.fetch_add(1);
       return false;
     }
-    snapshot.beginWrite(readGeneration(db_path));
+    const StoreGeneration before = readGeneration(db_path);
+    snapshot.beginWrite(before);
     bool written = false;
     try {
       written = writeHoldingLock(fill);
     } catch (const std::exception&) { // a warning's text out of memory: the write failed
       write_failures.fetch_add(1);
     }
-    snapshot.endWrite(written, readGeneration(db_path), keys, failures);
+    const StoreGeneration after = readGeneration(db_path);
+    snapshot.endWrite(written, after, keys, failures);
+    // A reader current before this write is opened again now, still under the exclusive lock
+    // (so on the writer's thread, not at the next hit, and without a scan: the snapshot knows
+    // what this write stored).
+    if (reader && reader_generation == before) {
+      try {
+        reader.reset();
+        reader = openReader(/*warn=*/true);
+        reader_generation = after;
+      } catch (const std::exception&) { // out of memory: the next lookup opens it
+        reader.reset();
+      }
+    }
     return written;
   }
 
@@ -349,9 +370,10 @@ struct PersistentStore::Impl {
       std::unique_ptr<rocksdb::Iterator> it(reader->NewIterator(rocksdb::ReadOptions()));
       for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next())
         contents.keys.insert(it->key().ToString().substr(kUse.size()));
+      const bool keys_read = it->status().ok(); // the next Seek clears an error of this scan
       for (it->Seek(kFailure); it->Valid() && it->key().starts_with(kFailure); it->Next())
         contents.failures[it->key().ToString().substr(kFailure.size())] = it->value().ToString();
-      contents.complete = it->status().ok();
+      contents.complete = keys_read && it->status().ok();
     }
     snapshot.replace(std::move(contents));
   }
@@ -362,21 +384,34 @@ struct PersistentStore::Impl {
     snapshot.clear();
   }
 
-  // Deletes least recently used entries until the total is at most `max_bytes`.
+  // Deletes least recently used entries until the total is at most `max_bytes`. Reads the
+  // last-use and size records, not the entries (an entry without a size record is read once and
+  // its size recorded in `batch`).
   int64_t evict(rocksdb::DB& db, rocksdb::WriteBatch& batch, int64_t max_bytes, int64_t incoming) {
     struct Item {
       int64_t used, bytes;
       std::string key;
     };
+    std::unordered_map<std::string, int64_t> sizes;
+    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kSize); it->Valid() && it->key().starts_with(kSize); it->Next())
+      if (std::optional<int64_t> bytes = decodeNumber(it->value()))
+        sizes[it->key().ToString().substr(kSize.size())] = *bytes;
     std::vector<Item> items;
     int64_t total = incoming;
-    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(kEntry); it->Valid() && it->key().starts_with(kEntry); it->Next()) {
-      const std::string key = it->key().ToString().substr(kEntry.size());
-      std::string use;
-      db.Get(rocksdb::ReadOptions(), kUse + key, &use);
-      items.push_back({decodeTime(use), static_cast<int64_t>(it->value().size()), key});
-      total += static_cast<int64_t>(it->value().size());
+    for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next()) {
+      const std::string key = it->key().ToString().substr(kUse.size());
+      int64_t bytes = 0;
+      if (auto known = sizes.find(key); known != sizes.end()) {
+        bytes = known->second;
+      } else {
+        std::string value;
+        if (!db.Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) continue; // no entry
+        bytes = static_cast<int64_t>(value.size());
+        batch.Put(kSize + key, encodeNumber(bytes));
+      }
+      items.push_back({decodeNumber(it->value()).value_or(0), bytes, key});
+      total += bytes;
     }
     std::sort(items.begin(), items.end(),
               [](const Item& a, const Item& b) { return a.used < b.used; });
@@ -385,6 +420,7 @@ struct PersistentStore::Impl {
       if (total <= max_bytes) break;
       batch.Delete(kEntry + item.key);
       batch.Delete(kUse + item.key);
+      batch.Delete(kSize + item.key);
       total -= item.bytes;
       ++removed;
     }
@@ -604,10 +640,11 @@ void PersistentStore::commitBatch(std::vector<PendingWrite>& batch) {
   impl_->write(
       [&](rocksdb::DB& db, rocksdb::WriteBatch& out) {
         if (max_bytes_ > 0 && incoming > 0) impl_->evict(db, out, max_bytes_, incoming);
-        const std::string now = encodeTime(nowMs());
+        const std::string now = encodeNumber(nowMs());
         for (const PendingWrite& w : batch) {
           if (!w.touch_only) {
             out.Put(kEntry + w.key, rocksdb::Slice(w.value.data(), w.value.size()));
+            out.Put(kSize + w.key, encodeNumber(static_cast<int64_t>(w.value.size())));
             out.Delete(kFailure + w.key);
           }
           out.Put(kUse + w.key, now);
@@ -658,7 +695,8 @@ bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char
       [&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
         if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
         batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
-        batch.Put(kUse + key, encodeTime(nowMs()));
+        batch.Put(kUse + key, encodeNumber(nowMs()));
+        batch.Put(kSize + key, encodeNumber(static_cast<int64_t>(value.size())));
         batch.Delete(kFailure + key);
       },
       {key});
@@ -945,7 +983,8 @@ ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
                       [&](rocksdb::DB&, rocksdb::WriteBatch& batch) {
                         for (const auto& [key, value] : accepted) {
                           batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
-                          batch.Put(kUse + key, encodeTime(nowMs()));
+                          batch.Put(kUse + key, encodeNumber(nowMs()));
+                          batch.Put(kSize + key, encodeNumber(static_cast<int64_t>(value.size())));
                         }
                       },
                       keys);

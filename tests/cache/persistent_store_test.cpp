@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -226,6 +228,40 @@ TEST_F(PersistentStoreTest, SizeCapEvictsLeastRecentlyUsed) {
   EXPECT_EQ(store.stats().entries, 0);
 }
 
+// A store written before entries had size records (2026-12-06): eviction reads those entries'
+// sizes once, evicts by them, and records them.
+TEST_F(PersistentStoreTest, EvictionCountsEntriesStoredWithoutASizeRecord) {
+  const std::string directory = freshDirectory();
+  {
+    PersistentStore store(directory, 0);
+    ASSERT_TRUE(store.put("first", containerBytes('1')));
+    usleep(2000);
+    ASSERT_TRUE(store.put("second", containerBytes('2')));
+  }
+  auto sizeRecords = [&](std::function<void(rocksdb::DB&)> fn) {
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), directory + "/db", &db).ok());
+    fn(*db);
+    delete db;
+  };
+  sizeRecords([](rocksdb::DB& db) {
+    for (const char* key : {"s/first", "s/second"})
+      ASSERT_TRUE(db.Delete(rocksdb::WriteOptions(), key).ok());
+  });
+  usleep(2000);
+  PersistentStore capped(directory, 5000); // two entries fit, three do not
+  ASSERT_TRUE(capped.put("third", containerBytes('3')));
+  EXPECT_FALSE(capped.get("first"));
+  EXPECT_TRUE(capped.get("second"));
+  EXPECT_TRUE(capped.get("third"));
+  EXPECT_EQ(capped.stats().evicted, 1);
+  sizeRecords([](rocksdb::DB& db) {
+    std::string size;
+    EXPECT_TRUE(db.Get(rocksdb::ReadOptions(), "s/second", &size).ok()); // recorded now
+    EXPECT_FALSE(db.Get(rocksdb::ReadOptions(), "s/first", &size).ok()); // evicted with it
+  });
+}
+
 // Store keys as the kernel cache makes them (32 hex digits): the only keys an export carries.
 std::string storeKey(char c) { return std::string(32, c); }
 
@@ -283,8 +319,9 @@ TEST_F(PersistentStoreTest, AMissOpensTheDatabaseOnlyAfterAnotherProcessWrote) {
   EXPECT_EQ(mine.failure(storeKey('d')).value_or(""), "rejected by LLVM");
 }
 
-// A warm process opens the database once for all its lookups, whatever it holds; the reader it
-// keeps open is reopened once another process has written (and compacted: eight flushes make
+// A warm process opens the database once for all its lookups, whatever it holds (its own writes
+// open the reader again at the write); the reader it keeps open is reopened at a lookup once
+// another process has written (and compacted: eight flushes make
 // more level-0 tables than RocksDB keeps before it merges them), and sees every entry.
 TEST_F(PersistentStoreTest, AWarmProcessOpensOnceAndReopensOnlyAfterAnotherProcessWrote) {
   const std::string directory = freshDirectory();
@@ -298,6 +335,10 @@ TEST_F(PersistentStoreTest, AWarmProcessOpensOnceAndReopensOnlyAfterAnotherProce
     EXPECT_EQ(objectOf(mine.get(storeKey(c)).value_or(std::vector<char>())),
               objectOf(containerBytes(c)));
   EXPECT_FALSE(mine.get(storeKey('z')));
+  EXPECT_EQ(mine.stats().lookup_opens, 1);
+  ASSERT_TRUE(mine.put(storeKey('m'), containerBytes('m')));
+  EXPECT_TRUE(mine.get(storeKey('m'))); // its own write opened the reader again, not a lookup
+  EXPECT_TRUE(mine.get(storeKey('b')));
   EXPECT_EQ(mine.stats().lookup_opens, 1);
   for (char c : {'d', 'e', 'f', 'g', 'h', 'i', 'j', 'k'})
     ASSERT_TRUE(other.put(storeKey(c), containerBytes(c, 4096)));
