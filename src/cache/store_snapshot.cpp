@@ -8,20 +8,31 @@
 
 namespace torchneuron {
 
-StoreGeneration readGeneration(const std::string& db_path) {
-  StoreGeneration generation;
-  const std::string path = db_path + "/CURRENT";
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return generation;
-  struct stat info;
-  if (fstat(fd, &info) == 0) {
-    generation.inode = info.st_ino;
-    generation.modified_ns = int64_t{info.st_mtim.tv_sec} * 1000000000 + info.st_mtim.tv_nsec;
+namespace {
+
+// Up to 128 bytes of `fd` into `text`, and its stat into `info` when given; closes `fd`.
+void readSmallFile(int fd, std::string* text, struct stat* info) {
+  if (fd < 0) return;
+  if (info == nullptr || fstat(fd, info) == 0) {
     char buffer[128];
     const ssize_t got = read(fd, buffer, sizeof buffer);
-    if (got > 0) generation.current.assign(buffer, static_cast<size_t>(got));
+    if (got > 0) text->assign(buffer, static_cast<size_t>(got));
   }
   close(fd);
+}
+
+} // namespace
+
+StoreGeneration readGeneration(const std::string& db_path) {
+  StoreGeneration generation;
+  const int fd = open((db_path + "/CURRENT").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return generation;
+  struct stat info{};
+  readSmallFile(fd, &generation.current, &info);
+  generation.inode = info.st_ino;
+  generation.modified_ns = int64_t{info.st_mtim.tv_sec} * 1000000000 + info.st_mtim.tv_nsec;
+  readSmallFile(open((db_path + "/IDENTITY").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC),
+                &generation.identity, nullptr);
   return generation;
 }
 

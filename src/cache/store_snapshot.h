@@ -28,16 +28,22 @@
 
 namespace torchneuron {
 
+// CURRENT alone can repeat: a database destroyed (torchneuron-cache clear) and created again
+// starts its MANIFEST numbers over, its CURRENT may get the freed inode back, and a filesystem
+// with coarse timestamps can give it the old modification time. IDENTITY (a UUID RocksDB writes
+// when it creates a database) tells the two databases apart.
 struct StoreGeneration {
   std::string current; // the content of <db>/CURRENT ("" when there is no database)
   ino_t inode = 0;
   int64_t modified_ns = 0;
+  std::string identity; // the content of <db>/IDENTITY
   bool operator==(const StoreGeneration& other) const {
-    return current == other.current && inode == other.inode && modified_ns == other.modified_ns;
+    return current == other.current && inode == other.inode && modified_ns == other.modified_ns &&
+           identity == other.identity;
   }
 };
 
-// The generation of the database at `db_path` now (a stat and a read of a few bytes).
+// The generation of the database at `db_path` now (a stat and reads of a few bytes).
 StoreGeneration readGeneration(const std::string& db_path);
 
 class StoreSnapshot {

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
+
+#include "common/test_directory.h"
 
 namespace torchneuron {
 namespace {
@@ -87,6 +90,23 @@ TEST(StoreSnapshot, ClearedItKnowsNothing) {
   snapshot.clear();
   EXPECT_FALSE(snapshot.taken());
   EXPECT_FALSE(snapshot.knownAbsent("other", g1));
+}
+
+// A database destroyed and created again can repeat CURRENT's content, inode and modification
+// time; its IDENTITY makes it another generation.
+TEST(StoreGeneration, AnotherDatabaseWithTheSameCurrentIsAnotherGeneration) {
+  const std::string db = testing::makeTestDirectory("neuron-generation-test-");
+  std::ofstream(db + "/CURRENT") << "MANIFEST-000005\n";
+  std::ofstream(db + "/IDENTITY") << "5d1e0c4a-first";
+  const StoreGeneration first = readGeneration(db);
+  EXPECT_EQ(first.current, "MANIFEST-000005\n");
+  EXPECT_TRUE(readGeneration(db) == first);
+  std::ofstream(db + "/IDENTITY", std::ios::trunc) << "9b27f310-second";
+  const StoreGeneration second = readGeneration(db);
+  EXPECT_EQ(second.current, first.current);
+  EXPECT_EQ(second.inode, first.inode);
+  EXPECT_EQ(second.modified_ns, first.modified_ns);
+  EXPECT_FALSE(second == first);
 }
 
 } // namespace
