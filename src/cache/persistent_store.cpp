@@ -858,6 +858,8 @@ PersistentStoreStats PersistentStore::stats() {
   return s;
 }
 
+int64_t PersistentStore::writeFailures() const { return impl_->write_failures.load(); }
+
 int64_t PersistentStore::prune(int64_t max_bytes) {
   if (off()) return 0;
   std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -151,8 +151,11 @@ public:
   std::unique_ptr<KeyLock> lockKey(const std::string& key, std::chrono::milliseconds deadline);
 
   // Administration (the torchneuron-cache CLI). A database that cannot be read is reported in
-  // `database_problem`, not as an empty cache.
+  // `database_problem`, not as an empty cache. Reads and verifies every entry.
   PersistentStoreStats stats();
+  // Writes of this instance that failed so far (stats().write_failures, without reading the
+  // database).
+  int64_t writeFailures() const;
   std::vector<StoredEntryInfo> list(std::string* database_problem = nullptr);
   int64_t prune(int64_t max_bytes); // returns the number of entries evicted
   // Removes the database, the warm-start profiles and unheld lock files; keeps the key and any

@@ -80,7 +80,7 @@ TransferReport pullEntries(PersistentStore& store, RemoteCache& remote) {
     report.problem = "cannot list the remote tier " + remote.location() + " (" + problem + ")";
     return report;
   }
-  const int64_t failures_before = store.stats().write_failures;
+  const int64_t failures_before = store.writeFailures();
   for (const std::string& key : keys) {
     if (store.get(key)) {
       ++report.present;
@@ -111,7 +111,7 @@ TransferReport pullEntries(PersistentStore& store, RemoteCache& remote) {
     ++report.copied;
   }
   store.flushWrites();
-  if (store.stats().write_failures > failures_before && report.problem.empty())
+  if (store.writeFailures() > failures_before && report.problem.empty())
     report.problem = "writing the local cache " + store.directory() + " failed (see the warning)";
   return report;
 }
