@@ -229,9 +229,12 @@ struct PersistentStore::Impl {
     open_problem.clear();
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr; // nothing stored yet
     rocksdb::Options options = baseOptions();
-    // A reader may stay open for the process's life: it schedules no periodic work (no thread).
+    // A reader may stay open for the process's life: it schedules no periodic work (no thread),
+    // and keeps at most 64 table files open (opened as reads need them), not all of them, so a
+    // store of many tables does not hold many of the program's descriptors.
     options.stats_dump_period_sec = 0;
     options.stats_persist_period_sec = 0;
+    options.max_open_files = 64;
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
@@ -286,8 +289,9 @@ struct PersistentStore::Impl {
     snapshot.endWrite(written, after, keys, failures);
     // A reader current before this write is opened again now, still under the exclusive lock
     // (so on the writer's thread, not at the next hit, and without a scan: the snapshot knows
-    // what this write stored).
-    if (reader && reader_generation == before) {
+    // what this write stored). After a failed write (which may still have stored some of it:
+    // a synced log whose flush failed) the reader stays behind, so the next lookup scans again.
+    if (written && reader && reader_generation == before) {
       try {
         reader.reset();
         reader = openReader(/*warn=*/true);
@@ -384,10 +388,14 @@ struct PersistentStore::Impl {
     snapshot.clear();
   }
 
-  // Deletes least recently used entries until the total is at most `max_bytes`. Reads the
-  // last-use and size records, not the entries (an entry without a size record is read once and
-  // its size recorded in `batch`).
-  int64_t evict(rocksdb::DB& db, rocksdb::WriteBatch& batch, int64_t max_bytes, int64_t incoming) {
+  // Deletes least recently used entries until the total, with the entries `incoming` (key ->
+  // size) that the batch then stores, is at most `max_bytes`. A key being stored again counts
+  // once, at its new size, and is not evicted. Reads the last-use and size records, not the
+  // entries: an entry without a size record (stored by an engine before 2026-12-06), or with an
+  // impossible one, is read once and its size recorded in `batch`; a last-use record whose
+  // entry is gone is deleted.
+  int64_t evict(rocksdb::DB& db, rocksdb::WriteBatch& batch, int64_t max_bytes,
+                const std::unordered_map<std::string, int64_t>& incoming) {
     struct Item {
       int64_t used, bytes;
       std::string key;
@@ -395,18 +403,24 @@ struct PersistentStore::Impl {
     std::unordered_map<std::string, int64_t> sizes;
     std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(kSize); it->Valid() && it->key().starts_with(kSize); it->Next())
-      if (std::optional<int64_t> bytes = decodeNumber(it->value()))
+      if (std::optional<int64_t> bytes = decodeNumber(it->value()); bytes && *bytes > 0)
         sizes[it->key().ToString().substr(kSize.size())] = *bytes;
     std::vector<Item> items;
-    int64_t total = incoming;
+    int64_t total = 0;
+    for (const auto& entry : incoming)
+      total += entry.second;
     for (it->Seek(kUse); it->Valid() && it->key().starts_with(kUse); it->Next()) {
       const std::string key = it->key().ToString().substr(kUse.size());
+      if (incoming.count(key) != 0) continue; // replaced by this batch
       int64_t bytes = 0;
       if (auto known = sizes.find(key); known != sizes.end()) {
         bytes = known->second;
       } else {
         std::string value;
-        if (!db.Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) continue; // no entry
+        if (!db.Get(rocksdb::ReadOptions(), kEntry + key, &value).ok()) {
+          batch.Delete(kUse + key); // its entry is gone
+          continue;
+        }
         bytes = static_cast<int64_t>(value.size());
         batch.Put(kSize + key, encodeNumber(bytes));
       }
@@ -630,16 +644,16 @@ void PersistentStore::commit(std::vector<PendingWrite>& batch) {
 
 void PersistentStore::commitBatch(std::vector<PendingWrite>& batch) {
   std::vector<std::string> keys;
-  int64_t incoming = 0;
+  std::unordered_map<std::string, int64_t> incoming; // key -> size; the last write of a key wins
   for (const PendingWrite& w : batch)
     if (!w.touch_only) {
       keys.push_back(w.key);
-      incoming += static_cast<int64_t>(w.value.size());
+      incoming[w.key] = static_cast<int64_t>(w.value.size());
     }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->write(
       [&](rocksdb::DB& db, rocksdb::WriteBatch& out) {
-        if (max_bytes_ > 0 && incoming > 0) impl_->evict(db, out, max_bytes_, incoming);
+        if (max_bytes_ > 0 && !incoming.empty()) impl_->evict(db, out, max_bytes_, incoming);
         const std::string now = encodeNumber(nowMs());
         for (const PendingWrite& w : batch) {
           if (!w.touch_only) {
@@ -693,7 +707,8 @@ bool PersistentStore::putVerbatim(const std::string& key, const std::vector<char
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->write(
       [&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
-        if (max_bytes_ > 0) impl_->evict(db, batch, max_bytes_, static_cast<int64_t>(value.size()));
+        if (max_bytes_ > 0)
+          impl_->evict(db, batch, max_bytes_, {{key, static_cast<int64_t>(value.size())}});
         batch.Put(kEntry + key, rocksdb::Slice(value.data(), value.size()));
         batch.Put(kUse + key, encodeNumber(nowMs()));
         batch.Put(kSize + key, encodeNumber(static_cast<int64_t>(value.size())));
@@ -865,9 +880,11 @@ int64_t PersistentStore::prune(int64_t max_bytes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->forgetReader();
   int64_t removed = 0;
-  impl_->write([&](rocksdb::DB& db,
-                   rocksdb::WriteBatch& batch) { removed = impl_->evict(db, batch, max_bytes, 0); },
-               {});
+  impl_->write(
+      [&](rocksdb::DB& db, rocksdb::WriteBatch& batch) {
+        removed = impl_->evict(db, batch, max_bytes, {});
+      },
+      {});
   return removed;
 }
 

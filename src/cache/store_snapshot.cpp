@@ -82,9 +82,10 @@ void StoreSnapshot::endWrite(bool written, const StoreGeneration& after,
   std::lock_guard<std::mutex> lock(mutex_);
   const bool current = writing_from_current_;
   writing_from_current_ = false;
-  if (!current) return;
-  contents_.generation = after; // a failed write may have moved it too (a new MANIFEST)
-  if (!written) return;
+  // A failed write may still have stored part of its batch (a synced log whose flush failed):
+  // the snapshot stays at `before`, stale, so the next lookup reads the database again.
+  if (!current || !written) return;
+  contents_.generation = after;
   for (const std::string& key : keys) {
     contents_.keys.insert(key);
     contents_.failures.erase(key); // a stored entry deletes its remembered failure

@@ -73,7 +73,8 @@ public:
   // snapshot was current at `before` it stays current whatever CURRENT says meanwhile (the
   // write's own keys are this process's, already in memory). endWrite(): the write left the
   // database at `after`, having stored `keys` (entries) and `failures` (when `written`); a
-  // snapshot current at `before` stays current at `after`, a stale one stays stale.
+  // snapshot current at `before` stays current at `after`, a stale one stays stale, and a failed
+  // write (which may have stored part of its batch) leaves it stale.
   void beginWrite(const StoreGeneration& before);
   void endWrite(bool written, const StoreGeneration& after, const std::vector<std::string>& keys,
                 const std::unordered_map<std::string, std::string>& failures);

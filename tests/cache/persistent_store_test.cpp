@@ -228,6 +228,23 @@ TEST_F(PersistentStoreTest, SizeCapEvictsLeastRecentlyUsed) {
   EXPECT_EQ(store.stats().entries, 0);
 }
 
+// A key stored again counts once, at its new size: rewriting one of two entries that fit, or
+// queuing it twice in one batch, evicts nothing.
+TEST_F(PersistentStoreTest, StoringAKeyAgainCountsItOnce) {
+  PersistentStore store(freshDirectory(), 5000); // two entries fit, three do not
+  ASSERT_TRUE(store.put("first", containerBytes('1')));
+  usleep(2000);
+  ASSERT_TRUE(store.put("second", containerBytes('2')));
+  ASSERT_TRUE(store.put("second", containerBytes('3')));
+  store.putLater("second", containerBytes('4'), nullptr);
+  store.putLater("second", containerBytes('5'), nullptr);
+  store.flushWrites();
+  EXPECT_EQ(store.stats().evicted, 0);
+  EXPECT_TRUE(store.get("first"));
+  EXPECT_EQ(objectOf(store.get("second").value_or(std::vector<char>())),
+            objectOf(containerBytes('5')));
+}
+
 // A store written before entries had size records (2026-12-06): eviction reads those entries'
 // sizes once, evicts by them, and records them.
 TEST_F(PersistentStoreTest, EvictionCountsEntriesStoredWithoutASizeRecord) {

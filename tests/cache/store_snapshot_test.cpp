@@ -1,6 +1,7 @@
 // What the store's snapshot may answer without opening the database (src/cache/store_snapshot.h):
 // absence only while the generation is the snapshot's, or while this process's own write that
-// started from it is under way; after that write, what it stored is known present.
+// started from it is under way; after that write, what it stored is known present, and after a
+// failed one nothing is known.
 
 #include "cache/store_snapshot.h"
 
@@ -73,14 +74,19 @@ TEST(StoreSnapshot, OwnWritesKeepItCurrentAndOthersMakeItStale) {
   EXPECT_FALSE(known);
 }
 
-TEST(StoreSnapshot, AFailedWriteLeavesItCurrentAtTheNewGeneration) {
+// A failed write may have stored part of its batch (a synced log whose flush failed).
+TEST(StoreSnapshot, AFailedWriteLeavesItStale) {
   const StoreGeneration g1 = generation("MANIFEST-000005\n", 11),
                         g2 = generation("MANIFEST-000013\n", 12);
   StoreSnapshot snapshot;
   fill(snapshot, g1);
   snapshot.beginWrite(g1);
-  snapshot.endWrite(false, g2, {"never-stored"}, {});
-  EXPECT_TRUE(snapshot.knownAbsent("never-stored", g2));
+  snapshot.endWrite(false, g2, {"perhaps-stored"}, {});
+  EXPECT_FALSE(snapshot.knownAbsent("perhaps-stored", g2));
+  EXPECT_FALSE(snapshot.knownAbsent("other", g2));
+  bool known = true;
+  snapshot.failure("failed", g2, &known);
+  EXPECT_FALSE(known);
 }
 
 TEST(StoreSnapshot, ClearedItKnowsNothing) {
