@@ -69,22 +69,24 @@ private:
   std::map<int64_t, std::string> directories_;
 };
 
-FilledStores& filledStores() {
+// The directory holding `entries` entries, or null when none could be made (`state` skipped
+// with the error).
+const std::string* filledDirectory(benchmark::State& state, int64_t entries) {
   static FilledStores stores;
-  return stores;
+  const std::string& directory = stores.directoryWith(entries);
+  if (!directory.empty()) return &directory;
+  state.SkipWithError("cannot make a temporary directory");
+  return nullptr;
 }
 
 // args: the number of entries stored.
 void BM_StoreFirstLookups(benchmark::State& state) {
   const int64_t entries = state.range(0);
-  const std::string& directory = filledStores().directoryWith(entries);
-  if (directory.empty()) {
-    state.SkipWithError("cannot make a temporary directory");
-    return;
-  }
+  const std::string* directory = filledDirectory(state, entries);
+  if (directory == nullptr) return;
   int64_t next = 0;
   for (auto _ : state) {
-    PersistentStore store(directory, 0);
+    PersistentStore store(*directory, 0);
     for (int i = 0; i < kHitsPerIteration; ++i)
       if (!store.get(keyOf(next++ % entries))) state.SkipWithError("a stored entry was not found");
     if (store.get(keyOf(entries))) state.SkipWithError("an entry never stored was found");
@@ -102,12 +104,9 @@ BENCHMARK(BM_StoreFirstLookups)
 // under still totals it at every write). Each iteration adds one entry (keys no lookup uses).
 void BM_StoreWrite(benchmark::State& state) {
   const int64_t entries = state.range(0);
-  const std::string& directory = filledStores().directoryWith(entries);
-  if (directory.empty()) {
-    state.SkipWithError("cannot make a temporary directory");
-    return;
-  }
-  PersistentStore store(directory, state.range(1));
+  const std::string* directory = filledDirectory(state, entries);
+  if (directory == nullptr) return;
+  PersistentStore store(*directory, state.range(1));
   std::mt19937_64 random(7);
   static int64_t next = int64_t{1} << 40; // across repetitions, never a key stored before
   for (auto _ : state) {

@@ -293,9 +293,7 @@ struct PersistentStore::Impl {
     // a synced log whose flush failed) the reader stays behind, so the next lookup scans again.
     if (written && reader && reader_generation == before) {
       try {
-        reader.reset();
-        reader = openReader(/*warn=*/true);
-        reader_generation = after;
+        openReaderAt(after);
       } catch (const std::exception&) { // out of memory: the next lookup opens it
         reader.reset();
       }
@@ -359,12 +357,18 @@ struct PersistentStore::Impl {
     return fn(nullptr);
   }
 
-  // Opens the reader at generation `now` (held under the shared lock) and takes the snapshot
-  // from it: the keys of the last-use records and the failures, not the entries.
-  void reopenReader(const StoreGeneration& now) {
+  // Closes the reader and opens the database again, at generation `now` (under the store's
+  // lock, shared or exclusive); null when it cannot be read.
+  void openReaderAt(const StoreGeneration& now) {
     reader.reset();
     reader = openReader(/*warn=*/true);
     reader_generation = now;
+  }
+
+  // Opens the reader at generation `now` (held under the shared lock) and takes the snapshot
+  // from it: the keys of the last-use records and the failures, not the entries.
+  void reopenReader(const StoreGeneration& now) {
+    openReaderAt(now);
     StoreSnapshot::Contents contents;
     contents.generation = now;
     if (!reader) {
