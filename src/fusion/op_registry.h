@@ -186,6 +186,11 @@ struct ReductionOp {
   std::function<std::vector<Value>(ReduceContext&, int pass, const std::vector<Value>& accumulators,
                                    const std::vector<Value>& inputs, const Value& index)>
       combine;
+  // The results of pass `pass` that later passes and `finish` read (ReduceContext::results),
+  // made from its accumulators once the pass has run. Null: the accumulators themselves.
+  std::function<std::vector<Value>(ReduceContext&, int pass,
+                                   const std::vector<Value>& accumulators)>
+      pass_results;
   // Reductions: `inputs` is empty and the result is the row's outputs. Row-wise ops: `inputs`
   // are one element's inputs and the result is its output element.
   std::function<std::vector<Value>(ReduceContext&, const std::vector<Value>& inputs)> finish;

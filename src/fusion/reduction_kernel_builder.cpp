@@ -123,8 +123,11 @@ public:
     for (int d = 0; d < k_; ++d)
       e_.line("scf.for %i" + std::to_string(d) + " = " + lowerBound(d) + " to " + upperBound(d) +
               " step %c1 {");
-    for (int pass = 0; pass < op_.passes; ++pass)
-      context.results.push_back(emitPass(context, pass));
+    for (int pass = 0; pass < op_.passes; ++pass) {
+      std::vector<Value> accumulated = emitPass(context, pass);
+      context.results.push_back(op_.pass_results ? op_.pass_results(context, pass, accumulated)
+                                                 : std::move(accumulated));
+    }
     if (op_.row_output) {
       emitRowWrite(context);
     } else {

@@ -358,19 +358,34 @@ const ElementType& rowSumType(const ReduceContext& c) {
   return c.compute.mlir == "f32" ? c.compute : c.wide;
 }
 
-// Two passes shared by logsumexp and softmax: the row max, then sum(exp(x - max)).
+// Two passes shared by softmax, log_softmax and logsumexp: the row max, then sum(exp(x - max)).
+// Logsumexp replaces the max pass with its own (maximum(), in its wide type). This one
+// keeps two accumulators, the maximum ignoring NaN and zero signs (which LLVM vectorizes as a
+// plain vector max: maximum() cost a quarter of a softmax's time in its per-element blends and
+// per-row serial reduction) and whether a NaN was seen; its result is NaN if one was, so it
+// equals maximum()'s but for the sign of a zero maximum. No user depends on that sign: a row
+// whose maximum is a zero of either sign has exp(x - max) = 1 at that element and the same
+// value elsewhere, and the log of its sum (at least 2 when zeros of both signs are in the row,
+// the only case the sign can differ) is positive, absorbing the sign wherever a zero is added.
 ReductionOp expSum(const char* name) {
   ReductionOp op;
   op.name = name;
   op.passes = 2;
   op.init = [](ReduceContext& c, int pass) {
-    return Values{pass == 0 ? lowest(c.emit, c.compute) : c.emit.floatConstant(0, rowSumType(c))};
+    if (pass == 0) return Values{lowest(c.emit, c.compute), c.emit.intConstant(0, boolType())};
+    return Values{c.emit.floatConstant(0, rowSumType(c))};
   };
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
-    if (pass == 0) return Values{e.maximum(acc[0], x[0])};
+    if (pass == 0)
+      return Values{e.maxIgnoringNanAndZeroSign(acc[0], x[0]),
+                    e.binary("arith.ori", acc[1], e.isNan(x[0]))};
     const Value shifted = expFlushingSubnormals(e, e.sub(x[0], c.results[0][0]));
     return Values{e.accumulate(acc[0], e.convert(shifted, rowSumType(c)))};
+  };
+  op.pass_results = [](ReduceContext& c, int pass, const Values& acc) {
+    if (pass != 0) return acc;
+    return Values{c.emit.select(acc[1], c.emit.floatConstant(NAN, acc[0].type), acc[0])};
   };
   return op;
 }
@@ -617,6 +632,7 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
     const Value shifted = expFlushingSubnormals(e, e.sub(wide, finiteShift(e, c.results[0][0])));
     return Values{e.accumulate(acc[0], shifted)};
   };
+  logsumexp.pass_results = nullptr; // its own max pass: one accumulator, maximum()
   logsumexp.finish = [](ReduceContext& c, const Values&) {
     ScalarEmitter& e = c.emit;
     return Values{e.add(e.unary("math.log", c.results[1][0]), finiteShift(e, c.results[0][0]))};

@@ -221,6 +221,15 @@ Value ScalarEmitter::maximum(const Value& a, const Value& b) {
   if (a.type.isFloat()) return floatMinMax("maximum", "arith.maximumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.maxsi" : "arith.maxui", a, b);
 }
+Value ScalarEmitter::maxIgnoringNanAndZeroSign(const Value& a, const Value& b) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, "maxnum on ", a.type.mlir, " and ",
+                        b.type.mlir);
+  if (a.type.mlir != "f32" && a.type.mlir != "f64") return maximum(a, b);
+  return emit("llvm.intr.maxnum(" + a.name + ", " + b.name +
+                  ") {fastmathFlags = #llvm.fastmath<nnan, nsz>} : (" + a.type.mlir + ", " +
+                  a.type.mlir + ") -> " + a.type.mlir,
+              a.type);
+}
 Value ScalarEmitter::minimum(const Value& a, const Value& b) {
   if (a.type.isFloat()) return floatMinMax("minimum", "arith.minimumf", a, b);
   return binary(a.type.kind == NumberKind::kSigned ? "arith.minsi" : "arith.minui", a, b);

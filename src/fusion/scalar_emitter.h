@@ -62,6 +62,13 @@ public:
   Value isNan(const Value& a);                   // i1; false for non-floats
   Value maximum(const Value& a, const Value& b); // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
+  // The larger of `a` and `b` for a max reduction that finds its NaNs itself: llvm.maxnum with
+  // the nnan and nsz flags, which LLVM vectorizes as a plain vector max with a shuffle tree at
+  // the end, where maximum() needs blends per element and a serial horizontal step. A NaN operand
+  // makes the result poison and of two zeros either may win, so the caller replaces the result
+  // where an operand was NaN (isNan) and must not depend on the sign of a zero maximum. Other
+  // float types than f32 and f64 get maximum().
+  Value maxIgnoringNanAndZeroSign(const Value& a, const Value& b);
   // std::max(a, b) and std::min(a, b), as ATen's scalar CPU kernels compute them:
   // (a < b) ? b : a and (b < a) ? b : a. A NaN `a` is returned, a NaN `b` ignored, and of two
   // zeros `a` wins, sign included. Reductions keep maximum/minimum (which vectorize as such).

@@ -206,6 +206,36 @@ def test_integer_reductions(dtype):
         check(lambda x: x.argmax(1), a)
 
 
+# Softmax and log_softmax find a row's maximum ignoring NaNs and zero signs (a plain vector
+# max), then make it NaN where the row had one (expSum in fusion/reduction_ops.cpp). Rows with a
+# NaN, infinities, only -inf, and zeros of both signs as their maximum must still give the
+# CPU's values, NaNs and zero signs, at row lengths below, at and above the vector width, and
+# a row of large values must be shifted by its true maximum.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("length", [3, 37, 128])
+def test_softmax_rows_with_nan_infinities_and_signed_zeros(dtype, length):
+    inf, nan = float("inf"), float("nan")
+    rows = sample((10, length), dtype) - 8  # every element negative: a zero is the maximum
+    rows[0, length // 2] = nan
+    rows[1, 0] = inf
+    rows[2, length - 1] = -inf
+    rows[3].fill_(-inf)
+    rows[4, 0], rows[4, length - 1] = -0.0, 0.0
+    rows[5, 0], rows[5, length - 1] = 0.0, -0.0
+    rows[6, length - 1] = -0.0
+    rows[7, 1 % length] = inf
+    rows[7, 0] = nan
+    rows[8, 0], rows[8, length - 1] = inf, -inf
+    rows[9] += 200  # exp(x) overflows unless the maximum is subtracted first
+    for fn in (lambda x: torch.softmax(x, 1), lambda x: torch.log_softmax(x, 1),
+               lambda x: torch.logsumexp(x, 1)):
+        check(fn, rows)
+        expected, actual = fn(rows), fn(rows.to(torchneuron.device())).cpu()
+        assert torch.equal(expected.isnan(), actual.isnan())
+        zeros = expected == 0
+        assert torch.equal(expected[zeros].signbit(), actual[zeros].signbit())
+
+
 def test_softmax_backward_and_autograd_through_compiled_kernels():
     dev = torchneuron.device()
     x = sample((3, 8), torch.float32).requires_grad_()
