@@ -88,8 +88,13 @@ const void* addressOf(const PlannedOperand& operand, at::ArrayRef<at::Tensor> in
                       at::ArrayRef<at::Tensor> outputs) {
   const at::Tensor& tensor =
       operand.role == OperandRole::kOutput ? outputs[operand.index] : inputs[operand.index];
-  return static_cast<const char*>(tensor.data_ptr()) +
-         operand.offset * static_cast<int64_t>(tensor.itemsize());
+  // Read from the storage field: data_ptr() checks, through a virtual call, what planning has
+  // checked (a strided tensor with storage). One without storage still gets data_ptr()'s error.
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->unsafe_storage();
+  if (!storage) return tensor.data_ptr();
+  return static_cast<const char*>(storage.data()) +
+         (impl->storage_offset() + operand.offset) * static_cast<int64_t>(impl->itemsize());
 }
 
 // The storages of `launch`'s operands of `role`: inputs read, outputs written. CPU ones too: a
@@ -150,15 +155,20 @@ TensorList runPlanWithKernels(const LaunchPlan& plan, c10::ArrayRef<KernelHandle
   for (size_t k = 0; k < plan.launches.size(); ++k) {
     const PlannedLaunch& launch = plan.launches[k];
     KernelArguments arguments;
-    c10::SmallVector<uint32_t, 4> pointer_slots;
+    c10::SmallVector<uint32_t, 4> pointer_slots; // the memrefs' first slots, for a deferred launch
     for (const PlannedOperand& operand : launch.operands) {
-      pointer_slots.push_back(static_cast<uint32_t>(arguments.size()));
+      if (deferred) pointer_slots.push_back(static_cast<uint32_t>(arguments.size()));
       arguments.memref(addressOf(operand, inputs, outputs), operand.sizes.data(),
                        operand.strides.data(), static_cast<int64_t>(operand.sizes.size()));
     }
     for (int64_t word : launch.words)
       arguments.word(word);
-    const LaunchShape shape{launch.range, launch.work_per_index, at::get_num_threads()};
+    // Work that runs inline in any case is not worth asking OpenMP for its thread count.
+    const bool inline_work =
+        !deferred && !collect &&
+        launch.range * std::max<int64_t>(launch.work_per_index, 1) < kInlineWorkLimit;
+    const LaunchShape shape{launch.range, launch.work_per_index,
+                            inline_work ? 1 : at::get_num_threads()};
     if (deferred) {
       tracer::RecordedOperands recorded;
       recorded.pointer_slots = pointer_slots;

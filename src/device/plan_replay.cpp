@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/DefaultDtype.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 #include <cstring>
@@ -115,26 +116,31 @@ private:
     out_.push_back(value);
   }
 
+  // Reads the TensorImpl's fields directly: no virtual call (has_storage, storage) and no
+  // repeated key-set decoding of the device and layout, since every device op's call pays this.
   void tensor(const at::Tensor& t) {
     if (!t.defined()) return push(7, 0);
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    const c10::Device device = impl->device();
+    const at::Layout layout = impl->layout();
     out_.push_back(8);
     out_.push_back(
-        static_cast<int64_t>(t.scalar_type()) | static_cast<int64_t>(t.device().type()) << 8 |
-        static_cast<int64_t>(t.device().index() + 1) << 16 |
-        static_cast<int64_t>(t.layout()) << 24 | static_cast<int64_t>(t.is_conj()) << 32 |
-        static_cast<int64_t>(t.is_neg()) << 33 |
+        static_cast<int64_t>(t.scalar_type()) | static_cast<int64_t>(device.type()) << 8 |
+        static_cast<int64_t>(device.index() + 1) << 16 | static_cast<int64_t>(layout) << 24 |
+        static_cast<int64_t>(impl->is_conj()) << 32 | static_cast<int64_t>(impl->is_neg()) << 33 |
         static_cast<int64_t>(impl->is_wrapped_number()) << 34);
-    if (t.layout() != at::kStrided) return;
-    out_.push_back(t.dim());
-    for (int64_t size : t.sizes())
+    if (layout != at::kStrided) return;
+    const c10::IntArrayRef sizes = impl->sizes();
+    const c10::IntArrayRef strides = impl->strides();
+    out_.push_back(static_cast<int64_t>(sizes.size()));
+    for (int64_t size : sizes)
       out_.push_back(size);
-    for (int64_t stride : t.strides())
+    for (int64_t stride : strides)
       out_.push_back(stride);
-    out_.push_back(t.storage_offset());
-    // Which earlier argument's storage it shares (planning decides overlaps from it).
-    const c10::StorageImpl* storage =
-        t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+    out_.push_back(impl->storage_offset());
+    // Which earlier argument's storage it shares (planning decides overlaps from it). A strided
+    // tensor's storage field is its storage (null for one without: unsafe_storage).
+    const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
     int64_t shared = -1;
     for (size_t i = 0; i < storages_.size() && shared < 0; ++i)
       if (storages_[i] == storage) shared = static_cast<int64_t>(i);
@@ -147,7 +153,7 @@ private:
       if (impls_[i] == impl) same = static_cast<int64_t>(i);
     if (same < 0) impls_.push_back(impl);
     out_.push_back(same);
-    if (t.device().is_cpu() && t.dim() == 0) out_.push_back(cpuScalarBits(t));
+    if (device.is_cpu() && sizes.empty()) out_.push_back(cpuScalarBits(t));
   }
 
   Out& out_;
@@ -247,6 +253,37 @@ const at::Tensor& resolve(const TensorSource& source, const CapturedCall& call,
   return plan_outputs[source.index][source.element];
 }
 
+// Tensors that borrow their TensorImpl from references that outlive them (the call's arguments
+// on the stack, its plans' outputs): making and dropping them changes no reference count, each
+// change a locked instruction on the op's path. A callee that keeps one copies it, and a copy
+// owns its reference as usual. Released without the decrement they never took
+// (c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow).
+class BorrowedTensors {
+public:
+  BorrowedTensors() = default;
+  BorrowedTensors(const BorrowedTensors&) = delete;
+  BorrowedTensors& operator=(const BorrowedTensors&) = delete;
+  ~BorrowedTensors() {
+    for (at::Tensor& t : tensors_)
+      c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(t);
+  }
+  void push_back(const at::Tensor& t) {
+    tensors_.push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(t));
+  }
+  at::ArrayRef<at::Tensor> tensors() const { return tensors_; }
+
+private:
+  c10::SmallVector<at::Tensor, 4> tensors_;
+};
+
+bool namedByLaterReturn(c10::ArrayRef<TensorSource> returns, size_t r) {
+  for (size_t later = r + 1; later < returns.size(); ++later)
+    if (returns[later].kind == returns[r].kind && returns[later].index == returns[r].index &&
+        returns[later].element == returns[r].element)
+      return true;
+  return false;
+}
+
 } // namespace
 
 void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool deferred) {
@@ -255,17 +292,24 @@ void replayMatchedCall(const CapturedCall& call, torch::jit::Stack* stack, bool 
   std::vector<at::Tensor> list_elements; // cat's inputs; references into it stay valid:
   list_elements.reserve(call.list_elements);
   for (const CapturedPlan& captured_plan : call.plans) {
-    TensorList inputs, given;
+    BorrowedTensors inputs, given;
     for (const TensorSource& source : captured_plan.inputs)
       inputs.push_back(resolve(source, call, args, plan_outputs, list_elements));
     for (const TensorSource& source : captured_plan.given_outputs)
       given.push_back(resolve(source, call, args, plan_outputs, list_elements));
-    plan_outputs.push_back(runPlanWithKernels(captured_plan.plan, captured_plan.kernels, inputs,
-                                              given, captured_plan.launches, deferred));
+    plan_outputs.push_back(runPlanWithKernels(captured_plan.plan, captured_plan.kernels,
+                                              inputs.tensors(), given.tensors(),
+                                              captured_plan.launches, deferred));
   }
   c10::SmallVector<at::Tensor, 2> results;
-  for (const TensorSource& source : call.returns)
-    results.push_back(resolve(source, call, args, plan_outputs, list_elements));
+  for (size_t r = 0; r < call.returns.size(); ++r) {
+    const TensorSource& source = call.returns[r];
+    // A plan's output that no later return names is moved out: plan_outputs dies here anyway.
+    if (source.kind == TensorSource::kPlanOutput && !namedByLaterReturn(call.returns, r))
+      results.push_back(std::move(plan_outputs[source.index][source.element]));
+    else
+      results.push_back(resolve(source, call, args, plan_outputs, list_elements));
+  }
   torch::jit::drop(*stack, call.arguments);
   for (at::Tensor& result : results)
     torch::jit::push(*stack, std::move(result));
