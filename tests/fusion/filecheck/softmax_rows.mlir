@@ -7,8 +7,9 @@
 // RUN: %neuron_kernel_mlir mlir reduction softmax Half 1 1 Half -- Float | FileCheck %s --check-prefix=HALF
 
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
-// CHECK: iter_args({{.*}}) -> (f32) {
-// CHECK: llvm.intr.maximum
+// CHECK: iter_args({{.*}}) -> (f32, i1) {
+// CHECK: llvm.intr.maxnum
+// CHECK: arith.cmpf uno
 // CHECK: iter_args({{.*}}) -> (f32) {
 // CHECK: math.exp
 // CHECK: memref.store {{.*}}, %o0[%i0, %j1_0]
