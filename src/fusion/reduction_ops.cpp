@@ -332,12 +332,16 @@ ReductionOp vectorNorm() {
 // expf sends every lane whose result would be subnormal or zero (x below ln(FLT_MIN), -87.34)
 // to a scalar slow path, which made masked softmax rows 4x slower; so such x give exactly 0
 // (results under FLT_MIN, 1.2e-38, are flushed, as with flush-to-zero) and the vector exp only
-// sees arguments it handles fast. NaN stays NaN (llvm.maximum propagates it).
+// sees arguments it handles fast. The argument is clamped with the same comparison the result
+// selects by, (x < lowest) ? lowest : x, which equals maximum(x, lowest) for every x (NaN fails
+// the comparison and stays NaN; `lowest` is not a zero) in a compare and a blend, where
+// llvm.maximum expands to four instructions per vector.
 Value expFlushingSubnormals(ScalarEmitter& e, const Value& x) {
   if (x.type.mlir != "f32" && x.type.mlir != "f64") return e.unary("math.exp", x);
   const Value lowest = e.floatConstant(x.type.mlir == "f32" ? -87.33654 : -708.3964, x.type);
-  const Value clamped = e.unary("math.exp", e.maximum(x, lowest));
-  return e.select(e.lt(x, lowest), e.floatConstant(0, x.type), clamped);
+  const Value below = e.lt(x, lowest);
+  const Value clamped = e.unary("math.exp", e.select(below, lowest, x));
+  return e.select(below, e.floatConstant(0, x.type), clamped);
 }
 
 // The row maximum, shifted to 0 when it is infinite (ATen's logsumexp and softmax do the same).
