@@ -201,9 +201,29 @@ private:
     e_.line("scf.for %t = " + lowerBound(inner) + " to " + upperBound(inner) + " step %tile {");
     e_.line("%left = arith.subi " + upperBound(inner) + ", %t : index");
     e_.line("%width = arith.minui %left, %tile : index");
+    // A full tile (every tile but the last of a row) runs a copy of the tile's loops whose
+    // column loops have the constant bound kColumnTile: LLVM then vectorizes them without
+    // run-time trip-count checks and unrolls them, where the copy for the last tile's
+    // remainder pays those checks at each reduced element (a bias gradient's sum over dim 0 of
+    // [2048, 768] ran at 0.61x ATen's speed with only that copy).
+    e_.line("%full = arith.cmpi eq, %width, %tile : index");
+    e_.line("scf.if %full {");
+    emitColumnTile(context, inner, buffers, init, "%tile");
+    e_.line("} else {");
+    emitColumnTile(context, inner, buffers, init, "%width");
+    e_.line("}"); // scf.if
+    e_.line("}"); // the tiles
+    for (int d = 0; d < inner; ++d)
+      e_.line("}");
+  }
+
+  // One tile of column order: its accumulators' initial values, the reduced loops over its
+  // `width` columns, then its outputs. `width` names the tile's column count.
+  void emitColumnTile(ReduceContext& context, int inner, const std::vector<std::string>& buffers,
+                      const std::vector<Value>& init, const std::string& width) {
     const std::string column = "%i" + std::to_string(inner);
     auto overColumns = [&](const std::string& u, const std::function<void()>& body) {
-      e_.line("scf.for " + u + " = %c0 to %width step %c1 {");
+      e_.line("scf.for " + u + " = %c0 to " + width + " step %c1 {");
       e_.line(column + " = arith.addi %t, " + u + " : index");
       body();
       e_.line("}");
@@ -232,9 +252,6 @@ private:
       context.results = {loadAccumulators(buffers, init, "%u2")};
       storeRowOutputs(context);
     });
-    e_.line("}");
-    for (int d = 0; d < inner; ++d)
-      e_.line("}");
   }
 
   std::vector<Value> loadAccumulators(const std::vector<std::string>& buffers,

@@ -206,6 +206,33 @@ def test_integer_reductions(dtype):
         check(lambda x: x.argmax(1), a)
 
 
+# A reduction over the outer dimension of a row-major tensor runs in column order: tiles of 64
+# columns, a full tile through its own copy of the loops with constant bounds, the last tile's
+# remainder through the general copy. Widths below, at, between and above whole tiles; the
+# bias and weight gradients of layer norm's backward are such reductions too.
+@pytest.mark.parametrize("width", [1, 63, 64, 130, 256])
+def test_column_order_reductions_over_whole_and_partial_tiles(width):
+    a = sample((37, width), torch.float32)
+    for fn in (lambda x: x.sum(0), lambda x: x.mean(0), lambda x: x.amax(0), lambda x: x.amin(0),
+               lambda x: x.prod(0), lambda x: x.sum(0, keepdim=True),
+               lambda x: torch.linalg.vector_norm(x, dim=0)):
+        check(fn, a)
+    check(lambda x: x.sum(0), sample((37, width), torch.float64))
+    check(lambda x: x.sum(0), sample((37, width), torch.int64))
+    check(lambda x: x.any(0), sample((37, width), torch.bool))
+    if width == 1:  # a layer norm over one element: its gradients are rounding noise
+        return
+    x = sample((37, width), torch.float32).requires_grad_()
+    w = sample((width,), torch.float32, seed=1).requires_grad_()
+    b = sample((width,), torch.float32, seed=2).requires_grad_()
+    dev = torchneuron.device()
+    dx, dw, db = (t.detach().to(dev).requires_grad_() for t in (x, w, b))
+    torch.nn.functional.layer_norm(x, (width,), w, b).pow(2).sum().backward()
+    torch.nn.functional.layer_norm(dx, (width,), dw, db).pow(2).sum().backward()
+    for cpu, device in ((x, dx), (w, dw), (b, db)):
+        torch.testing.assert_close(device.grad.cpu(), cpu.grad, rtol=1e-4, atol=1e-4)
+
+
 # Softmax and log_softmax find a row's maximum ignoring NaNs and zero signs (a plain vector
 # max), then make it NaN where the row had one (expSum in fusion/reduction_ops.cpp). Rows with a
 # NaN, infinities, only -inf, and zeros of both signs as their maximum must still give the

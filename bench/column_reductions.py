@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Reductions over the outer dimension of a row-major tensor, which the device runs in column
+order (src/fusion/reduction_kernel_builder.cpp, emitColumnOrder: tiles of 64 columns): a
+Linear's bias gradient (`sum(0)` of a 2048 x 768 gradient: 16 sequences of 128 tokens, a
+768-wide model), its mean, and layer norm's backward over the same shape, whose weight and bias
+gradients are such reductions. On the device in eager mode against stock CPU in one process, per
+call; blocks alternate (bench/alternating.py) after a check against the CPU and a warm-up. Both
+sides allocate their results every call (run stock with jemalloc preloaded, as run_bench.py's
+stock-tuned mode does). Prints one JSON object: per case the medians over the rounds of
+microseconds per call and stock's time over the device's.
+
+    OMP_NUM_THREADS=1 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
+      MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \\
+      PYTHONPATH=build/python /usr/bin/python3 bench/column_reductions.py [--threads 1] [--rounds 9]
+"""
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not interim CPU runs
+import torchneuron  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating import per_call_us, threads_and_rounds  # noqa: E402
+
+ROWS, WIDTH, CALLS = 2048, 768, 20
+
+
+def layer_norm_backward(g, x, w, b, mean, rstd):
+    return torch.ops.aten.native_layer_norm_backward(g, x, (WIDTH,), mean, rstd, w, b,
+                                                     [True, True, True])
+
+
+# name: op(grad, x, weight, bias, mean, rstd)
+OPS = {
+    "sum(0) 2048x768": lambda g, x, w, b, m, r: g.sum(0),
+    "mean(0) 2048x768": lambda g, x, w, b, m, r: g.mean(0),
+    "layer_norm backward 2048x768": layer_norm_backward,
+}
+
+
+def main(argv):
+    args = threads_and_rounds(__doc__, argv)
+    torchneuron.set_adaptive(False)
+    torch.manual_seed(0)
+    device = torchneuron.device()
+    g, x = torch.randn(ROWS, WIDTH), torch.randn(ROWS, WIDTH)
+    w, b = torch.randn(WIDTH), torch.randn(WIDTH)
+    _, mean, rstd = torch.native_layer_norm(x, (WIDTH,), w, b, 1e-5)
+    cpu = (g, x, w, b, mean, rstd)
+    dev = tuple(t.to(device) for t in cpu)
+    result = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
+    for name, op in OPS.items():
+        expected, actual = op(*cpu), op(*dev)
+        for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
+                        actual if isinstance(actual, tuple) else (actual,)):
+            # Sums of 2,048 rows: the device's in float64, ATen's in float32.
+            torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
+        for _ in range(2):  # warm-up: kernels, caches
+            per_call_us(op, cpu, CALLS, lambda: None)
+            per_call_us(op, dev, CALLS, torchneuron.synchronize)
+        stock, device_us = [], []
+        for _ in range(args.rounds):
+            stock.append(per_call_us(op, cpu, CALLS, lambda: None))
+            device_us.append(per_call_us(op, dev, CALLS, torchneuron.synchronize))
+        s, d = statistics.median(stock), statistics.median(device_us)
+        result["cases"][name] = {"stock_us": round(s, 1), "device_us": round(d, 1),
+                                 "speedup": round(s / d, 3)}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
