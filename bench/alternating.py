@@ -1,5 +1,6 @@
 """The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py,
-list_launches.py, reduction_fusion.py, losses.py, max_pool.py): their command line, timing one call
+list_launches.py, reduction_fusion.py, losses.py, max_pool.py, softmax_ops.py,
+column_reductions.py): their command line, timing one call
 in blocks that alternate with other paths in the same process, so that the machine's noise falls
 on all of them alike, the triad, and the limit loops' library (bench/limit)."""
 import argparse
@@ -39,6 +40,21 @@ def per_call_us(op, args, calls, sync):
         op(*args)
     sync()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def stock_and_device(op, cpu_args, device_args, calls, rounds, sync):
+    """{"stock_us", "device_us", "speedup"}: the medians over `rounds` alternating blocks of
+    `calls` calls of op on the CPU arguments and on the device's (`sync` waits for the device),
+    after two warm-up blocks each (kernels, caches), and stock's time over the device's."""
+    for _ in range(2):
+        per_call_us(op, cpu_args, calls, lambda: None)
+        per_call_us(op, device_args, calls, sync)
+    stock, device = [], []
+    for _ in range(rounds):
+        stock.append(per_call_us(op, cpu_args, calls, lambda: None))
+        device.append(per_call_us(op, device_args, calls, sync))
+    s, d = statistics.median(stock), statistics.median(device)
+    return {"stock_us": round(s, 1), "device_us": round(d, 1), "speedup": round(s / d, 3)}
 
 
 def triad_gb_per_s(threads):

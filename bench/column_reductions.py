@@ -15,7 +15,6 @@ microseconds per call and stock's time over the device's.
 """
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -24,7 +23,7 @@ os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not inter
 import torchneuron  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import per_call_us, threads_and_rounds  # noqa: E402
+from alternating import stock_and_device, threads_and_rounds  # noqa: E402
 
 ROWS, WIDTH, CALLS = 2048, 768, 20
 
@@ -59,16 +58,8 @@ def main(argv):
                         actual if isinstance(actual, tuple) else (actual,)):
             # Sums of 2,048 rows: the device's in float64, ATen's in float32.
             torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
-        for _ in range(2):  # warm-up: kernels, caches
-            per_call_us(op, cpu, CALLS, lambda: None)
-            per_call_us(op, dev, CALLS, torchneuron.synchronize)
-        stock, device_us = [], []
-        for _ in range(args.rounds):
-            stock.append(per_call_us(op, cpu, CALLS, lambda: None))
-            device_us.append(per_call_us(op, dev, CALLS, torchneuron.synchronize))
-        s, d = statistics.median(stock), statistics.median(device_us)
-        result["cases"][name] = {"stock_us": round(s, 1), "device_us": round(d, 1),
-                                 "speedup": round(s / d, 3)}
+        result["cases"][name] = stock_and_device(op, cpu, dev, CALLS, args.rounds,
+                                                 torchneuron.synchronize)
     print(json.dumps(result))
     return 0
 

@@ -17,7 +17,6 @@ and stock's time over the device's.
 """
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -26,7 +25,7 @@ os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not inter
 import torchneuron  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import per_call_us, threads_and_rounds  # noqa: E402
+from alternating import stock_and_device, threads_and_rounds  # noqa: E402
 
 SHAPES = {"attention 8x12x128x128": ((8, 12, 128, 128), 20),  # shape, calls per block
           "logits 560x2000": ((560, 2000), 20)}
@@ -56,16 +55,8 @@ def main(argv):
             # gradients (a sum near 45) differs from ATen's by up to 2e-5, each within 1.6e-5 of
             # the float64 result.
             torch.testing.assert_close(op(*dev).cpu(), op(*cpu), rtol=1e-5, atol=1e-4)
-            for _ in range(2):  # warm-up: kernels, caches
-                per_call_us(op, cpu, calls, lambda: None)
-                per_call_us(op, dev, calls, torchneuron.synchronize)
-            stock, device_us = [], []
-            for _ in range(args.rounds):
-                stock.append(per_call_us(op, cpu, calls, lambda: None))
-                device_us.append(per_call_us(op, dev, calls, torchneuron.synchronize))
-            s, d = statistics.median(stock), statistics.median(device_us)
-            result["cases"][f"{name} {shape_name}"] = {
-                "stock_us": round(s, 1), "device_us": round(d, 1), "speedup": round(s / d, 3)}
+            result["cases"][f"{name} {shape_name}"] = stock_and_device(
+                op, cpu, dev, calls, args.rounds, torchneuron.synchronize)
     print(json.dumps(result))
     return 0
 
