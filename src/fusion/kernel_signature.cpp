@@ -95,10 +95,7 @@ int ReductionSignature::outputRank(size_t o) const {
 
 bool columnOrderSupported(const ReductionOp& op) {
   // A window's loops are unrolled over its constant shape instead (static_window).
-  // Column order keeps a pass's accumulators in buffers and reads them back as the results,
-  // without pass_results.
-  return op.passes == 1 && !op.row_output && !op.needs_index && !op.static_window &&
-         !op.pass_results;
+  return op.passes == 1 && !op.row_output && !op.needs_index && !op.static_window;
 }
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }

@@ -100,6 +100,9 @@ struct ReduceContext {
   std::vector<int64_t> constants;
   std::vector<std::vector<Value>> results; // accumulators after each finished pass
   std::vector<Value> row;                  // a row-wise op's finish_row values, for its finish
+  // The kernel walks columns innermost (ReductionSignature::column_order): accumulators live in
+  // per-column buffers, where LLVM vectorizes across columns with no horizontal step.
+  bool column_order = false;
 };
 
 // How a reduction's result dtype follows from its call (ATen's rule for the op). `dtype` is the

@@ -108,8 +108,9 @@ public:
     }
     convertMemberParams();
     if (op_.index_is_input_offset) emitInputStrides();
-    ReduceContext context{e_, compute_, wide_, {}, {}, {s_.constants.begin(), s_.constants.end()},
-                          {}, {}};
+    ReduceContext context{e_, compute_, wide_,
+                          {}, {},       {s_.constants.begin(), s_.constants.end()},
+                          {}, {},       s_.column_order};
     for (size_t i = 0; i < params; ++i)
       context.params.push_back(Value{"%p" + std::to_string(i), wide_});
     context.count = e_.convert(Value{"%count", {NumberKind::kSigned, 64, "i64"}}, wide_);
@@ -249,7 +250,9 @@ private:
     for (int j = 0; j < m_; ++j)
       e_.line("}");
     overColumns("%u2", [&] {
-      context.results = {loadAccumulators(buffers, init, "%u2")};
+      std::vector<Value> accumulated = loadAccumulators(buffers, init, "%u2");
+      context.results = {op_.pass_results ? op_.pass_results(context, 0, accumulated)
+                                          : std::move(accumulated)};
       storeRowOutputs(context);
     });
   }

@@ -73,6 +73,18 @@ ReductionOp fold(const char* name, double initial,
 Value identity(ReduceContext&, const Value& acc) { return acc; }
 
 // amax/amin: NaN-propagating, in the compute type (exact).
+// amax/amin (and max()/min() without a dim): maximum()/minimum(), NaN-propagating, -0 below +0.
+// A float row in row order, whose horizontal step maximum() would take serially, keeps three
+// accumulators instead: the extreme ignoring NaN and zero signs (a plain vector max or min,
+// maxIgnoringNanAndZeroSign), whether a NaN was seen, and whether a zero of the winning sign
+// was seen (+0 for max, -0 for min); pass_results then rebuilds maximum()'s result exactly:
+// NaN if one was seen, else a zero extreme gets the winning sign if such a zero was seen and
+// the other sign if not. Column order keeps one accumulator per column: it has no horizontal
+// step.
+bool fastExtremum(const ReduceContext& c) {
+  return !c.column_order && (c.compute.mlir == "f32" || c.compute.mlir == "f64");
+}
+
 ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> overloads) {
   ReductionOp op;
   op.name = name;
@@ -80,10 +92,34 @@ ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> ov
   op.rule.exact_in_half = true;
   op.rule.needs_elements = true;
   op.init = [maximum](ReduceContext& c, int) {
-    return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute)};
+    const Value start = maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute);
+    if (!fastExtremum(c)) return Values{start};
+    return Values{start, c.emit.intConstant(0, boolType()), c.emit.intConstant(0, boolType())};
   };
   op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
-    return Values{maximum ? c.emit.maximum(acc[0], x[0]) : c.emit.minimum(acc[0], x[0])};
+    ScalarEmitter& e = c.emit;
+    if (!fastExtremum(c))
+      return Values{maximum ? e.maximum(acc[0], x[0]) : e.minimum(acc[0], x[0])};
+    // A zero whose sign wins: copysign(1, x) is 1 for +0, -1 for -0.
+    const Value zero = e.floatConstant(0, x[0].type);
+    const Value sign = e.binary("math.copysign", e.floatConstant(1, x[0].type), x[0]);
+    const Value winning_zero = e.binary("arith.andi", e.compare("oeq", x[0], zero),
+                                        maximum ? e.gt(sign, zero) : e.lt(sign, zero));
+    return Values{maximum ? e.maxIgnoringNanAndZeroSign(acc[0], x[0])
+                          : e.minIgnoringNanAndZeroSign(acc[0], x[0]),
+                  e.binary("arith.ori", acc[1], e.isNan(x[0])),
+                  e.binary("arith.ori", acc[2], winning_zero)};
+  };
+  op.pass_results = [maximum](ReduceContext& c, int, const Values& acc) {
+    if (acc.size() == 1) return acc;
+    ScalarEmitter& e = c.emit;
+    const ElementType& type = acc[0].type;
+    const Value winning = e.floatConstant(maximum ? 0.0 : -0.0, type);
+    const Value losing = e.floatConstant(maximum ? -0.0 : 0.0, type);
+    const Value zero_extreme = e.select(acc[2], winning, losing);
+    const Value is_zero = e.compare("oeq", acc[0], e.floatConstant(0, type));
+    const Value exact = e.select(is_zero, zero_extreme, acc[0]);
+    return Values{e.select(acc[1], e.floatConstant(NAN, type), exact)};
   };
   op.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
   op.partials = partialsOfItself(name); // exact: the extreme of the chunks' extremes

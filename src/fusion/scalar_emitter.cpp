@@ -222,10 +222,17 @@ Value ScalarEmitter::maximum(const Value& a, const Value& b) {
   return binary(a.type.kind == NumberKind::kSigned ? "arith.maxsi" : "arith.maxui", a, b);
 }
 Value ScalarEmitter::maxIgnoringNanAndZeroSign(const Value& a, const Value& b) {
-  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, "maxnum on ", a.type.mlir, " and ",
-                        b.type.mlir);
   if (a.type.mlir != "f32" && a.type.mlir != "f64") return maximum(a, b);
-  return emit("llvm.intr.maxnum(" + a.name + ", " + b.name +
+  return fastMinMax("maxnum", a, b);
+}
+Value ScalarEmitter::minIgnoringNanAndZeroSign(const Value& a, const Value& b) {
+  if (a.type.mlir != "f32" && a.type.mlir != "f64") return minimum(a, b);
+  return fastMinMax("minnum", a, b);
+}
+Value ScalarEmitter::fastMinMax(const std::string& intrinsic, const Value& a, const Value& b) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == b.type.mlir, intrinsic, " on ", a.type.mlir, " and ",
+                        b.type.mlir);
+  return emit("llvm.intr." + intrinsic + "(" + a.name + ", " + b.name +
                   ") {fastmathFlags = #llvm.fastmath<nnan, nsz>} : (" + a.type.mlir + ", " +
                   a.type.mlir + ") -> " + a.type.mlir,
               a.type);

@@ -69,6 +69,7 @@ public:
   // where an operand was NaN (isNan) and must not depend on the sign of a zero maximum. Other
   // float types than f32 and f64 get maximum().
   Value maxIgnoringNanAndZeroSign(const Value& a, const Value& b);
+  Value minIgnoringNanAndZeroSign(const Value& a, const Value& b); // the same with minnum
   // std::max(a, b) and std::min(a, b), as ATen's scalar CPU kernels compute them:
   // (a < b) ? b : a and (b < a) ? b : a. A NaN `a` is returned, a NaN `b` ignored, and of two
   // zeros `a` wins, sign included. Reductions keep maximum/minimum (which vectorize as such).
@@ -87,6 +88,7 @@ private:
   Value emit(const std::string& rhs, const ElementType& result);
   Value floatMinMax(const std::string& intrinsic, const std::string& arith_op, const Value& a,
                     const Value& b);
+  Value fastMinMax(const std::string& intrinsic, const Value& a, const Value& b);
 
   std::string indent_;
   std::string prefix_;

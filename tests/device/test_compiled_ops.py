@@ -206,6 +206,43 @@ def test_integer_reductions(dtype):
         check(lambda x: x.argmax(1), a)
 
 
+# amax and amin over rows take the extreme ignoring NaN and zero signs (a plain vector max or
+# min) and rebuild the NaN-propagating result, -0 below +0, from flags (extremum in
+# fusion/reduction_ops.cpp). Rows with a NaN, infinities, and zeros of one or both signs as
+# their extreme must give the CPU's values and NaNs, in row order and in column order. Zero
+# signs follow maximum()'s order (docs/compiled-eager.md): ATen's own amax of [-0, x, +0] gives
+# -0 or +0 depending on its code path, so the signs are checked against that order instead.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("length", [3, 37, 128])
+def test_amax_amin_rows_with_nan_infinities_and_signed_zeros(dtype, length):
+    inf, nan = float("inf"), float("nan")
+    negative = -1 - sample((8, length), dtype).abs()  # maxima below zero
+    positive = 1 + sample((8, length), dtype, seed=1).abs()  # minima above zero
+    rows = torch.cat([negative, positive])
+    rows[0, length // 2] = nan
+    rows[1, 0], rows[1, length - 1] = -0.0, 0.0  # max +0 (both signs)
+    rows[2, length - 1] = -0.0  # max -0 (only -0)
+    rows[3, 0] = 0.0  # max +0 (only +0)
+    rows[4, 0] = inf
+    rows[5].fill_(-inf)
+    rows[8, 0], rows[8, length - 1] = 0.0, -0.0  # min -0 (both signs)
+    rows[9, length - 1] = 0.0  # min +0 (only +0)
+    rows[10, 0] = -0.0  # min -0 (only -0)
+    rows[11, 1 % length] = -inf
+    rows[12, 0] = nan
+    rows[13].fill_(inf)
+    for data in (rows, rows.t().contiguous().t()):  # row order, then column order
+        for fn in (lambda x: x.amax(1), lambda x: x.amin(1), lambda x: x.max(),
+                   lambda x: x.min()):
+            check(fn, data)
+            assert torch.equal(fn(data).isnan(), fn(data.to(torchneuron.device())).cpu().isnan())
+        device_rows = data.to(torchneuron.device())
+        amax, amin = device_rows.amax(1).cpu(), device_rows.amin(1).cpu()
+        assert amax[1:4].tolist() == [0.0, 0.0, 0.0] and amin[8:11].tolist() == [0.0, 0.0, 0.0]
+        assert amax[1:4].signbit().tolist() == [False, True, False]
+        assert amin[8:11].signbit().tolist() == [True, False, True]
+
+
 # A reduction over the outer dimension of a row-major tensor runs in column order: tiles of 64
 # columns, a full tile through its own copy of the loops with constant bounds, the last tile's
 # remainder through the general copy. Widths below, at, between and above whole tiles; the

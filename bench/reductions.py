@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Reductions over the outer dimension of a row-major tensor, which the device runs in column
-order (src/fusion/reduction_kernel_builder.cpp, emitColumnOrder: tiles of 64 columns): a
-Linear's bias gradient (`sum(0)` of a 2048 x 768 gradient: 16 sequences of 128 tokens, a
-768-wide model), its mean, and layer norm's backward over the same shape, whose weight and bias
-gradients are such reductions. On the device in eager mode against stock CPU in one process, per
-call; blocks alternate (bench/alternating.py) after a check against the CPU and a warm-up. Both
-sides allocate their results every call (run stock with jemalloc preloaded, as run_bench.py's
-stock-tuned mode does). Prints one JSON object: per case the medians over the rounds of
-microseconds per call and stock's time over the device's.
+"""Reductions on the device in eager mode against stock CPU in one process, per call. Over the
+outer dimension of a row-major tensor, which the device runs in column order
+(src/fusion/reduction_kernel_builder.cpp, emitColumnOrder: tiles of 64 columns): a Linear's bias
+gradient (`sum(0)` of a 2048 x 768 gradient: 16 sequences of 128 tokens, a 768-wide model), its
+mean, and layer norm's backward over the same shape, whose weight and bias gradients are such
+reductions. Over rows: `amax(-1)` of the same shape and of attention scores' 12288 rows of 128
+(src/fusion/reduction_ops.cpp, extremum). Blocks alternate (bench/alternating.py) after a check
+against the CPU and a warm-up. Both sides allocate their results every call (run stock with
+jemalloc preloaded, as run_bench.py's stock-tuned mode does). Prints one JSON object: per case
+the medians over the rounds of microseconds per call and stock's time over the device's.
 
     OMP_NUM_THREADS=1 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
       MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \\
-      PYTHONPATH=build/python /usr/bin/python3 bench/column_reductions.py [--threads 1] [--rounds 9]
+      PYTHONPATH=build/python /usr/bin/python3 bench/reductions.py [--threads 1] [--rounds 9]
 """
 import json
 import os
@@ -38,6 +39,8 @@ OPS = {
     "sum(0) 2048x768": lambda g, x, w, b, m, r: g.sum(0),
     "mean(0) 2048x768": lambda g, x, w, b, m, r: g.mean(0),
     "layer_norm backward 2048x768": layer_norm_backward,
+    "amax(-1) 2048x768": lambda g, x, w, b, m, r: g.amax(-1),
+    "amax(-1) 12288x128": lambda g, x, w, b, m, r: g.reshape(-1, 128).amax(-1),
 }
 
 
