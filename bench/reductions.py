@@ -4,8 +4,9 @@ outer dimension of a row-major tensor, which the device runs in column order
 (src/fusion/reduction_kernel_builder.cpp, emitColumnOrder: tiles of 64 columns): a Linear's bias
 gradient (`sum(0)` of a 2048 x 768 gradient: 16 sequences of 128 tokens, a 768-wide model), its
 mean, and layer norm's backward over the same shape, whose weight and bias gradients are such
-reductions. Over rows: `amax(-1)` of the same shape and of attention scores' 12288 rows of 128
-(src/fusion/reduction_ops.cpp, extremum). Blocks alternate (bench/alternating.py) after a check
+reductions. Over rows: `amax(-1)`, `max(-1)` (values and indices) and `argmax(-1)` of the same
+shape and of attention scores' 12288 rows of 128 (src/fusion/reduction_ops.cpp, extremum and
+argExtremum). Blocks alternate (bench/alternating.py) after a check
 against the CPU and a warm-up. Both sides allocate their results every call (run stock with
 jemalloc preloaded, as run_bench.py's stock-tuned mode does). Prints one JSON object: per case
 the medians over the rounds of microseconds per call and stock's time over the device's.
@@ -41,6 +42,10 @@ OPS = {
     "layer_norm backward 2048x768": layer_norm_backward,
     "amax(-1) 2048x768": lambda g, x, w, b, m, r: g.amax(-1),
     "amax(-1) 12288x128": lambda g, x, w, b, m, r: g.reshape(-1, 128).amax(-1),
+    "max(-1) 2048x768": lambda g, x, w, b, m, r: g.max(-1),
+    "max(-1) 12288x128": lambda g, x, w, b, m, r: g.reshape(-1, 128).max(-1),
+    "argmax(-1) 2048x768": lambda g, x, w, b, m, r: g.argmax(-1),
+    "argmax(-1) 12288x128": lambda g, x, w, b, m, r: g.reshape(-1, 128).argmax(-1),
 }
 
 

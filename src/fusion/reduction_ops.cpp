@@ -127,6 +127,14 @@ ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> ov
 }
 
 // argmax/argmin and max.dim/min.dim: the first extreme element wins; NaN counts as extreme.
+// Two passes, each a plain reduction LLVM vectorizes (one pass carrying the extreme and its place
+// with a compare and select per element does not vectorize):
+//   0. the extreme: for floats, the extreme ignoring NaN and zero signs (maxIgnoringNanAndZeroSign)
+//      and whether a NaN was seen; its result is NaN if one was, else that extreme;
+//   1. the first place of the extreme: the least index whose element equals it, or is NaN (no
+//      element is NaN unless the extreme is). With values, a float row also keeps the least such
+//      index whose element has its sign bit set, because the value is the first extreme element
+//      itself: of a zero extreme, -0 if that index is the first, else +0.
 ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
                         std::vector<std::string> overloads) {
   ReductionOp op;
@@ -138,25 +146,59 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
   op.rule.needs_elements = true;
   op.needs_index = true;
   op.num_outputs = with_values ? 2 : 1;
-  op.init = [maximum](ReduceContext& c, int) {
-    const ElementType i64{NumberKind::kSigned, 64, "i64"};
-    return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute),
-                  c.emit.intConstant(0, i64)};
-  };
-  op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x,
-                         const Value& index) {
+  op.passes = 2;
+  const ElementType i64{NumberKind::kSigned, 64, "i64"};
+  op.init = [maximum, with_values, i64](ReduceContext& c, int pass) {
     ScalarEmitter& e = c.emit;
-    Value better = maximum ? e.gt(x[0], acc[0]) : e.lt(x[0], acc[0]);
-    if (x[0].type.isFloat()) {
-      const Value first_nan =
-          e.binary("arith.andi", e.isNan(x[0]),
-                   e.binary("arith.xori", e.isNan(acc[0]), e.intConstant(1, boolType())));
-      better = e.binary("arith.ori", better, first_nan);
+    const bool is_float = c.compute.isFloat();
+    if (pass == 0) {
+      const Value start = maximum ? lowest(e, c.compute) : highest(e, c.compute);
+      if (!is_float) return Values{start};
+      return Values{start, e.intConstant(0, boolType())};
     }
-    return Values{e.select(better, x[0], acc[0]), e.select(better, index, acc[1])};
+    const Value none = e.intConstant(std::numeric_limits<int64_t>::max(), i64);
+    if (with_values && is_float) return Values{none, none};
+    return Values{none};
+  };
+  op.combine = [maximum, i64](ReduceContext& c, int pass, const Values& acc, const Values& x,
+                              const Value& index) {
+    ScalarEmitter& e = c.emit;
+    const bool is_float = x[0].type.isFloat();
+    if (pass == 0) {
+      if (!is_float) return Values{maximum ? e.maximum(acc[0], x[0]) : e.minimum(acc[0], x[0])};
+      return Values{maximum ? e.maxIgnoringNanAndZeroSign(acc[0], x[0])
+                            : e.minIgnoringNanAndZeroSign(acc[0], x[0]),
+                    e.binary("arith.ori", acc[1], e.isNan(x[0]))};
+    }
+    const Value& extreme = c.results[0][0];
+    const Value none = e.intConstant(std::numeric_limits<int64_t>::max(), i64);
+    Value hit = e.compare(is_float ? "oeq" : "eq", x[0], extreme);
+    if (is_float) hit = e.binary("arith.ori", hit, e.isNan(x[0]));
+    Values updated{e.binary("arith.minsi", acc[0], e.select(hit, index, none))};
+    if (acc.size() == 2) {
+      const Value sign = e.binary("math.copysign", e.floatConstant(1, x[0].type), x[0]);
+      const Value negative_hit =
+          e.binary("arith.andi", hit, e.lt(sign, e.floatConstant(0, x[0].type)));
+      updated.push_back(e.binary("arith.minsi", acc[1], e.select(negative_hit, index, none)));
+    }
+    return updated;
+  };
+  op.pass_results = [](ReduceContext& c, int pass, const Values& acc) {
+    if (pass != 0 || acc.size() == 1) return acc;
+    ScalarEmitter& e = c.emit;
+    return Values{e.select(acc[1], e.floatConstant(NAN, acc[0].type), acc[0])};
   };
   op.finish = [with_values](ReduceContext& c, const Values&) {
-    return with_values ? c.results[0] : Values{c.results[0][1]};
+    const Values& place = c.results[1];
+    if (!with_values) return Values{place[0]};
+    ScalarEmitter& e = c.emit;
+    const Value& extreme = c.results[0][0];
+    if (place.size() == 1) return Values{extreme, place[0]};
+    const Value zero = e.floatConstant(0, extreme.type);
+    const Value first_is_negative = e.compare("eq", place[1], place[0]);
+    const Value zero_value = e.select(first_is_negative, e.floatConstant(-0.0, extreme.type), zero);
+    const Value value = e.select(e.compare("oeq", extreme, zero), zero_value, extreme);
+    return Values{value, place[0]};
   };
   return op;
 }

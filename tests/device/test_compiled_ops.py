@@ -243,6 +243,46 @@ def test_amax_amin_rows_with_nan_infinities_and_signed_zeros(dtype, length):
         assert amin[8:11].signbit().tolist() == [True, False, True]
 
 
+# argmax/argmin and max/min with a dim take two vectorized passes: the extreme (a plain vector
+# max or min with a NaN flag), then the least index whose element equals it or is NaN
+# (argExtremum in fusion/reduction_ops.cpp). The first extreme element must win among ties and
+# among NaNs, a row of only -inf or +inf gives its first element, and max/min's value is that
+# first element itself: a zero extreme keeps the sign of the first zero.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32])
+@pytest.mark.parametrize("length", [1, 3, 37, 128, 1000])
+def test_arg_extremum_rows_with_ties_nan_infinities_and_signed_zeros(dtype, length):
+    rows = torch.randint(-2, 3, (16, length)).to(dtype)  # many ties
+    if dtype.is_floating_point:
+        inf, nan = float("inf"), float("nan")
+        rows[0, length // 2] = nan
+        rows[1, length - 1], rows[1, 0] = nan, nan
+        rows[2].fill_(-inf)
+        rows[3].fill_(inf)
+        rows[4].fill_(0.0)
+        rows[4, length - 1] = -0.0  # first zero +0, unless the row has one element
+        rows[5].fill_(-0.0)
+        rows[5, length - 1] = 0.0  # first zero -0
+        rows[6].fill_(nan)
+        rows[7, 0] = -inf
+    cases = [rows, rows.t().contiguous().t()]  # row order, then a strided row
+    dev = torchneuron.device()
+    for data in cases:
+        device_rows = data.to(dev)
+        torchneuron.reset_metrics()
+        for fn in (lambda x: x.argmax(1), lambda x: x.argmin(1)):
+            assert torch.equal(fn(device_rows).cpu(), fn(data))
+        for fn in (lambda x: x.max(1), lambda x: x.min(1)):
+            (values, indices), (device_values, device_indices) = fn(data), fn(device_rows)
+            assert torch.equal(device_indices.cpu(), indices)
+            device_values = device_values.cpu()
+            nan = values.isnan()
+            assert torch.equal(device_values.isnan(), nan)
+            assert torch.equal(device_values[~nan], values[~nan])
+            if dtype.is_floating_point:
+                assert torch.equal(device_values[~nan].signbit(), values[~nan].signbit())
+        assert launches("compiled") >= 4 and launches("fallback") == 0
+
+
 # A reduction over the outer dimension of a row-major tensor runs in column order: tiles of 64
 # columns, a full tile through its own copy of the loops with constant bounds, the last tile's
 # remainder through the general copy. Widths below, at, between and above whole tiles; the
