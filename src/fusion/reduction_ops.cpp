@@ -72,17 +72,32 @@ ReductionOp fold(const char* name, double initial,
 
 Value identity(ReduceContext&, const Value& acc) { return acc; }
 
-// amax/amin: NaN-propagating, in the compute type (exact).
 // amax/amin (and max()/min() without a dim): maximum()/minimum(), NaN-propagating, -0 below +0.
 // A float row in row order, whose horizontal step maximum() would take serially, keeps three
-// accumulators instead: the extreme ignoring NaN and zero signs (a plain vector max or min,
-// maxIgnoringNanAndZeroSign), whether a NaN was seen, and whether a zero of the winning sign
-// was seen (+0 for max, -0 for min); pass_results then rebuilds maximum()'s result exactly:
-// NaN if one was seen, else a zero extreme gets the winning sign if such a zero was seen and
-// the other sign if not. Column order keeps one accumulator per column: it has no horizontal
-// step.
+// accumulators instead, each a plain vector operation per element: the extreme ignoring NaN and
+// zero signs (maxIgnoringNanAndZeroSign), the unsigned maximum of the elements' magnitude bits
+// (above infinity's exactly when a NaN was seen), and the unsigned minimum (for max) or maximum
+// (for min) of their bits. pass_results then rebuilds maximum()'s result exactly: NaN if one was
+// seen; else a zero extreme gets the winning sign (+0 for max, -0 for min) if a zero of that
+// sign was seen, and the other sign if not. Without NaNs, a zero maximum means every element is
+// -0, +0 or negative, all of whose bits are above +0's (0) as unsigned; a zero minimum means
+// every element is +0, -0 (the sign bit alone) or positive, all of whose bits are below -0's.
+// Column order keeps one accumulator per column: it has no horizontal step.
 bool fastExtremum(const ReduceContext& c) {
   return !c.column_order && (c.compute.mlir == "f32" || c.compute.mlir == "f64");
+}
+
+// The bit patterns of a float type (f32 or f64), as ScalarEmitter::bits gives them: its integer
+// type, its sign bit alone (-0) and +infinity.
+struct FloatBits {
+  ElementType integer;
+  int64_t sign, infinity;
+};
+FloatBits floatBits(const ElementType& type) {
+  if (type.bits == 32)
+    return {{NumberKind::kSigned, 32, "i32"}, std::numeric_limits<int32_t>::min(), 0x7F800000};
+  return {
+      {NumberKind::kSigned, 64, "i64"}, std::numeric_limits<int64_t>::min(), 0x7FF0000000000000};
 }
 
 ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> overloads) {
@@ -92,38 +107,54 @@ ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> ov
   op.rule.exact_in_half = true;
   op.rule.needs_elements = true;
   op.init = [maximum](ReduceContext& c, int) {
-    const Value start = maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute);
+    ScalarEmitter& e = c.emit;
+    const Value start = maximum ? lowest(e, c.compute) : highest(e, c.compute);
     if (!fastExtremum(c)) return Values{start};
-    return Values{start, c.emit.intConstant(0, boolType()), c.emit.intConstant(0, boolType())};
+    const ElementType& integer = floatBits(c.compute).integer;
+    const Value none = e.intConstant(0, integer);
+    // The bits' unsigned minimum starts at the greatest value, ~0 (-1); maxima start at 0.
+    return Values{start, none, maximum ? e.intConstant(-1, integer) : none};
   };
   op.combine = [maximum](ReduceContext& c, int, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
     if (!fastExtremum(c))
       return Values{maximum ? e.maximum(acc[0], x[0]) : e.minimum(acc[0], x[0])};
-    // A zero whose sign wins: copysign(1, x) is 1 for +0, -1 for -0.
-    const Value zero = e.floatConstant(0, x[0].type);
-    const Value sign = e.binary("math.copysign", e.floatConstant(1, x[0].type), x[0]);
-    const Value winning_zero = e.binary("arith.andi", e.compare("oeq", x[0], zero),
-                                        maximum ? e.gt(sign, zero) : e.lt(sign, zero));
+    const Value bits = e.bits(x[0]);
+    const FloatBits pattern = floatBits(x[0].type);
+    const Value magnitude = e.binary("arith.andi", bits, e.intConstant(~pattern.sign, bits.type));
     return Values{maximum ? e.maxIgnoringNanAndZeroSign(acc[0], x[0])
                           : e.minIgnoringNanAndZeroSign(acc[0], x[0]),
-                  e.binary("arith.ori", acc[1], e.isNan(x[0])),
-                  e.binary("arith.ori", acc[2], winning_zero)};
+                  e.binary("arith.maxui", acc[1], magnitude),
+                  e.binary(maximum ? "arith.minui" : "arith.maxui", acc[2], bits)};
   };
   op.pass_results = [maximum](ReduceContext& c, int, const Values& acc) {
     if (acc.size() == 1) return acc;
     ScalarEmitter& e = c.emit;
     const ElementType& type = acc[0].type;
+    const FloatBits pattern = floatBits(type);
+    const Value nan_seen = e.compare("ugt", acc[1], e.intConstant(pattern.infinity, acc[1].type));
+    const Value winning_bits = e.intConstant(maximum ? 0 : pattern.sign, acc[2].type);
+    const Value winning_zero_seen = e.compare("eq", acc[2], winning_bits);
     const Value winning = e.floatConstant(maximum ? 0.0 : -0.0, type);
     const Value losing = e.floatConstant(maximum ? -0.0 : 0.0, type);
-    const Value zero_extreme = e.select(acc[2], winning, losing);
+    const Value zero_extreme = e.select(winning_zero_seen, winning, losing);
     const Value is_zero = e.compare("oeq", acc[0], e.floatConstant(0, type));
     const Value exact = e.select(is_zero, zero_extreme, acc[0]);
-    return Values{e.select(acc[1], e.floatConstant(NAN, type), exact)};
+    return Values{e.select(nan_seen, e.floatConstant(NAN, type), exact)};
   };
   op.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
   op.partials = partialsOfItself(name); // exact: the extreme of the chunks' extremes
   return op;
+}
+
+// Whether float `x`'s sign bit is set (-0, NaNs with the bit, and negative values).
+Value signBitSet(ScalarEmitter& e, const Value& x) {
+  if (x.type.mlir != "f32" && x.type.mlir != "f64") {
+    const Value sign = e.binary("math.copysign", e.floatConstant(1, x.type), x);
+    return e.lt(sign, e.floatConstant(0, x.type));
+  }
+  const Value bits = e.bits(x);
+  return e.compare("slt", bits, e.intConstant(0, bits.type));
 }
 
 // argmax/argmin and max.dim/min.dim: the first extreme element wins; NaN counts as extreme.
@@ -176,9 +207,7 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
     if (is_float) hit = e.binary("arith.ori", hit, e.isNan(x[0]));
     Values updated{e.binary("arith.minsi", acc[0], e.select(hit, index, none))};
     if (acc.size() == 2) {
-      const Value sign = e.binary("math.copysign", e.floatConstant(1, x[0].type), x[0]);
-      const Value negative_hit =
-          e.binary("arith.andi", hit, e.lt(sign, e.floatConstant(0, x[0].type)));
+      const Value negative_hit = e.binary("arith.andi", hit, signBitSet(e, x[0]));
       updated.push_back(e.binary("arith.minsi", acc[1], e.select(negative_hit, index, none)));
     }
     return updated;

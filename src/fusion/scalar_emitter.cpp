@@ -199,6 +199,13 @@ Value ScalarEmitter::le(const Value& a, const Value& b) {
 Value ScalarEmitter::gt(const Value& a, const Value& b) {
   return compare(orderPredicate(a.type, "ogt", "sgt", "ugt"), a, b);
 }
+Value ScalarEmitter::bits(const Value& a) {
+  TORCH_INTERNAL_ASSERT(a.type.mlir == "f32" || a.type.mlir == "f64", "bits of ", a.type.mlir);
+  const ElementType integer = a.type.bits == 32 ? ElementType{NumberKind::kSigned, 32, "i32"}
+                                                : ElementType{NumberKind::kSigned, 64, "i64"};
+  return emit("arith.bitcast " + a.name + " : " + a.type.mlir + " to " + integer.mlir, integer);
+}
+
 Value ScalarEmitter::isNan(const Value& a) {
   if (!a.type.isFloat()) return intConstant(0, boolType());
   return compare("uno", a, a);

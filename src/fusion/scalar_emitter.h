@@ -59,7 +59,10 @@ public:
   Value lt(const Value& a, const Value& b);
   Value le(const Value& a, const Value& b);
   Value gt(const Value& a, const Value& b);
-  Value isNan(const Value& a);                   // i1; false for non-floats
+  Value isNan(const Value& a); // i1; false for non-floats
+  // The bits of an f32 or f64 as an i32 or i64 (arith.bitcast): unsigned integer operations on
+  // them order zeros by sign and find NaNs without float compares.
+  Value bits(const Value& a);
   Value maximum(const Value& a, const Value& b); // NaN-propagating for floats
   Value minimum(const Value& a, const Value& b);
   // The larger of `a` and `b` for a max reduction that finds its NaNs itself: llvm.maxnum with
