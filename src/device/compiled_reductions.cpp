@@ -58,8 +58,11 @@ struct NamedArgs {
   }
 };
 
-// The reduced dimensions named by `dim` (None or [] mean all of them).
-c10::SmallVector<int64_t, 6> reducedDims(const at::Tensor& self, const c10::IValue* dim) {
+// The reduced dimensions named by `dim` (None or [] mean all of them), sorted, or nullopt when one
+// is named twice (after wrapping: 0 and -1 of a 0-d or 1-d tensor), which is ATen's error: the
+// call then runs on the CPU, which raises it after the checks ATen makes first.
+c10::optional<c10::SmallVector<int64_t, 6>> reducedDims(const at::Tensor& self,
+                                                        const c10::IValue* dim) {
   const int64_t rank = std::max<int64_t>(self.dim(), 1);
   c10::SmallVector<int64_t, 6> dims;
   if (dim != nullptr && dim->isInt()) {
@@ -72,7 +75,7 @@ c10::SmallVector<int64_t, 6> reducedDims(const at::Tensor& self, const c10::IVal
       dims.push_back(d);
   }
   std::sort(dims.begin(), dims.end());
-  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) return c10::nullopt;
   return dims;
 }
 
@@ -171,7 +174,9 @@ bool runCompiledReduction(const c10::OperatorHandle& handle, torch::jit::Stack* 
     call.inputs.push_back(args.find(name)->toTensor());
   call.outputs = args.written();
   if (args.find("keepdim")) call.keepdim = args.find("keepdim")->toBool();
-  call.dims = reducedDims(call.inputs[0], args.find("dim"));
+  const auto dims = reducedDims(call.inputs[0], args.find("dim"));
+  if (!dims) return false;
+  call.dims = *dims;
   for (const at::Tensor& t : call.inputs)
     if (!isKernelOperand(t) || t.device().type() != kNeuronDeviceType) return false;
   if (!decideTypes(rule, args, call)) return false;

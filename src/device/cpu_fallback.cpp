@@ -23,11 +23,17 @@ void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   const std::string full_name =
       name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-  switch (currentFallbackPolicy()) {
+  const FallbackPolicy policy = currentFallbackPolicy();
+  TORCH_CHECK(policy != FallbackPolicy::kError, "[fallback] ", full_name,
+              " has no neuron device kernel and NEURON_FALLBACK=error forbids running it on "
+              "the CPU");
+  // A call ATen rejects (bad arguments the device's kernels declined to judge, such as a dim named
+  // twice) raises ATen's error here, with no warning: nothing ran on the CPU.
+  runBoxedOnHost(op, stack);
+  recordLaunch(LaunchKind::kFallback, full_name);
+  switch (policy) {
   case FallbackPolicy::kError:
-    TORCH_CHECK(false, "[fallback] ", full_name,
-                " has no neuron device kernel and NEURON_FALLBACK=error forbids running it on "
-                "the CPU");
+    break;
   case FallbackPolicy::kWarn:
     if (firstFallbackOf(name.name)) {
       TORCH_WARN("[fallback] ", name.name,
@@ -39,8 +45,6 @@ void runCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   case FallbackPolicy::kSilent:
     break;
   }
-  runBoxedOnHost(op, stack);
-  recordLaunch(LaunchKind::kFallback, full_name);
 }
 
 } // namespace torchneuron

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 import torchneuron
@@ -53,3 +55,27 @@ def test_errors_inside_fallback_are_pytorchs_own(dev):
 def test_copy_to_meta_device_rejected_clearly(dev):
     with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor; no data!"):
         torch.ones(2, device=dev).to("meta").cpu()
+
+
+# A dim named twice (after wrapping, -1 and 0 of a 1-d tensor are the same) is ATen's error, in
+# eager and in adaptive mode, and warns of no fallback: nothing ran. The reductions' kernels
+# used to merge the repeated dim and return a result.
+@pytest.mark.loud_fallback
+@pytest.mark.parametrize("adaptive", [False, True])
+@pytest.mark.parametrize("shape, dims", [((3, 4), (0, 0)), ((3, 4), (1, -1)), ((5,), (0, -1)),
+                                         ((), (0, -1))])
+def test_reduction_over_a_dim_named_twice_raises_atens_error(dev, adaptive, shape, dims):
+    x = torch.randn(shape)
+    d = x.to(dev)
+    with torchneuron.adaptive(adaptive):
+        for op in (lambda t: t.sum(dims), lambda t: t.mean(dims), lambda t: t.amax(dims),
+                   lambda t: t.amin(dims), lambda t: t.var(dims), lambda t: t.logsumexp(dims)):
+            with pytest.raises(RuntimeError) as cpu_error:
+                op(x)
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")
+                with pytest.raises(RuntimeError) as device_error:
+                    op(d)
+            assert str(device_error.value) == str(cpu_error.value)
+            assert not [w for w in warned if "[fallback]" in str(w.message)]
+            assert "appears multiple times in the list of dims" in str(device_error.value)
