@@ -130,8 +130,10 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     output.dtype = target->dtype;
     written = target->view;
     if (binding.in_place) {
+      // The target first, as ATen's TensorIterator takes a copy_'s operands: a mismatch names
+      // the target's size as tensor a's (an add_'s target is its first operand already).
       shape = call.operands.empty() ? at::DimVector(target->view.sizes)
-                                    : at::infer_size_dimvector(shape, target->view.sizes);
+                                    : at::infer_size_dimvector(target->view.sizes, shape);
       TORCH_CHECK(at::IntArrayRef(shape) == target->view.sizes, "output with shape ",
                   target->view.sizes, " doesn't match the broadcast shape ",
                   at::IntArrayRef(shape));

@@ -295,11 +295,15 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
 
   ElementwiseOp lerp;
   lerp.name = "lerp";
-  lerp.operands = {{"self"}, {"end"}, {"weight"}};
+  // ATen's lerp computes in self's dtype: a Python number as the weight takes no part in type
+  // promotion (integer tensors with a weight of 0.5 are ATen's "not implemented for 'Long'", on
+  // the CPU fallback), and a weight tensor must have self's dtype (ATen checks that first).
+  lerp.operands = {{"self"}, {"end"}, {"weight", /*promotes=*/false}};
   lerp.compute_classes = kFloats;
   lerp.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
-    const Value &start = c.operands[0], &end = c.operands[1], &weight = c.operands[2];
+    const Value &start = c.operands[0], &end = c.operands[1];
+    const Value weight = e.convert(c.operands[2], start.type);
     const Value diff = e.sub(end, start);
     const Value small = e.lt(e.unary("math.absf", weight), e.floatConstant(0.5, weight.type));
     const Value from_start = e.add(start, e.mul(weight, diff));

@@ -79,3 +79,31 @@ def test_reduction_over_a_dim_named_twice_raises_atens_error(dev, adaptive, shap
             assert str(device_error.value) == str(cpu_error.value)
             assert not [w for w in warned if "[fallback]" in str(w.message)]
             assert "appears multiple times in the list of dims" in str(device_error.value)
+
+
+# lerp computes in self's dtype: a Python number as the weight is not promoted with the tensors,
+# so integer tensors are ATen's error. The device's kernel used to promote them to float and
+# return a float tensor.
+def test_lerp_of_integer_tensors_raises_atens_error(dev):
+    a, b = torch.arange(4), torch.arange(4) * 2
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.lerp(a, b, 0.5)
+    with pytest.raises(RuntimeError) as device_error:
+        torch.lerp(a.to(dev), b.to(dev), 0.5)
+    assert str(device_error.value) == str(cpu_error.value)
+    x, y = torch.randn(5), torch.randn(5)
+    torch.testing.assert_close(torch.lerp(x.to(dev), y.to(dev), 0.3).cpu(), torch.lerp(x, y, 0.3))
+
+
+# An in-place op whose operand does not broadcast to its target names the sizes as ATen does:
+# the target's as tensor a's.
+@pytest.mark.parametrize("op", [lambda t, u: t.copy_(u), lambda t, u: t.add_(u),
+                                lambda t, u: t.mul_(u)])
+def test_in_place_broadcast_error_names_the_sizes_as_aten_does(dev, op):
+    target, operand = torch.randn(3, 4), torch.randn(5)
+    with pytest.raises(RuntimeError) as cpu_error:
+        op(target, operand)
+    with pytest.raises(RuntimeError) as device_error:
+        op(target.to(dev), operand.to(dev))
+    assert str(device_error.value) == str(cpu_error.value)
+    assert "The size of tensor a (4) must match the size of tensor b (5)" in str(device_error.value)
