@@ -124,6 +124,18 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   output.device = *device;
   ViewGeometry written;
   if (target) {
+    // TensorIterator's checks, with its messages, on the output as given: ATen makes them before
+    // it computes the shape and resizes the output. An input that shares memory with the output
+    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
+    // decides the result, as it does on the CPU.
+    checkNoInternalOverlap(target->view);
+    for (size_t i = 0; i < call.operands.size(); ++i) {
+      if (call.operands[i].device() != target->device) continue;
+      checkNoPartialOverlap(target->view, views[i]);
+      if (target->view.storage != nullptr && views[i].storage == target->view.storage &&
+          overlapStatus(target->view, views[i]) == at::MemOverlapStatus::TooHard)
+        return c10::nullopt;
+    }
     TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
                 result_dtype, " can't be cast to the desired output type ", target->dtype);
     output.given = 0;
@@ -149,21 +161,19 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
       written.tensor = target->view.tensor;
       for (ViewGeometry& view : views)
         if (view.tensor != nullptr && view.tensor == written.tensor) view = written;
+      // The resized output may now share memory with an input other than in full (a view grown
+      // into its neighbour): ATen checks nothing after resizing, so the CPU runs it and its
+      // element order decides the result.
+      for (size_t i = 0; i < call.operands.size(); ++i) {
+        if (written.storage == nullptr || views[i].storage != written.storage) continue;
+        const at::MemOverlapStatus status = overlapStatus(written, views[i]);
+        if (status != at::MemOverlapStatus::No && status != at::MemOverlapStatus::Full)
+          return c10::nullopt;
+      }
     }
     if (!output.resize) {
       output.sizes.assign(written.sizes.begin(), written.sizes.end());
       output.strides.assign(written.strides.begin(), written.strides.end());
-    }
-    // TensorIterator's checks, with its messages. An input that shares memory with the output
-    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
-    // decides the result, as it does on the CPU.
-    checkNoInternalOverlap(written);
-    for (size_t i = 0; i < call.operands.size(); ++i) {
-      if (call.operands[i].device() != output.device) continue;
-      checkNoPartialOverlap(written, views[i]);
-      if (written.storage != nullptr && views[i].storage == written.storage &&
-          overlapStatus(written, views[i]) == at::MemOverlapStatus::TooHard)
-        return c10::nullopt;
     }
   } else {
     output.dtype = result_dtype;

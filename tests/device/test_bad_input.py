@@ -107,3 +107,39 @@ def test_in_place_broadcast_error_names_the_sizes_as_aten_does(dev, op):
         op(target.to(dev), operand.to(dev))
     assert str(device_error.value) == str(cpu_error.value)
     assert "The size of tensor a (4) must match the size of tensor b (5)" in str(device_error.value)
+
+
+# ATen checks an out= tensor for overlap with the inputs as given, before it resizes it: a
+# transposed view of the input as out= is a partial overlap even though, resized, it would be
+# the input itself. The device used to check the resized geometry and compute in place.
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_out_overlapping_an_input_before_its_resize_raises_atens_error(dev, adaptive):
+    def op(t):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # resize_output's deprecation warning
+            return torch.mul(t, 2, out=t.t())
+
+    x = torch.randn(4, 6)
+    d = x.to(dev)
+    with torchneuron.adaptive(adaptive):
+        with pytest.raises(RuntimeError) as cpu_error:
+            op(x)
+        with pytest.raises(RuntimeError) as device_error:
+            op(d)
+        torchneuron.synchronize()
+    assert "refer to a single memory location" in str(device_error.value)
+    assert str(device_error.value) == str(cpu_error.value)
+    assert torch.equal(d.cpu(), x)  # nothing written
+
+
+# An out= view that its resize grows into an input's memory is not checked by ATen; the CPU
+# runs it, so the result is ATen's for the same memory.
+def test_out_grown_into_an_input_by_its_resize_gives_the_cpus_result(dev):
+    def op(buffer):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.add(buffer[4:], 1, out=buffer[:2])
+        return buffer
+
+    buffer = torch.arange(12, dtype=torch.float32)
+    assert torch.equal(op(buffer.to(dev)).cpu(), op(buffer.clone()))
