@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "device/host_kernel_allocator.h"
 #include "device/host_view.h"
+#include "device/integer_division_guard.h"
 #include "device/small_pointer_map.h"
 
 namespace torchneuron {
@@ -210,6 +211,7 @@ void runBoxedOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     torch::jit::drop(*stack, num_arguments);
     torch::jit::push(*stack, destination);
   } else {
+    checkIntegerDivisionOverflow(op, *stack, arguments_begin);
     HostKernelAllocationScope allocations_from_the_device;
     op.callBoxed(stack);
   }

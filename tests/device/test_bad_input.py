@@ -143,3 +143,29 @@ def test_out_grown_into_an_input_by_its_resize_gives_the_cpus_result(dev):
 
     buffer = torch.arange(12, dtype=torch.float32)
     assert torch.equal(op(buffer.to(dev)).cpu(), op(buffer.clone()))
+
+
+# The minimum of int64 or int32 divided by -1 has no result in its dtype, and ATen's CPU kernels
+# stop the process with SIGFPE on it (stock PyTorch does too). On the device it is a clear error
+# that changes nothing; the same division of other values, and of int8, computes as on the CPU.
+@pytest.mark.parametrize("adaptive", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_division_of_the_minimum_by_minus_one_is_a_clear_error(dev, adaptive, dtype):
+    minimum = torch.iinfo(dtype).min
+    dividend = torch.tensor([minimum, 7, -9, 11], dtype=dtype)
+    divisor = torch.tensor([-1, -1, 2, 3], dtype=dtype)
+    d, v = dividend.to(dev), divisor.to(dev)
+    with torchneuron.adaptive(adaptive):
+        for op in (lambda a, b: a // b, lambda a, b: a % b, lambda a, b: torch.fmod(a, b),
+                   lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+                   lambda a, b: torch.div(a, b, rounding_mode="floor"), lambda a, b: a // -1,
+                   lambda a, b: a.floor_divide_(b)):
+            with pytest.raises(RuntimeError, match=rf"integer division overflow in aten::\w+: "
+                                                   rf"the \w+ minimum {minimum} divided by -1"):
+                op(d, v)
+            torchneuron.synchronize()
+            assert torch.equal(d.cpu(), dividend)
+            # Without the minimum where the divisor is -1: the CPU's result.
+            assert torch.equal(op(d[1:].clone(), v[1:]).cpu(), op(dividend[1:].clone(), divisor[1:]))
+    small = torch.tensor([-128, 5], dtype=torch.int8)
+    assert torch.equal((small.to(dev) // -1).cpu(), small // -1)
