@@ -39,6 +39,16 @@ c10::optional<LaunchPlan> planCopy(const at::Tensor& src, const WrittenOperand& 
   return planElementwiseInto(copyBinding(), copyCall(src), target);
 }
 
+bool isAtenBlockedTranspose(const at::Tensor& src, const at::Tensor& dst) {
+  constexpr int64_t kMinimumElements = 60 * 60; // ATen's MIN_SZ
+  return src.device().type() == kNeuronDeviceType && dst.device().type() == kNeuronDeviceType &&
+         src.layout() == at::kStrided && dst.layout() == at::kStrided && src.dim() == 2 &&
+         src.numel() >= kMinimumElements && src.stride(0) == 1 && src.stride(1) == src.size(0) &&
+         dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
+         dst.sizes() == src.sizes() && dst.is_neg() == src.is_neg() &&
+         dst.is_conj() == src.is_conj() && !src.is_alias_of(dst);
+}
+
 bool copyWithCompiledKernel(const at::Tensor& src, const at::Tensor& dst) {
   if (src.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType)
     return false;

@@ -18,6 +18,7 @@
 
 #include "device/caching_allocator.h"
 #include "device/compiled_ops.h"
+#include "device/copy_plan.h"
 #include "device/device.h"
 #include "device/host_view.h"
 #include "device/interim_launch.h"
@@ -137,6 +138,11 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   if (self.device().type() != kNeuronDeviceType || dst.device().type() != kNeuronDeviceType) {
     tracer::sync(tracer::SyncCause::kCopy);
     if (copyBytesAcrossHost(self, dst)) return dst;
+  }
+  if (isAtenBlockedTranspose(self, dst)) { // ATen's tiled transpose, on host views
+    hostSide(dst, "destination").copy_(hostSide(self, "source"));
+    recordLaunch(LaunchKind::kLibrary, "aten::copy_");
+    return dst;
   }
   {
     InterimLaunchScope scope; // a copy kernel still compiling: the host copy below meanwhile
