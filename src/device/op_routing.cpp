@@ -219,6 +219,31 @@ constexpr const char* kTrainingOps[] = {
     // triangular parts (causal attention masks)
     "triu", "triu_", "triu.out", "tril", "tril_", "tril.out"};
 
+// Everyday ops of scripts beyond the training step (position ids, sorting, counting, scans,
+// index updates, statistics): ATen's CPU kernels on device memory, as the fallback ran them, but
+// without its warning, and under the adaptive tracer without ending the window (a library call
+// runs the window's recorded launches first, then its kernel, so an output whose shape depends
+// on values, nonzero's, is known when the call returns).
+constexpr const char* kEverydayOps[] = {
+    // factories writing into a device tensor
+    "arange.start_out", "linspace.out", "logspace.out", "eye.out", "eye.m_out", "tril_indices",
+    "triu_indices",
+    // reordering
+    "flip", "roll", "repeat_interleave.Tensor",
+    // scans
+    "cumsum.out", "cumprod.out", "_cummax_helper", "_cummin_helper", "_logcumsumexp",
+    // sorting, selection, searching, counting
+    "sort.values_stable", "argsort.stable", "kthvalue.values", "median.dim_values", "mode",
+    "searchsorted.Tensor", "searchsorted.Tensor_out", "bucketize.Tensor", "bucketize.Tensor_out",
+    "bincount", "histc", "_unique2", "nonzero", "count_nonzero.dim_IntList",
+    "isin.Tensor_Tensor_out",
+    // index updates
+    "index_add.out", "index_copy.out", "index_fill_.int_Scalar", "index_fill_.int_Tensor", "take",
+    "put_", "scatter_reduce.two_out", "index_reduce.out", "_embedding_bag_forward_only",
+    "_embedding_bag", "_embedding_bag_dense_backward",
+    // statistics and cleanup
+    "std_mean.correction", "var_mean.correction", "aminmax.out", "nan_to_num.out", "trace"};
+
 // The _foreach_* ops (the multi-tensor optimizers' steps): every one with a CPU kernel, read from
 // the dispatcher. ATen's CPU kernels loop over the lists' tensors, which travel as host views like
 // any tensor argument (in a deferred window, as the device tensors themselves: runLibraryForeach);
@@ -235,7 +260,8 @@ void routeForeachOpsToLibrary(torch::Library& aten) {
 void registerLibraryOps(torch::Library& aten) {
   for (const auto& names :
        {c10::ArrayRef<const char*>(kRandomOps), c10::ArrayRef<const char*>(kDenseLinearAlgebraOps),
-        c10::ArrayRef<const char*>(kIndexingOps), c10::ArrayRef<const char*>(kTrainingOps)})
+        c10::ArrayRef<const char*>(kIndexingOps), c10::ArrayRef<const char*>(kTrainingOps),
+        c10::ArrayRef<const char*>(kEverydayOps)})
     for (const char* name : names)
       registerDeviceKernel(aten, name, routed<Route::kLibrary, &runLibraryKernelOnHost>());
   routeForeachOpsToLibrary(aten);
