@@ -1,4 +1,4 @@
-"""The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py,
+"""The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py, copies.py,
 list_launches.py, reduction_fusion.py, losses.py, max_pool.py, softmax_ops.py,
 reductions.py): their command line, timing one call
 in blocks that alternate with other paths in the same process, so that the machine's noise falls
@@ -24,6 +24,18 @@ def threads_and_rounds(description, argv, rounds=9):
         parser.error("--threads and --rounds must be positive")
     torch.set_num_threads(args.threads)
     return args
+
+
+def start_eager_report(description, argv):
+    """The start the eager-mode scripts share (softmax_ops.py, reductions.py, copies.py): parses
+    --threads and --rounds (threads_and_rounds), turns the adaptive tracer off and seeds torch
+    with 0. Returns (args, the device, the report to print: threads, rounds and empty `cases`)."""
+    import torchneuron
+    args = threads_and_rounds(description, argv)
+    torchneuron.set_adaptive(False)
+    torch.manual_seed(0)
+    report = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
+    return args, torchneuron.device(), report
 
 
 def per_call_us(op, args, calls, sync):

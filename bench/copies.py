@@ -22,7 +22,7 @@ os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not inter
 import torchneuron  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import stock_and_device, threads_and_rounds  # noqa: E402
+from alternating import start_eager_report, stock_and_device  # noqa: E402
 
 CALLS = 20
 
@@ -38,11 +38,7 @@ CASES = {
 
 
 def main(argv):
-    args = threads_and_rounds(__doc__, argv)
-    torchneuron.set_adaptive(False)
-    torch.manual_seed(0)
-    device = torchneuron.device()
-    result = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
+    args, device, result = start_eager_report(__doc__, argv)
     for name, (shape, op) in CASES.items():
         x = torch.randn(shape)
         d = x.to(device)

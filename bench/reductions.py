@@ -25,7 +25,7 @@ os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not inter
 import torchneuron  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import stock_and_device, threads_and_rounds  # noqa: E402
+from alternating import start_eager_report, stock_and_device  # noqa: E402
 
 ROWS, WIDTH, CALLS = 2048, 768, 20
 
@@ -50,16 +50,12 @@ OPS = {
 
 
 def main(argv):
-    args = threads_and_rounds(__doc__, argv)
-    torchneuron.set_adaptive(False)
-    torch.manual_seed(0)
-    device = torchneuron.device()
+    args, device, result = start_eager_report(__doc__, argv)
     g, x = torch.randn(ROWS, WIDTH), torch.randn(ROWS, WIDTH)
     w, b = torch.randn(WIDTH), torch.randn(WIDTH)
     _, mean, rstd = torch.native_layer_norm(x, (WIDTH,), w, b, 1e-5)
     cpu = (g, x, w, b, mean, rstd)
     dev = tuple(t.to(device) for t in cpu)
-    result = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
     for name, op in OPS.items():
         expected, actual = op(*cpu), op(*dev)
         for e, a in zip(expected if isinstance(expected, tuple) else (expected,),

@@ -25,7 +25,7 @@ os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not inter
 import torchneuron  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import stock_and_device, threads_and_rounds  # noqa: E402
+from alternating import start_eager_report, stock_and_device  # noqa: E402
 
 SHAPES = {"attention 8x12x128x128": ((8, 12, 128, 128), 20),  # shape, calls per block
           "logits 560x2000": ((560, 2000), 20)}
@@ -41,11 +41,7 @@ OPS = {
 
 
 def main(argv):
-    args = threads_and_rounds(__doc__, argv)
-    torchneuron.set_adaptive(False)
-    torch.manual_seed(0)
-    device = torchneuron.device()
-    result = {"threads": torch.get_num_threads(), "rounds": args.rounds, "cases": {}}
+    args, device, result = start_eager_report(__doc__, argv)
     for shape_name, (shape, calls) in SHAPES.items():
         x, g = torch.randn(shape) * 3, torch.randn(shape)
         cpu = (x, g, torch.softmax(x, -1), torch.log_softmax(x, -1))
