@@ -166,6 +166,7 @@ def test_integer_division_of_the_minimum_by_minus_one_is_a_clear_error(dev, adap
             torchneuron.synchronize()
             assert torch.equal(d.cpu(), dividend)
             # Without the minimum where the divisor is -1: the CPU's result.
-            assert torch.equal(op(d[1:].clone(), v[1:]).cpu(), op(dividend[1:].clone(), divisor[1:]))
+            expected = op(dividend[1:].clone(), divisor[1:])
+            assert torch.equal(op(d[1:].clone(), v[1:]).cpu(), expected)
     small = torch.tensor([-128, 5], dtype=torch.int8)
     assert torch.equal((small.to(dev) // -1).cpu(), small // -1)
