@@ -126,8 +126,7 @@ public:
               " step %c1 {");
     for (int pass = 0; pass < op_.passes; ++pass) {
       std::vector<Value> accumulated = emitPass(context, pass);
-      context.results.push_back(op_.pass_results ? op_.pass_results(context, pass, accumulated)
-                                                 : std::move(accumulated));
+      context.results.push_back(passResults(context, pass, std::move(accumulated)));
     }
     if (op_.row_output) {
       emitRowWrite(context);
@@ -251,10 +250,17 @@ private:
       e_.line("}");
     overColumns("%u2", [&] {
       std::vector<Value> accumulated = loadAccumulators(buffers, init, "%u2");
-      context.results = {op_.pass_results ? op_.pass_results(context, 0, accumulated)
-                                          : std::move(accumulated)};
+      context.results = {passResults(context, 0, std::move(accumulated))};
       storeRowOutputs(context);
     });
+  }
+
+  // What pass `pass` hands later passes and `finish`: ReductionOp::pass_results of its
+  // accumulators, or the accumulators themselves.
+  std::vector<Value> passResults(ReduceContext& context, int pass,
+                                 std::vector<Value> accumulated) const {
+    if (!op_.pass_results) return accumulated;
+    return op_.pass_results(context, pass, accumulated);
   }
 
   std::vector<Value> loadAccumulators(const std::vector<std::string>& buffers,

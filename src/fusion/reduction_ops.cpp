@@ -147,6 +147,24 @@ ReductionOp extremum(const char* name, bool maximum, std::vector<std::string> ov
   return op;
 }
 
+// A float max (or min) pass that LLVM vectorizes as a plain vector max with a shuffle tree at
+// the end, where maximum() needs blends per element and a serial horizontal step. Its two
+// accumulators are the extreme ignoring NaN and zero signs and whether a NaN was seen; its result
+// is NaN if one was, else that extreme: maximum()'s but for the sign of a zero extreme. Used by
+// softmax's max pass and argmax's.
+Values nanFlaggedExtremeInit(ReduceContext& c, bool maximum) {
+  return Values{maximum ? lowest(c.emit, c.compute) : highest(c.emit, c.compute),
+                c.emit.intConstant(0, boolType())};
+}
+Values nanFlaggedExtremeStep(ScalarEmitter& e, bool maximum, const Values& acc, const Value& x) {
+  return Values{maximum ? e.maxIgnoringNanAndZeroSign(acc[0], x)
+                        : e.minIgnoringNanAndZeroSign(acc[0], x),
+                e.binary("arith.ori", acc[1], e.isNan(x))};
+}
+Values nanFlaggedExtremeResult(ScalarEmitter& e, const Values& acc) {
+  return Values{e.select(acc[1], e.floatConstant(NAN, acc[0].type), acc[0])};
+}
+
 // Whether float `x`'s sign bit is set (-0, NaNs with the bit, and negative values).
 Value signBitSet(ScalarEmitter& e, const Value& x) {
   if (x.type.mlir != "f32" && x.type.mlir != "f64") {
@@ -160,8 +178,7 @@ Value signBitSet(ScalarEmitter& e, const Value& x) {
 // argmax/argmin and max.dim/min.dim: the first extreme element wins; NaN counts as extreme.
 // Two passes, each a plain reduction LLVM vectorizes (one pass carrying the extreme and its place
 // with a compare and select per element does not vectorize):
-//   0. the extreme: for floats, the extreme ignoring NaN and zero signs (maxIgnoringNanAndZeroSign)
-//      and whether a NaN was seen; its result is NaN if one was, else that extreme;
+//   0. the extreme: for floats, a NaN-flagged extreme (nanFlaggedExtremeInit);
 //   1. the first place of the extreme: the least index whose element equals it, or is NaN (no
 //      element is NaN unless the extreme is). With values, a float row also keeps the least such
 //      index whose element has its sign bit set, because the value is the first extreme element
@@ -183,9 +200,8 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
     ScalarEmitter& e = c.emit;
     const bool is_float = c.compute.isFloat();
     if (pass == 0) {
-      const Value start = maximum ? lowest(e, c.compute) : highest(e, c.compute);
-      if (!is_float) return Values{start};
-      return Values{start, e.intConstant(0, boolType())};
+      if (is_float) return nanFlaggedExtremeInit(c, maximum);
+      return Values{maximum ? lowest(e, c.compute) : highest(e, c.compute)};
     }
     const Value none = e.intConstant(std::numeric_limits<int64_t>::max(), i64);
     if (with_values && is_float) return Values{none, none};
@@ -196,10 +212,8 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
     ScalarEmitter& e = c.emit;
     const bool is_float = x[0].type.isFloat();
     if (pass == 0) {
-      if (!is_float) return Values{maximum ? e.maximum(acc[0], x[0]) : e.minimum(acc[0], x[0])};
-      return Values{maximum ? e.maxIgnoringNanAndZeroSign(acc[0], x[0])
-                            : e.minIgnoringNanAndZeroSign(acc[0], x[0]),
-                    e.binary("arith.ori", acc[1], e.isNan(x[0]))};
+      if (is_float) return nanFlaggedExtremeStep(e, maximum, acc, x[0]);
+      return Values{maximum ? e.maximum(acc[0], x[0]) : e.minimum(acc[0], x[0])};
     }
     const Value& extreme = c.results[0][0];
     const Value none = e.intConstant(std::numeric_limits<int64_t>::max(), i64);
@@ -213,9 +227,8 @@ ReductionOp argExtremum(const char* name, bool maximum, bool with_values,
     return updated;
   };
   op.pass_results = [](ReduceContext& c, int pass, const Values& acc) {
-    if (pass != 0 || acc.size() == 1) return acc;
-    ScalarEmitter& e = c.emit;
-    return Values{e.select(acc[1], e.floatConstant(NAN, acc[0].type), acc[0])};
+    if (pass != 0 || acc.size() == 1) return acc; // integers: the extreme itself
+    return nanFlaggedExtremeResult(c.emit, acc);
   };
   op.finish = [with_values](ReduceContext& c, const Values&) {
     const Values& place = c.results[1];
@@ -470,11 +483,10 @@ const ElementType& rowSumType(const ReduceContext& c) {
 }
 
 // Two passes shared by softmax, log_softmax and logsumexp: the row max, then sum(exp(x - max)).
-// Logsumexp replaces the max pass with its own (maximum(), in its wide type). This one
-// keeps two accumulators, the maximum ignoring NaN and zero signs (which LLVM vectorizes as a
-// plain vector max: maximum() cost a quarter of a softmax's time in its per-element blends and
-// per-row serial reduction) and whether a NaN was seen; its result is NaN if one was, so it
-// equals maximum()'s but for the sign of a zero maximum. No user depends on that sign: a row
+// Logsumexp replaces the max pass with its own (maximum(), in its wide type). This one is a
+// NaN-flagged maximum (nanFlaggedExtremeInit: maximum() cost a quarter of a softmax's time in
+// its per-element blends and per-row serial reduction), which equals maximum()'s result but for
+// the sign of a zero maximum. No user depends on that sign: a row
 // whose maximum is a zero of either sign has exp(x - max) = 1 at that element and the same
 // value elsewhere, and the log of its sum (at least 2 when zeros of both signs are in the row,
 // the only case the sign can differ) is positive, absorbing the sign wherever a zero is added.
@@ -483,20 +495,17 @@ ReductionOp expSum(const char* name) {
   op.name = name;
   op.passes = 2;
   op.init = [](ReduceContext& c, int pass) {
-    if (pass == 0) return Values{lowest(c.emit, c.compute), c.emit.intConstant(0, boolType())};
+    if (pass == 0) return nanFlaggedExtremeInit(c, /*maximum=*/true);
     return Values{c.emit.floatConstant(0, rowSumType(c))};
   };
   op.combine = [](ReduceContext& c, int pass, const Values& acc, const Values& x, const Value&) {
     ScalarEmitter& e = c.emit;
-    if (pass == 0)
-      return Values{e.maxIgnoringNanAndZeroSign(acc[0], x[0]),
-                    e.binary("arith.ori", acc[1], e.isNan(x[0]))};
+    if (pass == 0) return nanFlaggedExtremeStep(e, /*maximum=*/true, acc, x[0]);
     const Value shifted = expFlushingSubnormals(e, e.sub(x[0], c.results[0][0]));
     return Values{e.accumulate(acc[0], e.convert(shifted, rowSumType(c)))};
   };
   op.pass_results = [](ReduceContext& c, int pass, const Values& acc) {
-    if (pass != 0) return acc;
-    return Values{c.emit.select(acc[1], c.emit.floatConstant(NAN, acc[0].type), acc[0])};
+    return pass == 0 ? nanFlaggedExtremeResult(c.emit, acc) : acc;
   };
   return op;
 }
