@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace torchneuron {
 namespace {
@@ -35,7 +36,31 @@ at::Tensor operand(const c10::IValue& value) {
   return wrapped;
 }
 
+// ATen's result type of the call's dividend and divisor, or nullopt for a schema without both.
+std::optional<at::ScalarType> divisionDtype(const c10::FunctionSchema& schema,
+                                            const torch::jit::Stack& stack,
+                                            size_t arguments_begin) {
+  const auto self_index = schema.argumentIndexWithName("self");
+  const auto other_index = schema.argumentIndexWithName("other");
+  if (!self_index || !other_index) return std::nullopt;
+  const c10::IValue& self = stack[arguments_begin + *self_index];
+  const c10::IValue& other = stack[arguments_begin + *other_index];
+  if (!(self.isTensor() || self.isScalar()) || !(other.isTensor() || other.isScalar()))
+    return std::nullopt;
+  return at::result_type(operand(self), operand(other));
+}
+
 } // namespace
+
+bool isIntegerDivisionCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t count = schema.arguments().size();
+  if (stack.size() < count) return false;
+  const size_t arguments_begin = stack.size() - count;
+  if (!isIntegerDivision(schema, stack, arguments_begin)) return false;
+  const std::optional<at::ScalarType> dtype = divisionDtype(schema, stack, arguments_begin);
+  return dtype && at::isIntegralType(*dtype, /*includeBool=*/true);
+}
 
 void checkIntegerDivisionOverflow(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                                   size_t arguments_begin) {

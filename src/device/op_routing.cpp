@@ -16,12 +16,14 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cache/cache_warnings.h"
 #include "device/compiled_ops.h"
+#include "device/integer_division_guard.h"
 #include "device/library_ops.h"
 #include "device/plan_replay.h"
 #include "device/recurrent_layers.h"
@@ -125,7 +127,13 @@ constexpr const char* kRandomOps[] = {"uniform_",
                                       "binomial",
                                       "_sample_dirichlet",
                                       "rrelu_with_noise",
-                                      "rrelu_with_noise.out"};
+                                      "rrelu_with_noise.out",
+                                      "rrelu_with_noise_",
+                                      "multinomial.out",
+                                      "bernoulli.out",
+                                      "normal.Tensor_Tensor_out",
+                                      "normal.Tensor_float_out",
+                                      "normal.float_Tensor_out"};
 
 // mm, addmm, bmm, baddbmm, nll_loss_forward and nll_loss_backward have kernels of their own that
 // write into device memory directly; their in-place and out= overloads and the other products
@@ -244,6 +252,116 @@ constexpr const char* kEverydayOps[] = {
     // statistics and cleanup
     "std_mean.correction", "var_mean.correction", "aminmax.out", "nan_to_num.out", "trace"};
 
+// Special functions: ATen's CPU kernels (its own series, continued fractions and polynomial
+// recurrences, vectorized where ATen vectorizes them) on device memory. The compiled kernels cover
+// the functions libm and libmvec provide; these have no such counterpart to lower to. The
+// overloads with a Python-number operand (special_zeta.self_scalar, ...) and the composite ones
+// (mvlgamma, polygamma_) decompose into these.
+constexpr const char* kSpecialFunctionOps[] = {
+    // gamma functions
+    "digamma", "digamma.out", "digamma_", "polygamma", "polygamma.out", "lgamma", "lgamma.out",
+    "lgamma_", "igamma", "igamma.out", "igamma_", "igammac", "igammac.out", "igammac_",
+    // Bessel and Airy functions
+    "i0", "i0.out", "i0_", "special_i0e", "special_i0e.out", "special_i1", "special_i1.out",
+    "special_i1e", "special_i1e.out", "special_airy_ai", "special_airy_ai.out", "special_bessel_j0",
+    "special_bessel_j0.out", "special_bessel_j1", "special_bessel_j1.out", "special_bessel_y0",
+    "special_bessel_y0.out", "special_bessel_y1", "special_bessel_y1.out",
+    "special_modified_bessel_i0", "special_modified_bessel_i0.out", "special_modified_bessel_i1",
+    "special_modified_bessel_i1.out", "special_modified_bessel_k0",
+    "special_modified_bessel_k0.out", "special_modified_bessel_k1",
+    "special_modified_bessel_k1.out", "special_scaled_modified_bessel_k0",
+    "special_scaled_modified_bessel_k0.out", "special_scaled_modified_bessel_k1",
+    "special_scaled_modified_bessel_k1.out", "special_spherical_bessel_j0",
+    "special_spherical_bessel_j0.out",
+    // orthogonal polynomials
+    "special_chebyshev_polynomial_t", "special_chebyshev_polynomial_t.out",
+    "special_chebyshev_polynomial_u", "special_chebyshev_polynomial_u.out",
+    "special_chebyshev_polynomial_v", "special_chebyshev_polynomial_v.out",
+    "special_chebyshev_polynomial_w", "special_chebyshev_polynomial_w.out",
+    "special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_t.out",
+    "special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_u.out",
+    "special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_v.out",
+    "special_shifted_chebyshev_polynomial_w", "special_shifted_chebyshev_polynomial_w.out",
+    "special_hermite_polynomial_h", "special_hermite_polynomial_h.out",
+    "special_hermite_polynomial_he", "special_hermite_polynomial_he.out",
+    "special_laguerre_polynomial_l", "special_laguerre_polynomial_l.out",
+    "special_legendre_polynomial_p", "special_legendre_polynomial_p.out",
+    // error, logistic, entropy, zeta and other functions
+    "erfinv", "erfinv.out", "erfinv_", "logit", "logit.out", "logit_", "logit_backward",
+    "logit_backward.grad_input", "sinc", "sinc.out", "sinc_", "nextafter", "nextafter.out",
+    "nextafter_", "heaviside", "heaviside.out", "heaviside_", "frexp.Tensor_out", "isposinf",
+    "isposinf.out", "isneginf", "isneginf.out", "logaddexp2", "logaddexp2.out", "round.decimals",
+    "round.decimals_out", "round_.decimals", "special_entr", "special_entr.out", "special_erfcx",
+    "special_erfcx.out", "special_log_ndtr", "special_log_ndtr.out", "special_ndtri",
+    "special_ndtri.out", "special_xlog1py", "special_xlog1py.out", "special_zeta",
+    "special_zeta.out"};
+
+// Matrix factorizations and solvers: ATen's CPU kernels, which call LAPACK (the device's linear
+// algebra library, as cuSOLVER is CUDA's), on device memory. The torch.linalg functions are
+// composites of these; their internal calls see host views, so they stay on the CPU kernels.
+constexpr const char* kFactorizationOps[] = {
+    // decompositions
+    "_linalg_svd", "_linalg_svd.U", "_linalg_eigh", "_linalg_eigh.eigenvalues", "linalg_eig",
+    "linalg_eig.out", "_symeig_helper", "linalg_qr", "linalg_qr.out", "geqrf", "geqrf.a", "ormqr",
+    "ormqr.out", "linalg_householder_product", "linalg_householder_product.out",
+    "linalg_cholesky_ex", "linalg_cholesky_ex.L", "cholesky", "cholesky.out", "cholesky_inverse",
+    "cholesky_inverse.out", "linalg_lu", "linalg_lu.out", "linalg_lu_factor_ex",
+    "linalg_lu_factor_ex.out", "lu_unpack", "lu_unpack.out", "linalg_ldl_factor_ex",
+    "linalg_ldl_factor_ex.out",
+    // solvers, inverses, determinants and the rest
+    "_cholesky_solve_helper", "linalg_lu_solve", "linalg_lu_solve.out", "linalg_ldl_solve",
+    "linalg_ldl_solve.out", "_linalg_solve_ex", "_linalg_solve_ex.result",
+    "linalg_solve_triangular", "linalg_solve_triangular.out", "triangular_solve",
+    "triangular_solve.X", "linalg_inv_ex", "linalg_inv_ex.inverse", "_linalg_det",
+    "_linalg_det.result", "_linalg_slogdet", "_linalg_slogdet.sign", "linalg_lstsq.out",
+    "linalg_matrix_exp", "linalg_cross", "linalg_cross.out"};
+
+// Fourier transforms (ATen's pocketfft kernels; torch.fft's functions are composites of these);
+// the rest of the ops PyTorch's OpInfos found on the fallback (comparisons of whole tensors,
+// NaN-ignoring reductions and medians, histograms, segment reductions, uniqueness over a dim,
+// complex construction, renorm, the backward of unfold and of embedding_bag's weights); the other
+// ops with a CPU kernel of their own that scripts reach; and the integer-only ops. What is left on
+// the fallback: complex math, sparse layouts, quantization, and dtypes a compiled op's kernels do
+// not cover (integer pow, bool add, ...).
+constexpr const char* kRemainingLibraryOps[] = {
+    // Fourier transforms
+    "_fft_c2c", "_fft_c2c.out", "_fft_r2c", "_fft_r2c.out", "_fft_c2r", "_fft_c2r.out",
+    // found on the fallback by the OpInfos
+    "equal", "nansum", "nansum.out", "median", "nanmedian", "nanmedian.dim_values",
+    "histogram.bin_ct", "histogram.bin_ct_out", "histogram.bins_tensor",
+    "histogram.bins_tensor_out", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts",
+    "_histogramdd_from_bin_tensors", "segment_reduce", "_segment_reduce_backward", "unique_dim",
+    "unique_consecutive", "diag.out", "angle", "angle.out", "complex.out", "polar.out", "renorm",
+    "renorm.out", "renorm_", "unfold_backward", "_embedding_bag_per_sample_weights_backward",
+    // the rest of the ops with a CPU kernel of their own that scripts reach: exact nearest and
+    // antialiased resampling, channel_shuffle, nn.Embedding's max_norm, isin and searchsorted
+    // with a number, out= overloads of library ops, and distributions' gradients
+    "channel_shuffle", "_upsample_nearest_exact1d", "_upsample_nearest_exact1d.out",
+    "_upsample_nearest_exact1d_backward", "_upsample_nearest_exact1d_backward.grad_input",
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact2d.out",
+    "_upsample_nearest_exact2d_backward", "_upsample_nearest_exact2d_backward.grad_input",
+    "_upsample_nearest_exact3d", "_upsample_nearest_exact3d.out", "_upsample_nearest_exact3d.vec",
+    "_upsample_nearest_exact3d_backward", "_upsample_nearest_exact3d_backward.grad_input",
+    "_upsample_nearest_exact3d_backward.vec", "_upsample_bilinear2d_aa",
+    "_upsample_bilinear2d_aa.out", "_upsample_bilinear2d_aa_backward",
+    "_upsample_bilinear2d_aa_backward.grad_input", "_upsample_bicubic2d_aa",
+    "_upsample_bicubic2d_aa.out", "_upsample_bicubic2d_aa_backward",
+    "_upsample_bicubic2d_aa_backward.grad_input", "embedding_renorm_", "isin.Tensor_Scalar",
+    "isin.Tensor_Scalar_out", "isin.Scalar_Tensor", "isin.Scalar_Tensor_out", "bucketize.Scalar",
+    "searchsorted.Scalar", "unique_dim_consecutive", "_unique", "_aminmax", "_aminmax.dim",
+    "gather.out", "index_select.out", "index.Tensor_out", "scatter.src_out", "scatter.value_out",
+    "scatter.reduce_out", "scatter.value_reduce_out", "scatter_.reduce", "scatter_.value_reduce",
+    "scatter_add.out", "take.out", "nonzero.out", "histc.out", "range.out", "tensordot.out",
+    "_logcumsumexp.out", "mvlgamma.out", "adaptive_avg_pool2d.out", "adaptive_avg_pool3d.out",
+    "adaptive_avg_pool3d_backward.grad_input", "batch_norm_update_stats", "_standard_gamma_grad",
+    "_dirichlet_grad",
+    // integer-only ops: greatest common divisor, least common multiple, shifts
+    "gcd", "gcd.out", "gcd_", "lcm", "lcm.out", "lcm_", "bitwise_left_shift.Tensor",
+    "bitwise_left_shift.Tensor_out", "bitwise_left_shift_.Tensor", "bitwise_right_shift.Tensor",
+    "bitwise_right_shift.Tensor_out", "bitwise_right_shift_.Tensor", "__lshift__.Scalar",
+    "__lshift__.Tensor", "__rshift__.Scalar", "__rshift__.Tensor", "__ilshift__.Scalar",
+    "__ilshift__.Tensor", "__irshift__.Scalar", "__irshift__.Tensor"};
+
 // The _foreach_* ops (the multi-tensor optimizers' steps): every one with a CPU kernel, read from
 // the dispatcher. ATen's CPU kernels loop over the lists' tensors, which travel as host views like
 // any tensor argument (in a deferred window, as the device tensors themselves: runLibraryForeach);
@@ -261,7 +379,9 @@ void registerLibraryOps(torch::Library& aten) {
   for (const auto& names :
        {c10::ArrayRef<const char*>(kRandomOps), c10::ArrayRef<const char*>(kDenseLinearAlgebraOps),
         c10::ArrayRef<const char*>(kIndexingOps), c10::ArrayRef<const char*>(kTrainingOps),
-        c10::ArrayRef<const char*>(kEverydayOps)})
+        c10::ArrayRef<const char*>(kEverydayOps), c10::ArrayRef<const char*>(kSpecialFunctionOps),
+        c10::ArrayRef<const char*>(kFactorizationOps),
+        c10::ArrayRef<const char*>(kRemainingLibraryOps)})
     for (const char* name : names)
       registerDeviceKernel(aten, name, routed<Route::kLibrary, &runLibraryKernelOnHost>());
   routeForeachOpsToLibrary(aten);
@@ -283,11 +403,29 @@ void registerLibraryOps(torch::Library& aten) {
                        routedAs<&convolutionBackwardCallOfOverrideable>());
 }
 
+// The overloads of div, floor_divide, remainder and fmod. Their kernels compute floats; an integer
+// division is ATen's (it raises ZeroDivisionError for a zero divisor, and the host path guards
+// its one trapping pair), run as a library call: no fallback warning, and under the adaptive
+// tracer no end of the window (integer_division_guard.h decides which calls those are).
+bool isDivisionOverload(const std::string& name) {
+  for (const char* family : {"div", "floor_divide", "remainder", "fmod"}) {
+    const size_t length = std::strlen(family);
+    if (name.compare(0, length, family) == 0 &&
+        (name.size() == length || name[length] == '.' || name[length] == '_'))
+      return true;
+  }
+  return false;
+}
+
 // 3. Compiled ops: every overload the op registry lowers (composite ops excluded by the
 //    binders: they keep decomposing), then the row-wise ops built from compiled kernels.
 void registerCompiledOps(torch::Library& aten) {
   for (const std::string& name : bindCompiledElementwiseOverloads())
-    registerDeviceKernel(aten, name, routed<Route::kCompiled, &runCompiledElementwise>());
+    registerDeviceKernel(
+        aten, name,
+        isDivisionOverload(name)
+            ? routed<Route::kCompiled, &runCompiledElementwise, &isIntegerDivisionCall>()
+            : routed<Route::kCompiled, &runCompiledElementwise>());
   for (const std::string& name : bindCompiledReductionOverloads())
     registerDeviceKernel(aten, name, routed<Route::kCompiled, &runCompiledReduction>());
   registerDeviceKernel(aten, "cat", routed<Route::kCompiled, &runCompiledCat>());

@@ -15,6 +15,7 @@
 #include "device/cpu_fallback.h"
 #include "device/eager_call_cache.h"
 #include "device/interim_launch.h"
+#include "device/library_ops.h"
 #include "device/plan_replay.h"
 #include "tracer/tracer.h"
 
@@ -37,6 +38,12 @@ using CompiledKernel = bool (*)(const c10::OperatorHandle& op, torch::jit::Stack
 // A library route's kernel: runs every call it gets, raising ATen's errors as the CPU does.
 using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// A compiled route's choice for a call its kernel declined: true runs it as a library call (ATen's
+// CPU kernel on device memory, runLibraryKernelOnHost), false on the fallback. For ops whose
+// kernels leave a deliberate part of their calls to ATen (integer division), while the calls they
+// do not cover at all (complex dtypes) keep the fallback and its warning.
+using DeclinedCallFilter = bool (*)(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
 // PyTorch 1.13 has no autocast key for PrivateUse1: autocast never casts device ops. The first
 // device op run while autocast is on (torch.autocast("cpu"), torch.cpu.amp.autocast) warns once,
 // saying so; op_routing.cpp.
@@ -53,7 +60,8 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // runs before it touches device memory. A compiled route given a library kernel as `declined`
 // runs the calls its kernel declines on that library route instead of the fallback (an op whose
 // compiled kernel covers only some calls, max_pool2d_with_indices: the rest keep ATen's kernel
-// on device memory, without the fallback's warning and sync).
+// on device memory, without the fallback's warning and sync); given a DeclinedCallFilter, it runs
+// the declined calls the filter accepts as generic library calls.
 template <Route route, auto kernel = nullptr, auto declined = nullptr>
 void routeOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Autocast is on when one of its keys is not excluded (they are by default); a thread-local read.
@@ -82,7 +90,12 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       interim = scope.requested();
     }
     // A capture under way (plan_replay.h) cannot replay a CPU kernel run inside its call.
-    if constexpr (!std::is_same_v<decltype(declined), std::nullptr_t>) {
+    if constexpr (std::is_same_v<decltype(declined), DeclinedCallFilter>) {
+      if (!interim && declined(op, *stack)) {
+        routeCall<Route::kLibrary, &runLibraryKernelOnHost>(op, stack);
+        return;
+      }
+    } else if constexpr (!std::is_same_v<decltype(declined), std::nullptr_t>) {
       static_assert(std::is_same_v<decltype(declined), LibraryKernel>);
       if (!interim) {
         routeCall<Route::kLibrary, declined>(op, stack);

@@ -284,9 +284,9 @@ def list_programs():
 @pytest.mark.parametrize("name,program", list_programs(), ids=[n for n, _ in list_programs()])
 def test_every_list_op_recorded_in_a_hot_window_matches_the_cpu(dev, name, program):
     """Each overload's element ops are recorded in a hot window (the fourth run's calls are all
-    deferred, their launches recorded) and the results equal the CPU's. An element op on the
-    CPU fallback (lgamma) runs the launches recorded before it but does not end the window: one
-    window per run, ended by the copy of its results."""
+    deferred, their launches recorded) and the results equal the CPU's. An element op that
+    is a library kernel (lgamma) runs the launches recorded before it but does not end the
+    window: one window per run, ended by the copy of its results."""
     torch.manual_seed(0)
     xs = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]  # in every unary op's domain
     ys = [torch.rand(n) * 0.8 + 0.1 for n in (64, 48, 80)]

@@ -144,10 +144,13 @@ def test_library_route(dev):
 
 
 def test_fallback_routes(dev):
-    x = torch.full((3,), 2., device=dev)
-    # An op without a device kernel: the PrivateUse1 fallback (structured: its .out variant).
-    _, launched = run(lambda: torch.lgamma(x))
-    assert launched == {"interim": {}, "compiled": {}, "library": {}, "fallback": {"aten::lgamma.out": 1}}
+    coo_rows = torch.tensor([0, 0, 1, 2, 2], device=dev)
+    # An op without a device kernel (a sparse layout conversion's index helper): the PrivateUse1
+    # fallback (structured: its .out variant).
+    result, launched = run(lambda: torch._convert_indices_from_coo_to_csr(coo_rows, 3))
+    assert launched == {"interim": {}, "compiled": {}, "library": {},
+                        "fallback": {"aten::_convert_indices_from_coo_to_csr.out": 1}}
+    assert result.device == dev and result.cpu().tolist() == [0, 2, 3, 5]
     # A composite op with a CPU kernel, rerouted: the CPU kernel, not the decomposition.
     v = torch.arange(3., device=dev)
     result, launched = run(lambda: torch._stack([v, v]))
