@@ -27,6 +27,7 @@
 #include "device/library_ops.h"
 #include "device/plan_replay.h"
 #include "device/recurrent_layers.h"
+#include "device/reduced_precision_calls.h"
 #include "device/runtime_ops.h"
 
 namespace torchneuron {
@@ -417,23 +418,34 @@ bool isDivisionOverload(const std::string& name) {
   return false;
 }
 
+// A declined call of a division overload that ATen computes on purpose: an integer division, or
+// a half or bfloat16 one (ATen rounds floor_divide's and remainder's steps to the narrow dtype).
+bool isDivisionLeftToAten(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  return isIntegerDivisionCall(op, stack) || isReducedPrecisionCall(op, stack);
+}
+
 // 3. Compiled ops: every overload the op registry lowers (composite ops excluded by the
 //    binders: they keep decomposing), then the row-wise ops built from compiled kernels.
 void registerCompiledOps(torch::Library& aten) {
+  // The calls their kernels leave to ATen on purpose run ATen's kernel as library calls: integer
+  // division (integer_division_guard.h) and half or bfloat16 calls that ATen rounds step by step
+  // (reduced_precision_calls.h). Other declined calls (complex) take the fallback.
   for (const std::string& name : bindCompiledElementwiseOverloads())
     registerDeviceKernel(
         aten, name,
         isDivisionOverload(name)
-            ? routed<Route::kCompiled, &runCompiledElementwise, &isIntegerDivisionCall>()
-            : routed<Route::kCompiled, &runCompiledElementwise>());
+            ? routed<Route::kCompiled, &runCompiledElementwise, &isDivisionLeftToAten>()
+            : routed<Route::kCompiled, &runCompiledElementwise, &isReducedPrecisionCall>());
   for (const std::string& name : bindCompiledReductionOverloads())
-    registerDeviceKernel(aten, name, routed<Route::kCompiled, &runCompiledReduction>());
+    registerDeviceKernel(
+        aten, name, routed<Route::kCompiled, &runCompiledReduction, &isReducedPrecisionCall>());
   registerDeviceKernel(aten, "cat", routed<Route::kCompiled, &runCompiledCat>());
   registerDeviceKernel(aten, "cat.out", routed<Route::kCompiled, &runCompiledCat>());
   registerDeviceKernel(aten, "native_layer_norm",
-                       routed<Route::kCompiled, &runCompiledLayerNorm>());
-  registerDeviceKernel(aten, "native_layer_norm_backward",
-                       routed<Route::kCompiled, &runCompiledLayerNormBackward>());
+                       routed<Route::kCompiled, &runCompiledLayerNorm, &isReducedPrecisionCall>());
+  registerDeviceKernel(
+      aten, "native_layer_norm_backward",
+      routed<Route::kCompiled, &runCompiledLayerNormBackward, &isReducedPrecisionCall>());
   // The calls its kernel declines (other layouts and dtypes, windows with no element inside the
   // input, ATen's errors; compiled_pooling.cpp) keep the library kernel they had before it.
   registerDeviceKernel(aten, "max_pool2d_with_indices",

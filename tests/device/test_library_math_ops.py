@@ -4,6 +4,8 @@ library ops (op_routing.cpp: kSpecialFunctionOps, kFactorizationOps, kRemainingL
 the integer calls of div/floor_divide/remainder/fmod): the CPU's results, bit for bit, no fallback
 launch and so no fallback warning, in eager and in adaptive mode, where their inputs may be
 pending results of the window (x * 1 below). Complex math keeps the fallback (test_fallback.py)."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -152,6 +154,28 @@ def script_op_cases():
     }
 
 
+def reduced_precision_cases():
+    """Half and bfloat16 calls the compiled kernels leave to ATen, which rounds their steps to the
+    narrow dtype (reduced_precision_calls.h): ATen's kernels as library calls, the CPU's bits."""
+    g = torch.Generator().manual_seed(6)
+    rows = torch.randn(6, 96, generator=g)
+    cases = {}
+    for dtype in (torch.bfloat16, torch.float16):
+        r = rows.to(dtype)
+        name = str(dtype).replace("torch.", "")
+        cases[f"{name} reductions"] = (lambda r: (
+            (r * 1).sum(-1), (r * 1).mean(0), (r * 1).var(-1), (r * 1).norm(dim=-1),
+            (r * 1).float().sum(-1, dtype=r.dtype)), (r,))
+        cases[f"{name} floor_divide remainder"] = (lambda r: ((r * 1) // 0.3, (r * 1) % 0.7,
+                                                              torch.fmod(r * 1, r.flip(1))), (r,))
+    # PyTorch 1.13's CPU has no half softmax, logsumexp or layer norm.
+    r = rows.to(torch.bfloat16)
+    cases["bfloat16 softmax logsumexp layer_norm"] = (lambda r: (
+        (r * 1).softmax(-1), (r * 1).log_softmax(0), torch.logsumexp(r * 1, -1),
+        F.layer_norm(r * 1, (96,), torch.ones(96, dtype=r.dtype, device=r.device))), (r,))
+    return cases
+
+
 def integer_cases():
     g = torch.Generator().manual_seed(3)
     a = torch.randint(-50, 50, (32,), generator=g)
@@ -173,7 +197,7 @@ def integer_cases():
 
 
 ALL_CASES = {**special_function_cases(), **factorization_cases(), **remaining_cases(),
-             **script_op_cases(), **integer_cases()}
+             **script_op_cases(), **reduced_precision_cases(), **integer_cases()}
 
 
 @pytest.mark.filterwarnings("ignore:torch.range is deprecated")
@@ -250,6 +274,35 @@ def test_library_math_ops_keep_autograd():
     expected = gradients("cpu")
     torchneuron.reset_metrics()
     actual = gradients(dev)
+    assert torchneuron.metrics()["launches"]["fallback"] == 0, \
+        torchneuron.metrics()["ops"]["fallback"]
+    for got, want in zip(actual, expected):
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_bfloat16_training_step_needs_no_fallback(adaptive):
+    """A bfloat16 model's step: the broadcast bias gradients are bfloat16 sums, layer norm and
+    softmax run in bfloat16; every call the compiled kernels leave to ATen is a library call, and
+    the gradients are the CPU's bits."""
+    dev = torchneuron.device()
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 10)).to(torch.bfloat16)
+    x = torch.randn(16, 32, dtype=torch.bfloat16)
+    target = torch.randint(0, 10, (16,))
+
+    def gradients(model, device):
+        model = copy.deepcopy(model).to(device)
+        loss = F.cross_entropy(model(x.to(device)), target.to(device))
+        loss.backward()
+        return [loss] + [p.grad for p in model.parameters()]
+
+    expected = gradients(model, "cpu")
+    with torchneuron.adaptive(adaptive):
+        torchneuron.reset_metrics()
+        actual = gradients(model, dev)
+        torchneuron.synchronize()
     assert torchneuron.metrics()["launches"]["fallback"] == 0, \
         torchneuron.metrics()["ops"]["fallback"]
     for got, want in zip(actual, expected):
