@@ -32,7 +32,7 @@ c10::optional<double> cpuScalarValue(const at::Tensor& t) {
 // The constant of an op with special values (ElementwiseOp::special_values): the index of the
 // specialized operand's value among them, or -1.
 int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::ScalarType common) {
-  if (!at::isFloatingType(common)) return -1;
+  if (!at::isFloatingType(common) && !at::isIntegralType(common, /*includeBool=*/false)) return -1;
   for (size_t i = 0; i < call.operands.size(); ++i) {
     if (call.specs[i]->arg != op.specialized_operand) continue;
     const c10::optional<double> value = cpuScalarValue(call.operands[i]);
@@ -92,7 +92,12 @@ c10::optional<at::ScalarType> computeDtype(const ElementwiseOp& op, const BoundC
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   if (!fusion::isKernelDtype(common) || !(op.compute_classes & computeClassOf(common)))
     return c10::nullopt;
-  if (op.matches_cpu && !op.matches_cpu(common, call.constants)) return c10::nullopt;
+  if (op.matches_cpu) {
+    // It sees the constants the signature will hold, the special value's index included.
+    std::vector<int64_t> constants(call.constants.begin(), call.constants.end());
+    if (!op.special_values.empty()) constants.push_back(specialValueIndex(op, call, common));
+    if (!op.matches_cpu(common, constants)) return c10::nullopt;
+  }
   for (const c10::Scalar& param : call.params) {
     if (param.isComplex()) return c10::nullopt;
     if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;

@@ -153,15 +153,24 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.back().matches_cpu = notHalfOrBFloat16;
   // pow with a scalar exponent of 2, 3, 0.5, -0.5, -1, -2, 1 or 0 computes what ATen does for
   // those exponents (products, sqrt, reciprocals, a copy, ones: autograd's pow backward asks for
-  // x ** 1); any other exponent calls powf.
-  ElementwiseOp pow = binary("pow", "exponent", TypePromotion::kDefault, kFloats, nullptr);
+  // x ** 1); any other exponent calls powf. Integer tensors with an exponent of 2, 3, 1 or 0
+  // (`x ** 2`, `x.square()`) take the same products, which wrap on overflow as ATen's powi
+  // does; other integer exponents (negative ones raise ATen's error) and tensor exponents are
+  // left to ATen.
+  ElementwiseOp pow =
+      binary("pow", "exponent", TypePromotion::kDefault, kFloats | kIntegers, nullptr);
   pow.operands[1].checked_scalar = true;
   pow.specialized_operand = "exponent";
   pow.special_values = {2, 3, 0.5, -0.5, -1, -2, 1, 0};
+  pow.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
+    if (!c10::isIntegralType(dtype, /*includeBool=*/false)) return true;
+    const int64_t special = constants.empty() ? -1 : constants.back();
+    return special == 0 || special == 1 || special == 6 || special == 7;
+  };
   pow.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    const Value one = e.floatConstant(1, x.type);
+    const Value one = e.constantLike(1.0, x.type);
     switch (c.constants.empty() ? -1 : c.constants.back()) {
     case 0:
       return e.mul(x, x);

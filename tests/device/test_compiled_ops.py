@@ -460,3 +460,25 @@ def test_pow_scalar_exponents_match_aten(exponent):
     exact = exponent not in (2.5, -3)
     check(lambda x: torch.pow(x, exponent), a.abs() if exponent in (0.5, -0.5, 2.5) else a,
           **({"rtol": 0, "atol": 0} if exact else {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_integer_pow_with_a_small_exponent_is_compiled_and_wraps_as_atens(dtype):
+    """`x ** 2`, `x ** 3`, `x.square()`, `x ** 1` and `x ** 0` on integers are compiled products
+    that wrap on overflow as ATen's powi does (the dtype's extremes are among the values); other
+    integer exponents stay ATen's: a negative one raises ATen's error."""
+    from conftest import launched_since, launches_now
+    dev = torchneuron.device()
+    info = torch.iinfo(dtype)
+    x = sample((40,), dtype)
+    x[:2] = torch.tensor([info.max, info.min], dtype=dtype)
+    for op in (lambda t: t ** 2, lambda t: t ** 3, lambda t: t.square(), lambda t: t ** 1,
+               lambda t: t ** 0, lambda t: t[::2].pow_(2)):
+        before = launches_now()
+        got = op(x.to(dev))
+        launched = launched_since(before)
+        assert launched["fallback"] == {} and launched["compiled"], launched
+        expected = op(x.clone())
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        x.to(dev) ** -2
