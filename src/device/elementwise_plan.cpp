@@ -155,8 +155,13 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
                   target->view.sizes, " doesn't match the broadcast shape ",
                   at::IntArrayRef(shape));
     } else if (at::IntArrayRef(shape) != target->view.sizes) {
-      // resize_output makes it contiguous in place (same tensor, storage and offset); an
-      // operand that is the output tensor itself is resized with it.
+      // An out= tensor that is also an input is read and written: TensorIterator resizes only
+      // outputs that are not inputs (is_read_write), and this one must have the shape already.
+      for (const ViewGeometry& view : views)
+        TORCH_CHECK(view.tensor == nullptr || view.tensor != target->view.tensor,
+                    "output with shape ", target->view.sizes, " doesn't match the broadcast shape ",
+                    at::IntArrayRef(shape));
+      // resize_output makes it contiguous in place (same tensor, storage and offset).
       output.resize = true;
       output.sizes.assign(shape.begin(), shape.end());
       output.strides = contiguousStrides(shape);
@@ -164,8 +169,6 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
                                       target->view.itemsize);
       written.storage = target->view.storage;
       written.tensor = target->view.tensor;
-      for (ViewGeometry& view : views)
-        if (view.tensor != nullptr && view.tensor == written.tensor) view = written;
       // The resized output may now share memory with an input other than in full (a view grown
       // into its neighbour): ATen checks nothing after resizing, so the CPU runs it and its
       // element order decides the result.

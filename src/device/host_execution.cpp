@@ -138,9 +138,17 @@ public:
 private:
   at::Tensor toHost(const at::Tensor& tensor, bool written) {
     if (!tensor.defined() || tensor.device().type() != kNeuronDeviceType) return tensor;
+    // One tensor given twice (an out= argument that is also an input) is one host tensor, so
+    // that ATen's checks that compare tensors by identity see it: an output that is also an input
+    // must already have the broadcast shape, where a mere out= argument would be resized.
+    if (at::Tensor* seen = host_of_device_.find(tensor.unsafeGetTensorImpl())) {
+      if (written) written_.emplace_back(*seen, tensor);
+      return *seen;
+    }
     at::Tensor host =
         tensor.layout() == at::kSparse ? sparseToHost(tensor) : aliases_.toHost(tensor);
     device_of_host_.emplace(host.unsafeGetTensorImpl(), tensor);
+    host_of_device_.emplace(tensor.unsafeGetTensorImpl(), host);
     if (written) written_.emplace_back(host, tensor);
     return host;
   }
@@ -194,6 +202,7 @@ private:
   std::optional<c10::Device> device_;
   HostAliasSet aliases_;
   SmallPointerMap<c10::TensorImpl, at::Tensor> device_of_host_;
+  SmallPointerMap<c10::TensorImpl, at::Tensor> host_of_device_;
   std::vector<std::pair<at::Tensor, at::Tensor>> written_;
 };
 

@@ -166,12 +166,23 @@ void HostAliasSet::writeBack(const at::Tensor& host, const at::Tensor& device_te
     return;
   }
   // The CPU kernel re-allocated the tensor (an out= argument of the wrong size): move the new
-  // bytes into a fresh device storage with the same layout.
+  // bytes to device memory with the same layout.
   const size_t nbytes = host.storage().nbytes();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, neuronAllocator()->allocate(nbytes),
-                       neuronAllocator(), /*resizable=*/true);
-  if (nbytes > 0) std::memcpy(storage.data(), host.storage().data(), nbytes);
-  device_impl->set_storage_keep_dtype(std::move(storage));
+  c10::DataPtr bytes = neuronAllocator()->allocate(nbytes);
+  if (nbytes > 0) std::memcpy(bytes.get(), host.storage().data(), nbytes);
+  const c10::Storage* aliased = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
+  c10::StorageImpl* device_storage = device_tensor.storage().unsafeGetStorageImpl();
+  if (aliased != nullptr && aliased->unsafeGetStorageImpl() == device_storage) {
+    // It grew the storage it was given (ATen's resize_ of an out= argument grows the storage in
+    // place): grow the device storage in place too, so that the tensor's other views (a larger
+    // tensor it is a slice of, its own slices) see the result, as they do on the CPU.
+    device_storage->set_data_ptr_noswap(std::move(bytes));
+    device_storage->set_nbytes(nbytes);
+  } else {
+    device_impl->set_storage_keep_dtype(c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                                                     std::move(bytes), neuronAllocator(),
+                                                     /*resizable=*/true));
+  }
   device_impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
 }
 

@@ -4,6 +4,8 @@ import pytest
 import torch
 import torchneuron
 
+from conftest import assert_same
+
 
 def test_mixing_cpu_and_device_tensors_is_a_clear_error(dev):
     with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device, but found "
@@ -170,3 +172,45 @@ def test_integer_division_of_the_minimum_by_minus_one_is_a_clear_error(dev, adap
             assert torch.equal(op(d[1:].clone(), v[1:]).cpu(), expected)
     small = torch.tensor([-128, 5], dtype=torch.int8)
     assert torch.equal((small.to(dev) // -1).cpu(), small // -1)
+
+
+# An out= argument that the CPU kernel must grow, while other tensors share its storage (it is a
+# slice of a larger tensor, or has slices of its own): ATen grows the shared storage in place, so
+# those tensors see the result. The host path (library and fallback kernels) grows the device
+# storage in place too; it used to give the out= tensor a storage of its own.
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_grown_out_argument_keeps_sharing_its_storage(dev, adaptive):
+    def run(d):
+        whole = torch.zeros(3, 4, device=d)
+        torch.lgamma(torch.full((3, 4), 3.0, device=d), out=whole[1:])  # library op
+        grown = torch.zeros(4, device=d)
+        head = grown[:2]
+        torch.lgamma(torch.full((6,), 3.0, device=d), out=grown)
+        values = torch.zeros(2, device=d)
+        torch.sort(torch.arange(5.0, device=d).flip(0),
+                   out=(values, torch.empty(0, dtype=torch.long, device=d)))
+        return [whole, grown, head, values]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's "resized a non-empty tensor" warning
+        expected = run("cpu")
+        with torchneuron.adaptive(adaptive):
+            got = run(dev)
+    for g, e in zip(got, expected):
+        assert_same(g, e)
+
+
+# An out= argument that is also an input is read and written: ATen requires it to have the
+# broadcast shape already (it resizes only outputs that are not inputs). The host path gives a
+# tensor passed twice one host view, so ATen's identity check sees it; before, the output was
+# resized and its new elements read uninitialized.
+def test_an_out_argument_that_is_also_an_input_is_not_resized(dev):
+    for op in (torch.igamma, torch.nextafter, torch.add, torch.xlogy):
+        for d in ("cpu", dev):
+            p = torch.tensor([[0.0, 0.5, 1.0, 2.0, -1.0, 3.0]], device=d)
+            q = torch.rand(2, 6).to(d)
+            with pytest.raises(RuntimeError,
+                               match=r"output with shape \[1, 6\] doesn't match the broadcast "
+                                     r"shape \[2, 6\]"):
+                op(p, q, out=p)
+            assert p.shape == (1, 6)
