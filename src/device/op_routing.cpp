@@ -23,6 +23,7 @@
 
 #include "cache/cache_warnings.h"
 #include "device/compiled_ops.h"
+#include "device/eigenvalues.h"
 #include "device/integer_division_guard.h"
 #include "device/library_ops.h"
 #include "device/plan_replay.h"
@@ -534,6 +535,26 @@ void registerRecurrentLayers() {
   autograd.impl("rnn_relu.input", TORCH_FN(deviceRnnRelu));
 }
 
+// 10. torch.linalg.eigvals (eigenvalues.h): ATen's composite mixes CPU temporaries into the device
+//     output for a real matrix with complex eigenvalues, and fails. Its device decomposition
+//     (linalg_eig) is registered at AutogradPrivateUse1, as the recurrent layers' are, and also
+//     at PrivateUse1, which serves inference mode (no autograd keys), where the composite would
+//     run and fail; outside inference mode the autograd-key kernel answers first.
+void registerEigenvalues() {
+  for (const char* name : {"linalg_eigvals", "linalg_eigvals.out"}) {
+    auto op = c10::Dispatcher::singleton().findOp(atenOpName(name));
+    TORCH_INTERNAL_ASSERT(op &&
+                              op->hasKernelForDispatchKey(DispatchKey::CompositeImplicitAutograd) &&
+                              !op->hasKernelForDispatchKey(DispatchKey::PrivateUse1),
+                          "[routing] ", name, " is no longer a composite op");
+  }
+  for (DispatchKey key : {DispatchKey::AutogradPrivateUse1, DispatchKey::PrivateUse1}) {
+    torch::Library& library = keyLibrary("aten", key, __LINE__);
+    library.impl("linalg_eigvals", TORCH_FN(deviceLinalgEigvals));
+    library.impl("linalg_eigvals.out", TORCH_FN(deviceLinalgEigvalsOut));
+  }
+}
+
 void registerDeviceKernels(torch::Library& aten) {
   // Cache faults (at most one warning per kind) reach Python as UserWarnings, like fallback
   // warnings; set before any kernel can compile.
@@ -588,6 +609,7 @@ void registerDeviceKernels(torch::Library& aten) {
   sparse.impl("_coalesced_", torch::CppFunction(&at::native::_coalesced_sparse_));
 
   registerRecurrentLayers();
+  registerEigenvalues();
 }
 
 } // namespace

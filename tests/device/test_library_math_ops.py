@@ -307,3 +307,31 @@ def test_a_bfloat16_training_step_needs_no_fallback(adaptive):
         torchneuron.metrics()["ops"]["fallback"]
     for got, want in zip(actual, expected):
         assert_same(got, want)
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
+def test_eigvals_of_real_matrices_with_complex_eigenvalues(mode):
+    """ATen's linalg_eigvals composite mixed CPU temporaries into the device output and failed for
+    a real matrix with complex eigenvalues (eigenvalues.h); the device decomposes it into
+    linalg_eig, with autograd, in no_grad and in inference mode, and keeps ATen's out= checks."""
+    dev = torchneuron.device()
+    a = torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(8))
+    expected = torch.linalg.eigvals(a)
+    assert expected.imag.abs().max() > 0.1  # complex eigenvalues among them
+    context = {"grad": torch.enable_grad, "no_grad": torch.no_grad,
+               "inference": torch.inference_mode}[mode]
+    with context():
+        assert_same(torch.linalg.eigvals(a.to(dev)), expected)
+        out = torch.empty(0, dtype=torch.complex64).to(dev)
+        torch.linalg.eigvals(a.to(dev), out=out)
+        assert_same(out, expected)
+        with pytest.raises(RuntimeError, match="Expected eigenvalues to be safely castable from "
+                                               "ComplexFloat dtype, but got eigenvalues with dtype "
+                                               "Float"):
+            torch.linalg.eigvals(a.to(dev), out=torch.empty(0).to(dev))
+    if mode == "grad":
+        leaf = a.to(dev).requires_grad_()
+        torch.linalg.eigvals(leaf).abs().sum().backward()
+        cpu_leaf = a.clone().requires_grad_()
+        torch.linalg.eigvals(cpu_leaf).abs().sum().backward()
+        assert_same(leaf.grad, cpu_leaf.grad)
