@@ -141,8 +141,6 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
           overlapStatus(target->view, views[i]) == at::MemOverlapStatus::TooHard)
         return c10::nullopt;
     }
-    TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
-                result_dtype, " can't be cast to the desired output type ", target->dtype);
     output.given = 0;
     output.dtype = target->dtype;
     written = target->view;
@@ -161,6 +159,11 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
         TORCH_CHECK(view.tensor == nullptr || view.tensor != target->view.tensor,
                     "output with shape ", target->view.sizes, " doesn't match the broadcast shape ",
                     at::IntArrayRef(shape));
+    }
+    // After the shape checks, as TensorIterator computes shapes before types.
+    TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
+                result_dtype, " can't be cast to the desired output type ", target->dtype);
+    if (!binding.in_place && at::IntArrayRef(shape) != target->view.sizes) {
       // resize_output makes it contiguous in place (same tensor, storage and offset).
       output.resize = true;
       output.sizes.assign(shape.begin(), shape.end());

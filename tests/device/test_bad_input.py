@@ -214,3 +214,16 @@ def test_an_out_argument_that_is_also_an_input_is_not_resized(dev):
                                      r"shape \[2, 6\]"):
                 op(p, q, out=p)
             assert p.shape == (1, 6)
+
+
+# TensorIterator checks shapes before dtypes: an in-place op whose target has the wrong shape and
+# whose result type cannot be cast to it raises the shape error, on the device as on the CPU.
+def test_an_in_place_op_with_a_wrong_shape_and_dtype_names_the_shape_first(dev):
+    for d in ("cpu", dev):
+        target = torch.tensor([5, 6, 7], device=d)
+        with pytest.raises(RuntimeError,
+                           match=r"output with shape \[1\] doesn't match the broadcast shape \[3\]"):
+            target[:1].div_(torch.tensor([1, 2, 3], device=d))
+        with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired "
+                                               "output type Long"):
+            target.div_(torch.tensor([1, 2, 3], device=d))
