@@ -40,8 +40,9 @@ using LibraryKernel = void (*)(const c10::OperatorHandle& op, torch::jit::Stack*
 
 // A compiled route's choice for a call its kernel declined: true runs it as a library call (ATen's
 // CPU kernel on device memory, runLibraryKernelOnHost), false on the fallback. For ops whose
-// kernels leave a deliberate part of their calls to ATen (integer division), while the calls they
-// do not cover at all (complex dtypes) keep the fallback and its warning.
+// kernels leave a deliberate part of their calls to ATen (integer division, half and bfloat16
+// calls that ATen rounds step by step), while the calls they do not cover at all (complex dtypes)
+// keep the fallback and its warning.
 using DeclinedCallFilter = bool (*)(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
 // PyTorch 1.13 has no autocast key for PrivateUse1: autocast never casts device ops. The first

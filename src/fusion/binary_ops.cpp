@@ -165,7 +165,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   pow.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
     if (!c10::isIntegralType(dtype, /*includeBool=*/false)) return true;
     const int64_t special = constants.empty() ? -1 : constants.back();
-    return special == 0 || special == 1 || special == 6 || special == 7;
+    return special == 0 || special == 1 || special == 6 || special == 7; // 2, 3, 1 and 0
   };
   pow.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
