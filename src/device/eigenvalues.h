@@ -3,8 +3,9 @@
 // temporaries for any tensor that is not a CPU one (it expects MAGMA's CUDA path) and then
 // combines a real input's real and imaginary parts into the device output with a device/CPU mix,
 // which fails ("Expected all tensors to be on the same device") whenever a real matrix has
-// complex eigenvalues. On the device the eigenvalues are linalg_eig's (a library op: LAPACK's
-// geev on device memory), as ATen's composite itself computes them for inputs that require grad.
+// complex eigenvalues. On the device, an input that requires grad takes linalg_eig's eigenvalues
+// (a library op), as ATen's composite does; any other runs the CPU's linalg_eigvals on a host
+// view (geev without eigenvectors, as on the CPU: the same bits and order).
 //
 // op_routing.cpp registers them at AutogradPrivateUse1, as the recurrent layers' decompositions,
 // and at PrivateUse1 for inference mode: they decompose into linalg_eig, whose autograd records

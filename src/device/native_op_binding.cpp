@@ -173,6 +173,10 @@ c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
   }
   if (outputs > 1) return c10::nullopt;
   binding.writes_output = outputs == 1;
+  const auto exponent = schema.argumentIndexWithName("exponent");
+  binding.output_dtype_exact =
+      (schema.name() == "aten::pow" || schema.name() == "aten::pow_") && exponent &&
+      schema.arguments()[*exponent].type()->kind() != c10::TypeKind::TensorType;
   for (size_t i = 0; i < op.operands.size(); ++i) {
     const bool optional = std::find(op.optional_operands.begin(), op.optional_operands.end(),
                                     op.operands[i].arg) != op.optional_operands.end();

@@ -32,7 +32,10 @@ struct NativeOpBinding {
   bool writes_output = false;           // in-place or out=: the output is an argument
   bool in_place = false;                // the output is `self`: operands broadcast to its shape
   bool casts_freely = false;            // copy_: any dtype converts to the output's
-  LaunchCounter* launches = nullptr;    // compiled launches of this overload
+  // The output must have the result's dtype exactly (ATen builds pow with a number exponent as a
+  // unary op, which checks "Found dtype ... but expected ..." instead of casting).
+  bool output_dtype_exact = false;
+  LaunchCounter* launches = nullptr; // compiled launches of this overload
 };
 
 c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,

@@ -482,3 +482,24 @@ def test_integer_pow_with_a_small_exponent_is_compiled_and_wraps_as_atens(dtype)
         assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
         x.to(dev) ** -2
+
+
+def test_pow_with_a_number_exponent_wants_the_result_dtype_in_its_output():
+    """ATen builds pow(tensor, number) as a unary op: its output must have the result's dtype
+    ("Found dtype ... but expected ..."), where pow(tensor, tensor) casts."""
+    dev = torchneuron.device()
+    for d in ("cpu", dev):
+        ints, floats = torch.arange(-4, 4, device=d), torch.randn(4).to(d)
+        for call, message in (
+                (lambda: torch.pow(ints, 2, out=torch.empty(8, dtype=torch.int32, device=d)),
+                 "Found dtype Int but expected Long"),
+                (lambda: torch.square(ints, out=torch.empty(8, device=d)),
+                 "Found dtype Float but expected Long"),
+                (lambda: torch.pow(floats, 2, out=torch.empty(4, dtype=torch.float64, device=d)),
+                 "Found dtype Double but expected Float"),
+                (lambda: (ints > 0).pow_(2), "Found dtype Bool but expected Long"),
+                (lambda: ints.clone().pow_(2.0), "Found dtype Long but expected Float")):
+            with pytest.raises(RuntimeError, match=message):
+                call()
+        casted = torch.pow(floats, floats.abs(), out=torch.empty(4, dtype=torch.float64, device=d))
+        assert casted.dtype == torch.float64

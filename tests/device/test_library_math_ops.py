@@ -329,6 +329,13 @@ def test_eigvals_of_real_matrices_with_complex_eigenvalues(mode):
                                                "ComplexFloat dtype, but got eigenvalues with dtype "
                                                "Float"):
             torch.linalg.eigvals(a.to(dev), out=torch.empty(0).to(dev))
+        # Without a gradient the CPU runs geev without eigenvectors, whose eigenvalues of a larger
+        # matrix differ in order and last bits from linalg_eig's; the device runs the same.
+        big = torch.randn(150, 150, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+        assert_same(torch.linalg.eigvals(big.to(dev)), torch.linalg.eigvals(big))
+        with pytest.raises(RuntimeError, match="linalg.eigvals: A must be batches of square "
+                                               "matrices, but they are 3 by 4 matrices"):
+            torch.linalg.eigvals(torch.zeros(3, 4).to(dev))
     if mode == "grad":
         leaf = a.to(dev).requires_grad_()
         torch.linalg.eigvals(leaf).abs().sum().backward()
