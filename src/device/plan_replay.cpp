@@ -153,7 +153,14 @@ private:
       if (impls_[i] == impl) same = static_cast<int64_t>(i);
     if (same < 0) impls_.push_back(impl);
     out_.push_back(same);
-    if (device.is_cpu() && sizes.empty()) out_.push_back(cpuScalarBits(t));
+    if (!device.is_cpu() || !sizes.empty()) return;
+    if (at::isComplexType(t.scalar_type())) { // `x + 1j`: both parts, exactly
+      const c10::complex<double> value = t.item<c10::complex<double>>();
+      out_.push_back(bitsOf(value.real()));
+      out_.push_back(bitsOf(value.imag()));
+    } else {
+      out_.push_back(cpuScalarBits(t));
+    }
   }
 
   Out& out_;

@@ -227,3 +227,20 @@ def test_an_in_place_op_with_a_wrong_shape_and_dtype_names_the_shape_first(dev):
         with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired "
                                                "output type Long"):
             target.div_(torch.tensor([1, 2, 3], device=d))
+
+
+# A complex Python number with a real device tensor (`x + 1j`): the eager call cache read the
+# 0-dim CPU operand as a double to fingerprint the call and raised "value cannot be converted to
+# type double without overflow"; the result is the CPU's complex tensor (complex math then runs on
+# the fallback).
+@pytest.mark.loud_fallback
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.complex64])
+def test_a_complex_number_operand_gives_the_cpus_complex_result(dev, dtype, monkeypatch):
+    monkeypatch.setenv("NEURON_FALLBACK", "silent")
+    x = torch.arange(3.0).to(dtype)
+    for op in (lambda t: t + 1j, lambda t: t - (2 + 3j), lambda t: t * 1j,
+               lambda t: t + torch.tensor(0.5j)):
+        for _ in range(3):  # captured by the call cache, then replayed
+            got = op(x.to(dev))
+        expected = op(x)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
