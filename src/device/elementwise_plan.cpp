@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
 
 #include <algorithm>
@@ -108,6 +109,9 @@ c10::optional<at::ScalarType> computeDtype(const ElementwiseOp& op, const BoundC
 c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCall& call,
                                    const WrittenOperand* target) {
   const ElementwiseOp& op = *binding.op;
+  // ATen's sub_check, first, as its meta function runs it (a Python bool is a wrapped operand).
+  if (op.refuses_bool_operands && call.operands.size() == 2)
+    at::native::sub_check(call.operands[0], call.operands[1]);
   c10::optional<c10::Device> device;
   if (target) device = target->device;
   const c10::optional<at::ScalarType> computed = computeDtype(op, call, target, device);

@@ -80,13 +80,16 @@ struct ElementwiseOp {
   // Values of one scalar operand (a Python number or 0-dim CPU tensor) for which the lowering
   // has exact faster code, as ATen's kernels do (pow's exponent 2 is x * x): the value's index
   // in `special_values` is appended to the constants (-1 for other values and for tensors), so
-  // only these values compile kernels of their own. Float compute only.
+  // only these values compile kernels of their own. Float and integer compute.
   std::string specialized_operand = {};
   std::vector<double> special_values = {};
   // Whether the kernel gives ATen's CPU result for this compute dtype and these constants; a
   // call it does not runs on the CPU fallback (the registry does not claim that dtype). Null:
   // every dtype of `compute_classes`.
   std::function<bool(c10::ScalarType, const std::vector<int64_t>& constants)> matches_cpu = {};
+  // ATen refuses a bool operand before any other check (sub and rsub: "Subtraction, the `-`
+  // operator, with a bool tensor is not supported"), even where the result type is not bool.
+  bool refuses_bool_operands = false;
 };
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced

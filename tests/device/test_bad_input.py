@@ -244,3 +244,16 @@ def test_a_complex_number_operand_gives_the_cpus_complex_result(dev, dtype, monk
             got = op(x.to(dev))
         expected = op(x)
         assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+
+
+# ATen refuses a bool operand of sub and rsub before any other check, even where the result
+# type is an integer (`t - (t > 2)`); the compiled kernel computed a result.
+def test_subtracting_a_bool_tensor_raises_atens_error(dev):
+    for op in (lambda t: t.sub_(t > 2), lambda t: torch.sub(t, t[:1] > 2),
+               lambda t: torch.rsub(t, t > 2), lambda t: t[:1].sub_(t > 2), lambda t: t - True):
+        for d in ("cpu", dev):
+            t = torch.arange(1, 7).view(2, 3).to(d)
+            with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool "
+                                                   "tensor is not supported"):
+                op(t)
+            assert torch.equal(t.cpu(), torch.arange(1, 7).view(2, 3))
