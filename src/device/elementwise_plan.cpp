@@ -165,8 +165,11 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
                     at::IntArrayRef(shape));
     }
     // After the shape checks, as TensorIterator computes shapes before types.
-    TORCH_CHECK(!binding.output_dtype_exact || target->dtype == result_dtype, "Found dtype ",
-                target->dtype, " but expected ", result_dtype);
+    if (binding.output_dtype_exact && target->dtype != result_dtype) {
+      TORCH_CHECK(op.promotion != fusion::TypePromotion::kAlwaysBool, op.name,
+                  " does not support non-boolean outputs."); // signbit's own check
+      TORCH_CHECK(false, "Found dtype ", target->dtype, " but expected ", result_dtype);
+    }
     TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
                 result_dtype, " can't be cast to the desired output type ", target->dtype);
     if (!binding.in_place && at::IntArrayRef(shape) != target->view.sizes) {

@@ -30,6 +30,18 @@ bool isScalar(const c10::TypePtr& type) {
   return base->kind() == c10::TypeKind::NumberType;
 }
 
+// Whether this overload refuses an out= tensor of another dtype (fusion::OutputDtypeRule).
+bool outputDtypeExact(const c10::FunctionSchema& schema, const fusion::ElementwiseOp& op) {
+  using fusion::OutputDtypeRule;
+  if (op.output_dtype == OutputDtypeRule::kCasts) return false;
+  if (op.output_dtype == OutputDtypeRule::kExact) return true;
+  const auto operand = schema.argumentIndexWithName(op.exact_dtype_operand);
+  TORCH_INTERNAL_ASSERT(operand, "registry op ", op.name, " names no argument ",
+                        op.exact_dtype_operand, " in ", schema);
+  const bool number = isScalar(schema.arguments()[*operand].type());
+  return number == (op.output_dtype == OutputDtypeRule::kExactWithNumber);
+}
+
 bool isConstantType(const c10::TypePtr& type) {
   const c10::TypePtr base = type->kind() == c10::TypeKind::OptionalType
                                 ? type->castRaw<c10::OptionalType>()->getElementType()
@@ -173,15 +185,12 @@ c10::optional<NativeOpBinding> bindSchema(const c10::FunctionSchema& schema,
   }
   if (outputs > 1) return c10::nullopt;
   binding.writes_output = outputs == 1;
-  const auto exponent = schema.argumentIndexWithName("exponent");
-  binding.output_dtype_exact =
-      (schema.name() == "aten::pow" || schema.name() == "aten::pow_") && exponent &&
-      schema.arguments()[*exponent].type()->kind() != c10::TypeKind::TensorType;
   for (size_t i = 0; i < op.operands.size(); ++i) {
     const bool optional = std::find(op.optional_operands.begin(), op.optional_operands.end(),
                                     op.operands[i].arg) != op.optional_operands.end();
     if (!operand_seen[i] && !optional) return c10::nullopt;
   }
+  binding.output_dtype_exact = outputDtypeExact(schema, op);
   return binding;
 }
 

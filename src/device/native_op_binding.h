@@ -32,8 +32,8 @@ struct NativeOpBinding {
   bool writes_output = false;           // in-place or out=: the output is an argument
   bool in_place = false;                // the output is `self`: operands broadcast to its shape
   bool casts_freely = false;            // copy_: any dtype converts to the output's
-  // The output must have the result's dtype exactly (ATen builds pow with a number exponent as a
-  // unary op, which checks "Found dtype ... but expected ..." instead of casting).
+  // The output must have the result's dtype exactly ("Found dtype ... but expected ..."), from
+  // the op's fusion::OutputDtypeRule and this overload's argument types.
   bool output_dtype_exact = false;
   LaunchCounter* launches = nullptr; // compiled launches of this overload
 };

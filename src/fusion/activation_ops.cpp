@@ -257,6 +257,14 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
             e.binary("arith.andi", e.gt(x, constant(e, -3, x)), e.lt(x, constant(e, 3, x)));
         return e.select(inside, e.div(dy, constant(e, 6, x)), constant(e, 0, x));
       }));
+
+  // ATen builds the forward activations as unary ops: an out= must have the input's dtype. The
+  // backward ops are binary ops and cast. (relu has no out= overload; threshold casts.)
+  for (ElementwiseOp& op : ops) {
+    for (const char* name : {"gelu", "silu", "mish", "softplus", "elu", "leaky_relu", "hardtanh",
+                             "hardswish", "hardsigmoid"})
+      if (op.name == name) op.output_dtype = OutputDtypeRule::kExact;
+  }
 }
 
 } // namespace torchneuron::fusion

@@ -40,8 +40,21 @@ ElementwiseOp withAlpha(const char* name, bool subtract, bool reversed) {
     ScalarEmitter& e = c.emit;
     const Value& a = reversed ? c.operands[1] : c.operands[0];
     const Value& b = reversed ? c.operands[0] : c.operands[1];
-    const Value scaled = e.mul(c.params[0], b);
-    return subtract ? e.sub(a, scaled) : e.add(a, scaled);
+    if (!a.type.isFloat()) {
+      const Value scaled = e.mul(c.params[0], b);
+      return subtract ? e.sub(a, scaled) : e.add(a, scaled);
+    }
+    // ATen 1.13's add_kernel, bit for bit: sub is add with -alpha, alpha is converted to the
+    // dtype (Scalar::to<scalar_t>: a half or bfloat16 op rounds it), and the vectorized loop
+    // computes fmadd(b, alpha, a), one rounding (GCC contracts the scalar tail of float and
+    // double to the same). Half has no vectorized type in 1.13: a + alpha * b with c10::Half,
+    // whose product rounds to half first. (bfloat16's scalar path, taken by strided tensors and
+    // the tail of a contiguous one, rounds the product too; the kernel follows the vector body.)
+    Value alpha = e.convert(e.convert(c.params[0], c.stored), c.compute);
+    if (subtract) alpha = e.neg(alpha);
+    if (c.stored.mlir == "f16")
+      return e.add(a, e.convert(e.convert(e.mul(alpha, b), c.stored), c.compute));
+    return e.fma(b, alpha, a);
   };
   return op;
 }
@@ -161,6 +174,8 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ElementwiseOp pow =
       binary("pow", "exponent", TypePromotion::kDefault, kFloats | kIntegers, nullptr);
   pow.operands[1].checked_scalar = true;
+  pow.output_dtype = OutputDtypeRule::kExactWithNumber; // pow.Tensor_Scalar is a unary op
+  pow.exact_dtype_operand = "exponent";
   pow.specialized_operand = "exponent";
   pow.special_values = {2, 3, 0.5, -0.5, -1, -2, 1, 0};
   pow.matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>& constants) {
@@ -197,15 +212,19 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatBinary("atan2", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
     return e.libm("atan2", {a, b});
   }));
-  ops.push_back(floatBinary("hypot", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
-    return e.libm("hypot", {a, b});
-  }));
+  // hypot and logaddexp are ATen binary ops over float dtypes only: integer operands are not
+  // promoted ("hypot_cpu" not implemented for 'Int'), so they stay out of the kernels' classes.
+  ops.push_back(arithmetic(
+      "hypot",
+      [](ScalarEmitter& e, const Value& a, const Value& b) { return e.libm("hypot", {a, b}); },
+      kFloats));
   ops.push_back(
       floatBinary("copysign", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
         return e.binary("math.copysign", a, b);
       }));
-  ops.push_back(
-      floatBinary("logaddexp", "other", [](ScalarEmitter& e, const Value& a, const Value& b) {
+  ops.push_back(arithmetic(
+      "logaddexp",
+      [](ScalarEmitter& e, const Value& a, const Value& b) {
         // ATen: m + log1p(exp(-|a - b|)), and a itself when both are the same infinity.
         const Value m = e.maximum(a, b);
         const Value d = e.unary("math.absf", e.sub(a, b));
@@ -214,7 +233,8 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
         const Value same_inf = e.binary(
             "arith.andi", e.compare("oeq", e.unary("math.absf", a), inf), e.compare("oeq", a, b));
         return e.select(same_inf, a, result);
-      }));
+      },
+      kFloats));
   // ATen's scalar kernels: NaN if either is NaN, else std::max / std::min (of two zeros the
   // first wins). fmax/fmin return the other operand where one is NaN.
   ops.push_back(arithmetic(
@@ -276,6 +296,8 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   clamp.operands[1].checked_scalar = clamp.operands[2].checked_scalar = true;
   clamp.optional_operands = {"min", "max"};
   clamp.compute_classes = kFloats | kIntegers;
+  clamp.output_dtype = OutputDtypeRule::kExactWithNumber; // clamp.Scalar is a unary op
+  clamp.exact_dtype_operand = "min";
   clamp.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     Value result = c.operands[0];
@@ -297,11 +319,15 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
                          return e.nanIfAnyNan(e.stdMax(a, b), {b});
                        }));
   ops.back().operands[1].checked_scalar = true;
+  ops.back().output_dtype = OutputDtypeRule::kExactWithNumber;
+  ops.back().exact_dtype_operand = "min";
   ops.push_back(binary("clamp_max", "max", TypePromotion::kDefault, kFloats | kIntegers,
                        [](ScalarEmitter& e, const Value& a, const Value& b) {
                          return e.nanIfAnyNan(e.stdMin(a, b), {b});
                        }));
   ops.back().operands[1].checked_scalar = true;
+  ops.back().output_dtype = OutputDtypeRule::kExactWithNumber;
+  ops.back().exact_dtype_operand = "max";
 
   ElementwiseOp lerp;
   lerp.name = "lerp";
@@ -310,6 +336,9 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   // the CPU fallback), and a weight tensor must have self's dtype (ATen checks that first).
   lerp.operands = {{"self"}, {"end"}, {"weight", /*promotes=*/false}};
   lerp.compute_classes = kFloats;
+  // lerp.Tensor checks that all its tensors, the output too, have one dtype; lerp.Scalar casts.
+  lerp.output_dtype = OutputDtypeRule::kExactWithTensor;
+  lerp.exact_dtype_operand = "weight";
   lerp.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value &start = c.operands[0], &end = c.operands[1];

@@ -75,6 +75,7 @@ Value lowerFusedMember(ScalarEmitter& emit, const FusedMember& member,
   const std::vector<const OperandSpec*> specs = presentOperands(sig);
   LoweringContext context{emit,
                           computeType(sig.compute),
+                          storageType(sig.compute),
                           {},
                           params,
                           std::vector<int64_t>(sig.constants.begin(), sig.constants.end()),
@@ -88,7 +89,7 @@ Value lowerFusedMember(ScalarEmitter& emit, const FusedMember& member,
     context.operands.push_back(
         emit.convert(emit.convert(loaded, storageType(common)), computeType(common)));
   }
-  return emit.convert(sig.op->lower(context), storageType(sig.output));
+  return storeElementwiseResult(emit, sig.op->lower(context), sig.compute, sig.output);
 }
 
 namespace {

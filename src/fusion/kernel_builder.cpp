@@ -57,6 +57,7 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   ScalarEmitter body("      ", "v");
   LoweringContext context{body,
                           compute,
+                          storageType(s.compute),
                           {},
                           params,
                           std::vector<int64_t>(s.constants.begin(), s.constants.end()),
@@ -71,7 +72,7 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     context.operands.push_back(
         body.convert(body.convert(loaded, storageType(common)), computeType(common)));
   }
-  const Value stored = body.convert(op.lower(context), storageType(s.output));
+  const Value stored = storeElementwiseResult(body, op.lower(context), s.compute, s.output);
 
   std::string maps, iterators, ins, in_types, block_args;
   for (size_t k = 1; k < memrefs.size(); ++k) {

@@ -54,6 +54,8 @@ struct ConstantSpec {
 struct LoweringContext {
   ScalarEmitter& emit;
   ElementType compute;
+  // The compute dtype as stored (ATen's scalar_t): bf16 bits or f16 where `compute` is f32.
+  ElementType stored;
   std::vector<Value> operands;
   std::vector<Value> params;
   std::vector<int64_t> constants;
@@ -63,6 +65,17 @@ struct LoweringContext {
 };
 
 using ElementwiseLowering = std::function<Value(LoweringContext&)>;
+
+// Whether ATen casts the result into an out= tensor of another dtype or refuses it ("Found dtype
+// Double but expected Float"). It refuses for the overloads it builds with TensorIterator's
+// check_all_same_dtype: its unary-op build (neg, floor, sign, the activations, clamp with
+// numbers, pow with a number exponent) and lerp with a weight tensor.
+enum class OutputDtypeRule : uint8_t {
+  kCasts,
+  kExact,
+  kExactWithNumber, // exact in the overloads where `exact_dtype_operand` is a Scalar
+  kExactWithTensor, // exact in the overloads where `exact_dtype_operand` is a Tensor
+};
 
 struct ElementwiseOp {
   std::string name; // ATen base name: "add" covers add.Tensor, add.Scalar, add_.Tensor, add.out
@@ -90,6 +103,8 @@ struct ElementwiseOp {
   // ATen refuses a bool operand before any other check (sub and rsub: "Subtraction, the `-`
   // operator, with a bool tensor is not supported"), even where the result type is not bool.
   bool refuses_bool_operands = false;
+  OutputDtypeRule output_dtype = OutputDtypeRule::kCasts;
+  std::string exact_dtype_operand = {}; // for kExactWithNumber and kExactWithTensor
 };
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced

@@ -29,6 +29,14 @@ std::string floatBits(double value, const ElementType& type) {
 
 ElementType boolType() { return {NumberKind::kBool, 1, "i1"}; }
 
+Value storeElementwiseResult(ScalarEmitter& e, const Value& result, c10::ScalarType compute,
+                             c10::ScalarType output) {
+  const ElementType wide = computeType(compute), narrow = storageType(compute);
+  const bool computed_wider =
+      wide.isFloat() && result.type.mlir == wide.mlir && narrow.mlir != wide.mlir;
+  return e.convert(computed_wider ? e.convert(result, narrow) : result, storageType(output));
+}
+
 std::string ScalarEmitter::freshName() { return "%" + prefix_ + std::to_string(next_++); }
 
 Value ScalarEmitter::emit(const std::string& rhs, const ElementType& result) {

@@ -102,4 +102,11 @@ private:
 
 ElementType boolType();
 
+// An elementwise op's result, computed in computeType(compute), as stored into an output of
+// dtype `output`: a half or bfloat16 computation (done in f32) rounds to its own dtype first,
+// since ATen computes into a temporary of the common dtype and casts that into an out= tensor
+// of another dtype (bfloat16 operands with a float32 out= give bfloat16 values).
+Value storeElementwiseResult(ScalarEmitter& e, const Value& result, c10::ScalarType compute,
+                             c10::ScalarType output);
+
 } // namespace torchneuron::fusion

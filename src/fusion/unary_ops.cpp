@@ -39,6 +39,12 @@ UnaryFn rounding(const std::string& op) {
 
 Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like.type); }
 
+// An op ATen builds as a unary op: its out= must have the input's dtype.
+ElementwiseOp sameDtype(ElementwiseOp op) {
+  op.output_dtype = OutputDtypeRule::kExact;
+  return op;
+}
+
 } // namespace
 
 void addUnaryOps(std::vector<ElementwiseOp>& ops) {
@@ -79,24 +85,25 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
     return e.mul(x, e.floatConstant(180.0 / M_PI, x.type));
   }));
 
-  ops.push_back(
-      unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor")));
-  ops.push_back(unary("ceil", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.ceil")));
-  ops.push_back(
-      unary("trunc", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.trunc")));
-  ops.push_back(
-      unary("round", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.roundeven")));
-  ops.push_back(
+  ops.push_back(sameDtype(
+      unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor"))));
+  ops.push_back(sameDtype(
+      unary("ceil", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.ceil"))));
+  ops.push_back(sameDtype(
+      unary("trunc", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.trunc"))));
+  ops.push_back(sameDtype(
+      unary("round", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.roundeven"))));
+  ops.push_back(sameDtype(
       unary("frac", TypePromotion::kDefault, kFloats,
-            [](ScalarEmitter& e, const Value& x) { return e.sub(x, e.unary("math.trunc", x)); }));
-  ops.push_back(unary("neg", TypePromotion::kDefault, kFloats | kIntegers,
-                      [](ScalarEmitter& e, const Value& x) { return e.neg(x); }));
-  ops.push_back(unary("abs", TypePromotion::kDefault, kFloats | kIntegers,
-                      [](ScalarEmitter& e, const Value& x) {
-                        if (x.type.isFloat()) return e.unary("math.absf", x);
-                        if (x.type.kind == NumberKind::kUnsigned) return x;
-                        return e.unary("math.absi", x);
-                      }));
+            [](ScalarEmitter& e, const Value& x) { return e.sub(x, e.unary("math.trunc", x)); })));
+  ops.push_back(sameDtype(unary("neg", TypePromotion::kDefault, kFloats | kIntegers,
+                                [](ScalarEmitter& e, const Value& x) { return e.neg(x); })));
+  ops.push_back(sameDtype(unary("abs", TypePromotion::kDefault, kFloats | kIntegers,
+                                [](ScalarEmitter& e, const Value& x) {
+                                  if (x.type.isFloat()) return e.unary("math.absf", x);
+                                  if (x.type.kind == NumberKind::kUnsigned) return x;
+                                  return e.unary("math.absi", x);
+                                })));
   // sign(x) = (0 < x) - (x < 0): 0 for NaN and zero, like ATen.
   UnaryFn sign = [](ScalarEmitter& e, const Value& x) {
     if (x.type.kind == NumberKind::kBool) return x;
@@ -105,21 +112,21 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
     const Value negative = e.convert(e.lt(x, zero), x.type);
     return e.sub(positive, negative);
   };
-  ops.push_back(unary("sign", TypePromotion::kDefault, kAllClasses, sign));
-  ops.push_back(unary("sgn", TypePromotion::kDefault, kAllClasses, sign));
-  ops.push_back(unary("signbit", TypePromotion::kAlwaysBool, kFloats | kIntegers,
-                      [](ScalarEmitter& e, const Value& x) {
-                        if (!x.type.isFloat()) return e.lt(x, e.constantLike(0, x.type));
-                        const Value with_sign = e.binary("math.copysign", one(e, x), x);
-                        return e.lt(with_sign, e.constantLike(0, x.type));
-                      }));
-  ops.push_back(unary("bitwise_not", TypePromotion::kDefault, kIntegers | kBools,
-                      [](ScalarEmitter& e, const Value& x) {
-                        const Value all_ones = x.type.kind == NumberKind::kBool
-                                                   ? e.intConstant(1, x.type)
-                                                   : e.intConstant(-1, x.type);
-                        return e.binary("arith.xori", x, all_ones);
-                      }));
+  ops.push_back(sameDtype(unary("sign", TypePromotion::kDefault, kAllClasses, sign)));
+  ops.push_back(sameDtype(unary("sgn", TypePromotion::kDefault, kAllClasses, sign)));
+  ops.push_back(sameDtype(unary("signbit", TypePromotion::kAlwaysBool, kFloats | kIntegers,
+                                [](ScalarEmitter& e, const Value& x) {
+                                  if (!x.type.isFloat()) return e.lt(x, e.constantLike(0, x.type));
+                                  const Value with_sign = e.binary("math.copysign", one(e, x), x);
+                                  return e.lt(with_sign, e.constantLike(0, x.type));
+                                })));
+  ops.push_back(sameDtype(unary("bitwise_not", TypePromotion::kDefault, kIntegers | kBools,
+                                [](ScalarEmitter& e, const Value& x) {
+                                  const Value all_ones = x.type.kind == NumberKind::kBool
+                                                             ? e.intConstant(1, x.type)
+                                                             : e.intConstant(-1, x.type);
+                                  return e.binary("arith.xori", x, all_ones);
+                                })));
   ops.push_back(unary("logical_not", TypePromotion::kAlwaysBool, kAllClasses,
                       [](ScalarEmitter& e, const Value& x) {
                         const Value truth = e.convert(x, boolType());
