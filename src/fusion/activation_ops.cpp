@@ -144,6 +144,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
       activation("tanh_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value &dy = c.operands[0], &y = c.operands[1];
+        // ATen's a * (1 - b * b), as GCC contracts it in float: a * fma(-b, b, 1).
+        if (c.compute.mlir == "f32") return e.mul(dy, e.fma(e.neg(y), y, constant(e, 1, y)));
         return e.mul(dy, e.sub(constant(e, 1, y), e.mul(y, y)));
       }));
   ops.push_back(
@@ -255,7 +257,9 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const Value &dy = c.operands[0], &x = c.operands[1];
         const Value inside =
             e.binary("arith.andi", e.gt(x, constant(e, -3, x)), e.lt(x, constant(e, 3, x)));
-        return e.select(inside, e.div(dy, constant(e, 6, x)), constant(e, 0, x));
+        // ATen multiplies by 1/6 rounded to float (a float literal, in float64 kernels too).
+        const double one_sixth = static_cast<float>(1.0 / 6.0);
+        return e.select(inside, e.mul(dy, constant(e, one_sixth, x)), constant(e, 0, x));
       }));
 
   // ATen builds the forward activations as unary ops: an out= must have the input's dtype. The

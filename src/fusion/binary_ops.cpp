@@ -345,8 +345,9 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     const Value weight = e.convert(c.operands[2], start.type);
     const Value diff = e.sub(end, start);
     const Value small = e.lt(e.unary("math.absf", weight), e.floatConstant(0.5, weight.type));
-    const Value from_start = e.add(start, e.mul(weight, diff));
-    const Value from_end = e.sub(end, e.mul(diff, e.sub(e.floatConstant(1, weight.type), weight)));
+    // ATen's lerp() as GCC compiles it: each form's product and sum contract to one fma.
+    const Value from_start = e.fma(weight, diff, start);
+    const Value from_end = e.fma(e.neg(diff), e.sub(e.floatConstant(1, weight.type), weight), end);
     return e.select(small, from_start, from_end);
   };
   ops.push_back(lerp);
@@ -358,7 +359,11 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   addcmul.compute_classes = kFloats | kIntegers;
   addcmul.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
-    return e.add(c.operands[0], e.mul(e.mul(c.params[0], c.operands[1]), c.operands[2]));
+    const Value scaled = e.mul(c.params[0], c.operands[1]);
+    // ATen's loop is self + value * t1 * t2, which GCC contracts to fmadd(value * t1, t2, self)
+    // (one rounding for the last product and the sum); integers wrap as written.
+    if (c.compute.isFloat()) return e.fma(scaled, c.operands[2], c.operands[0]);
+    return e.add(c.operands[0], e.mul(scaled, c.operands[2]));
   };
   ops.push_back(addcmul);
 

@@ -32,9 +32,12 @@ ElementType boolType() { return {NumberKind::kBool, 1, "i1"}; }
 Value storeElementwiseResult(ScalarEmitter& e, const Value& result, c10::ScalarType compute,
                              c10::ScalarType output) {
   const ElementType wide = computeType(compute), narrow = storageType(compute);
-  const bool computed_wider =
-      wide.isFloat() && result.type.mlir == wide.mlir && narrow.mlir != wide.mlir;
-  return e.convert(computed_wider ? e.convert(result, narrow) : result, storageType(output));
+  const bool computed_wider = wide.isFloat() && result.type.mlir == wide.mlir &&
+                              narrow.mlir != wide.mlir && output != compute;
+  // Rounded, then widened again: the conversion to the output starts from f32 (no f16 constant
+  // reaches the comparison with zero that makes a bool).
+  const Value rounded = computed_wider ? e.convert(e.convert(result, narrow), wide) : result;
+  return e.convert(rounded, storageType(output));
 }
 
 std::string ScalarEmitter::freshName() { return "%" + prefix_ + std::to_string(next_++); }

@@ -1,6 +1,6 @@
 // Forges cache entries the way an attacker who can write the cache directory (or hand over an
 // export) would, for tests/cache/test_cache_trust.py:
-//   neuron_cache_forger <cache dir> plant          every entry whose kernel adds (arith.addf) gets
+//   neuron_cache_forger <cache dir> plant          every entry whose kernel adds (math.fma) gets
 //                                                  object code that subtracts, compiled under the
 //                                                  entry's own symbol: real header, real key
 //                                                  material, a valid checksum, the old MAC slot
@@ -27,14 +27,32 @@ using namespace torchneuron;
 
 namespace {
 
+// Rewrites a float add of the kernel into a subtraction: `math.fma %b, %alpha, %a : T` (how
+// add kernels compute a + alpha * b) becomes `arith.subf %a, %b : T` (x - y for x + y's kernel),
+// an `arith.addf` an `arith.subf`. False when the kernel has neither.
+bool subtractInsteadOfAdd(std::string& mlir) {
+  const size_t fma = mlir.find("math.fma ");
+  if (fma != std::string::npos) {
+    const size_t end = mlir.find(" : ", fma);
+    const size_t first = fma + 9, second = mlir.find(", ", first) + 2;
+    const size_t third = mlir.find(", ", second) + 2;
+    const std::string b = mlir.substr(first, second - 2 - first);
+    const std::string a = mlir.substr(third, end - third);
+    mlir.replace(fma, end - fma, "arith.subf " + a + ", " + b);
+    return true;
+  }
+  const size_t add = mlir.find("arith.addf");
+  if (add == std::string::npos) return false;
+  mlir.replace(add, 10, "arith.subf");
+  return true;
+}
+
 // Object code that subtracts where the entry's kernel adds, under the entry's own symbol; false
 // when its kernel does not add.
 bool forgeSubtraction(ExecutableContainer& entry) {
   // The key material is "<entry symbol>\n<MLIR module>".
   std::string mlir = entry.key_material.substr(entry.key_material.find('\n') + 1);
-  const size_t add = mlir.find("arith.addf");
-  if (add == std::string::npos) return false;
-  mlir.replace(add, 10, "arith.subf");
+  if (!subtractInsteadOfAdd(mlir)) return false;
   entry.object = fusion::compileKernel(mlir, entry.kernels.front().symbol).bytes;
   return true;
 }

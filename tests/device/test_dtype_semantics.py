@@ -486,3 +486,37 @@ def test_add_and_sub_with_alpha_match_cpu_bit_for_bit(dtype):
             results += (torch.add(strided_a[:, 0], strided_b[:, 1], alpha=0.3),)
         return results
     check_like_cpu(case)
+
+
+@pytest.mark.parametrize("source", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("target", [torch.bool, torch.int32, torch.float64])
+def test_half_precision_conversions_match_cpu(source, target):
+    # A conversion out of a 16-bit float is a compiled copy whose compute dtype is the source's:
+    # rounding its result before the conversion must not put a half constant in the kernel.
+    check_like_cpu(lambda d: torch.tensor([0.0, -0.0, 1e-8, 2.5, -3.75, 70000.0, 1e-3])
+                   .to(source).to(d).to(target))
+
+
+BIT_EXACT_CASES = {
+    # ATen's loops as GCC compiles them (it contracts a product and a sum into one fma):
+    # self + value * t1 * t2 is fma(value * t1, t2, self); lerp's two forms are fmas; tanh's
+    # backward in float is g * fma(-y, y, 1); hardsigmoid's backward multiplies by 1/6 rounded to
+    # float (in float64 too). The kernels rounded each step, or divided by 6, before 2026-12-06.
+    "addcmul": lambda a, b, c: torch.addcmul(a, b, c, value=0.3),
+    "lerp(number)": lambda a, b, c: torch.lerp(a, b, 0.37),
+    "lerp(tensor)": lambda a, b, c: torch.lerp(a, b, c - 1),
+    "tanh_backward": lambda a, b, c: torch.ops.aten.tanh_backward(a, c - 0.5),
+    "sigmoid_backward": lambda a, b, c: torch.ops.aten.sigmoid_backward(a, c - 1),
+    "hardsigmoid_backward": lambda a, b, c: torch.ops.aten.hardsigmoid_backward(a, b * 4),
+    "addcdiv": lambda a, b, c: torch.addcdiv(a, b, c, value=-0.3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(BIT_EXACT_CASES))
+def test_arithmetic_ops_match_cpu_bit_for_bit(name, dtype):
+    def case(d):
+        torch.manual_seed(0)
+        a, b, c = torch.randn(1024) * 3, torch.randn(1024), torch.rand(1024) + 0.5
+        return BIT_EXACT_CASES[name](*(t.to(dtype).to(d) for t in (a, b, c)))
+    check_like_cpu(case)

@@ -9,6 +9,5 @@
 // CHECK: linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
 // CHECK-NEXT: ins(%s1, %s2
 // CHECK-NEXT: outs(%s0
-// CHECK: %[[SCALED:.*]] = arith.mulf %[[ALPHA]], %in1 : f32
-// CHECK-NEXT: %[[SUM:.*]] = arith.addf %in0, %[[SCALED]] : f32
+// CHECK: %[[SUM:.*]] = math.fma %in1, %[[ALPHA]], %in0 : f32
 // CHECK-NEXT: linalg.yield %[[SUM]] : f32

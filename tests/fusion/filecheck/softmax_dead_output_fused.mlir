@@ -17,7 +17,7 @@
 // CHECK: %[[LOADED:.*]] = memref.load %y1[%i0, %w0]
 // CHECK: %[[SOFTMAX:.*]] = arith.mulf %[[LOADED]],
 // CHECK: %[[SCALED:.*]] = arith.mulf %[[SOFTMAX]],
-// CHECK: %[[SHIFTED:.*]] = arith.addf %[[SCALED]],
+// CHECK: %[[SHIFTED:.*]] = math.fma %{{.*}}, %{{.*}}, %[[SCALED]] : f32
 // CHECK-NEXT: memref.store %[[SHIFTED]], %y1[%i0, %w0]
 // CHECK-NOT: memref.store
 // CHECK-NOT: %o0

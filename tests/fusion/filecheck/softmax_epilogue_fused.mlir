@@ -16,7 +16,7 @@
 // CHECK: memref.load %z0[%i0, %c0]
 // CHECK: memref.load %z1[%i0, %w0]
 // CHECK: %[[SCALED:.*]] = arith.mulf %[[SOFTMAX]],
-// CHECK: %[[SHIFTED:.*]] = arith.addf %[[SCALED]],
+// CHECK: %[[SHIFTED:.*]] = math.fma %{{.*}}, %{{.*}}, %[[SCALED]] : f32
 // CHECK-NEXT: memref.store %[[SHIFTED]], %y1[%i0, %w0]
 // CHECK-NOT: memref.store
 // CHECK-NOT: scf.for
