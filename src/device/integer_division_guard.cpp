@@ -36,10 +36,15 @@ at::Tensor operand(const c10::IValue& value) {
   return wrapped;
 }
 
-// ATen's result type of the call's dividend and divisor, or nullopt for a schema without both.
-std::optional<at::ScalarType> divisionDtype(const c10::FunctionSchema& schema,
-                                            const torch::jit::Stack& stack,
-                                            size_t arguments_begin) {
+// The call's dividend and divisor ("self" and "other": a tensor or a number each), or nullopt for
+// a schema without both.
+struct DivisionOperands {
+  const c10::IValue& self;
+  const c10::IValue& other;
+};
+std::optional<DivisionOperands> divisionOperands(const c10::FunctionSchema& schema,
+                                                 const torch::jit::Stack& stack,
+                                                 size_t arguments_begin) {
   const auto self_index = schema.argumentIndexWithName("self");
   const auto other_index = schema.argumentIndexWithName("other");
   if (!self_index || !other_index) return std::nullopt;
@@ -47,7 +52,7 @@ std::optional<at::ScalarType> divisionDtype(const c10::FunctionSchema& schema,
   const c10::IValue& other = stack[arguments_begin + *other_index];
   if (!(self.isTensor() || self.isScalar()) || !(other.isTensor() || other.isScalar()))
     return std::nullopt;
-  return at::result_type(operand(self), operand(other));
+  return DivisionOperands{self, other};
 }
 
 } // namespace
@@ -58,19 +63,20 @@ bool isIntegerDivisionCall(const c10::OperatorHandle& op, const torch::jit::Stac
   if (stack.size() < count) return false;
   const size_t arguments_begin = stack.size() - count;
   if (!isIntegerDivision(schema, stack, arguments_begin)) return false;
-  const std::optional<at::ScalarType> dtype = divisionDtype(schema, stack, arguments_begin);
-  return dtype && at::isIntegralType(*dtype, /*includeBool=*/true);
+  const std::optional<DivisionOperands> operands = divisionOperands(schema, stack, arguments_begin);
+  return operands &&
+         at::isIntegralType(at::result_type(operand(operands->self), operand(operands->other)),
+                            /*includeBool=*/true);
 }
 
 void checkIntegerDivisionOverflow(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                                   size_t arguments_begin) {
   const c10::FunctionSchema& schema = op.schema();
   if (!isIntegerDivision(schema, stack, arguments_begin)) return;
-  const auto self_index = schema.argumentIndexWithName("self");
-  const auto other_index = schema.argumentIndexWithName("other");
-  if (!self_index || !other_index) return;
-  const c10::IValue& self_value = stack[arguments_begin + *self_index];
-  const c10::IValue& other_value = stack[arguments_begin + *other_index];
+  const std::optional<DivisionOperands> operands = divisionOperands(schema, stack, arguments_begin);
+  if (!operands) return;
+  const c10::IValue& self_value = operands->self;
+  const c10::IValue& other_value = operands->other;
   if (other_value.isScalar() && other_value.toScalar().isIntegral(false) &&
       other_value.toScalar().toLong() != -1)
     return;
