@@ -138,6 +138,11 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
       activation("sigmoid_backward", {{"grad_output"}, {"output"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value &dy = c.operands[0], &y = c.operands[1];
+        // ATen: a * (1 - b) * b; in half with c10::Half arithmetic, rounding each step (its
+        // bfloat16 loop computes in float, as this does).
+        if (c.stored.mlir == "f16")
+          return e.mul(c.roundedToStored(e.mul(dy, c.roundedToStored(e.sub(constant(e, 1, y), y)))),
+                       y);
         return e.mul(e.mul(dy, e.sub(constant(e, 1, y), y)), y);
       }));
   ops.push_back(

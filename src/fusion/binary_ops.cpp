@@ -187,11 +187,14 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     const Value one = e.constantLike(1.0, x.type);
+    // bfloat16's x ** 3 and x ** -2 round the square first (ATen: Vectorized<BFloat16>
+    // products); half computes std::pow in float, as the other exponents do.
+    const bool bfloat16 = c.stored.isBFloat16Bits();
     switch (c.constants.empty() ? -1 : c.constants.back()) {
     case 0:
       return e.mul(x, x);
     case 1:
-      return e.mul(e.mul(x, x), x);
+      return e.mul(bfloat16 ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x), x);
     case 2:
       return e.unary("math.sqrt", x);
     case 3:
@@ -199,7 +202,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     case 4:
       return e.div(one, x);
     case 5:
-      return e.div(one, e.mul(x, x));
+      return e.div(one, bfloat16 ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x));
     case 6:
       return x;
     case 7:

@@ -62,6 +62,14 @@ struct LoweringContext {
   // Presence of each optional operand, in `optional_operands` order (absent ones are not in
   // `operands`).
   std::vector<bool> present;
+
+  // `value` (of type `compute`) rounded to the stored dtype and widened again: a step ATen takes
+  // in the 16-bit dtype itself (c10::Half or Vectorized<BFloat16> arithmetic rounds each
+  // operation). `value` itself where the stored and compute types are one.
+  Value roundedToStored(const Value& value) {
+    if (stored.mlir == compute.mlir) return value;
+    return emit.convert(emit.convert(value, stored), compute);
+  }
 };
 
 using ElementwiseLowering = std::function<Value(LoweringContext&)>;

@@ -520,3 +520,25 @@ def test_arithmetic_ops_match_cpu_bit_for_bit(name, dtype):
         a, b, c = torch.randn(1024) * 3, torch.randn(1024), torch.rand(1024) + 0.5
         return BIT_EXACT_CASES[name](*(t.to(dtype).to(d) for t in (a, b, c)))
     check_like_cpu(case)
+
+
+HALF_PRECISION_CASES = {
+    # bfloat16's x ** 3 and x ** -2 round the square first (Vectorized<BFloat16> products); half
+    # sigmoid_backward rounds each step (c10::Half arithmetic). The kernels rounded once.
+    "cube": lambda a, b, c: a ** 3,
+    "inverse square": lambda a, b, c: c ** -2,
+    "square": lambda a, b, c: a.square(),
+    "sigmoid_backward": lambda a, b, c: torch.ops.aten.sigmoid_backward(b, c - 0.5),
+    "mul": lambda a, b, c: a * b,
+    "div": lambda a, b, c: a / c,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(HALF_PRECISION_CASES))
+def test_half_precision_arithmetic_matches_cpu_bit_for_bit(name, dtype):
+    def case(d):
+        torch.manual_seed(0)
+        a, b, c = torch.randn(1024) * 3, torch.randn(1024), torch.rand(1024) + 0.5
+        return HALF_PRECISION_CASES[name](*(t.to(dtype).to(d) for t in (a, b, c)))
+    check_like_cpu(case)
