@@ -512,14 +512,20 @@ BIT_EXACT_CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("name", sorted(BIT_EXACT_CASES))
-def test_arithmetic_ops_match_cpu_bit_for_bit(name, dtype):
+def on_three_random_operands(fn, dtype):
+    """A case running fn(a, b, c) on 1,024 seeded elements each, in `dtype`: a of about 3 times
+    the unit normal, b unit normal, c uniform in [0.5, 1.5)."""
     def case(d):
         torch.manual_seed(0)
         a, b, c = torch.randn(1024) * 3, torch.randn(1024), torch.rand(1024) + 0.5
-        return BIT_EXACT_CASES[name](*(t.to(dtype).to(d) for t in (a, b, c)))
-    check_like_cpu(case)
+        return fn(*(t.to(dtype).to(d) for t in (a, b, c)))
+    return case
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(BIT_EXACT_CASES))
+def test_arithmetic_ops_match_cpu_bit_for_bit(name, dtype):
+    check_like_cpu(on_three_random_operands(BIT_EXACT_CASES[name], dtype))
 
 
 HALF_PRECISION_CASES = {
@@ -537,8 +543,4 @@ HALF_PRECISION_CASES = {
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", sorted(HALF_PRECISION_CASES))
 def test_half_precision_arithmetic_matches_cpu_bit_for_bit(name, dtype):
-    def case(d):
-        torch.manual_seed(0)
-        a, b, c = torch.randn(1024) * 3, torch.randn(1024), torch.rand(1024) + 0.5
-        return HALF_PRECISION_CASES[name](*(t.to(dtype).to(d) for t in (a, b, c)))
-    check_like_cpu(case)
+    check_like_cpu(on_three_random_operands(HALF_PRECISION_CASES[name], dtype))
