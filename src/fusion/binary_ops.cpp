@@ -50,10 +50,9 @@ ElementwiseOp withAlpha(const char* name, bool subtract, bool reversed) {
     // double to the same). Half has no vectorized type in 1.13: a + alpha * b with c10::Half,
     // whose product rounds to half first. (bfloat16's scalar path, taken by strided tensors and
     // the tail of a contiguous one, rounds the product too; the kernel follows the vector body.)
-    Value alpha = e.convert(e.convert(c.params[0], c.stored), c.compute);
+    Value alpha = c.roundedToStored(c.params[0]);
     if (subtract) alpha = e.neg(alpha);
-    if (c.stored.mlir == "f16")
-      return e.add(a, e.convert(e.convert(e.mul(alpha, b), c.stored), c.compute));
+    if (c.stored.mlir == "f16") return e.add(a, c.roundedToStored(e.mul(alpha, b)));
     return e.fma(b, alpha, a);
   };
   return op;
@@ -189,12 +188,14 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     const Value one = e.constantLike(1.0, x.type);
     // bfloat16's x ** 3 and x ** -2 round the square first (ATen: Vectorized<BFloat16>
     // products); half computes std::pow in float, as the other exponents do.
-    const bool bfloat16 = c.stored.isBFloat16Bits();
+    auto square = [&] {
+      return c.stored.isBFloat16Bits() ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x);
+    };
     switch (c.constants.empty() ? -1 : c.constants.back()) {
     case 0:
       return e.mul(x, x);
     case 1:
-      return e.mul(bfloat16 ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x), x);
+      return e.mul(square(), x);
     case 2:
       return e.unary("math.sqrt", x);
     case 3:
@@ -202,7 +203,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     case 4:
       return e.div(one, x);
     case 5:
-      return e.div(one, bfloat16 ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x));
+      return e.div(one, square());
     case 6:
       return x;
     case 7:
