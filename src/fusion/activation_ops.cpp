@@ -37,6 +37,8 @@ Value zeroWhere(ScalarEmitter& e, const Value& condition, const Value& value) {
 } // namespace
 
 void addActivationOps(std::vector<ElementwiseOp>& ops) {
+  // ATen builds the forward activations as unary ops (sameDtype: an out= must have the input's
+  // dtype); the backward ops are binary ops and cast. relu has no out= overload; threshold casts.
   // relu is ATen's clamp_min(x, 0): (x < 0) ? 0 : x, so -0 and NaN stay.
   ops.push_back(activation(
       "relu", {{"self"}}, {},
@@ -73,7 +75,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
     return e.mul(e.mul(x, half), cdf);
   });
   gelu.constants = {{"approximate", {"none", "tanh"}}};
-  ops.push_back(gelu);
+  ops.push_back(sameDtype(gelu));
 
   ElementwiseOp gelu_backward =
       activation("gelu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
@@ -105,11 +107,11 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   gelu_backward.constants = {{"approximate", {"none", "tanh"}}};
   ops.push_back(gelu_backward);
 
-  ops.push_back(activation("silu", {{"self"}}, {}, [](LoweringContext& c) {
+  ops.push_back(sameDtype(activation("silu", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     return e.div(x, e.add(constant(e, 1, x), e.unary("math.exp", e.neg(x))));
-  }));
+  })));
   ops.push_back(
       activation("silu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
@@ -118,11 +120,11 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const Value sigmoid = sigmoidOf(e, x);
         return e.mul(e.mul(dy, sigmoid), e.add(one, e.mul(x, e.sub(one, sigmoid))));
       }));
-  ops.push_back(activation("mish", {{"self"}}, {}, [](LoweringContext& c) {
+  ops.push_back(sameDtype(activation("mish", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     return e.mul(x, e.libm("tanh", {e.libm("log1p", {e.unary("math.exp", x)})}));
-  }));
+  })));
   ops.push_back(
       activation("mish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
@@ -153,14 +155,14 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         if (c.compute.mlir == "f32") return e.mul(dy, e.fma(e.neg(y), y, constant(e, 1, y)));
         return e.mul(dy, e.sub(constant(e, 1, y), e.mul(y, y)));
       }));
-  ops.push_back(
+  ops.push_back(sameDtype(
       activation("softplus", {{"self"}}, {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
         const Value scaled = e.mul(x, c.params[0]);
         const Value smooth = e.div(e.libm("log1p", {e.unary("math.exp", scaled)}), c.params[0]);
         return e.select(e.gt(scaled, c.params[1]), x, smooth);
-      }));
+      })));
   ops.push_back(activation("softplus_backward", {{"grad_output"}, {"self"}},
                            {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
                              ScalarEmitter& e = c.emit;
@@ -170,7 +172,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                              const Value smooth = e.div(e.mul(dy, z), e.add(z, constant(e, 1, z)));
                              return e.select(e.gt(scaled, c.params[1]), dy, smooth);
                            }));
-  ops.push_back(activation(
+  ops.push_back(sameDtype(activation(
       "elu", {{"self"}}, {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
@@ -179,7 +181,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const Value exp = e.unary("math.exp", e.mul(x, c.params[2]));
         const Value negative = e.mul(e.sub(exp, constant(e, 1, x)), negcoef);
         return e.select(e.le(x, constant(e, 0, x)), negative, e.mul(x, c.params[1]));
-      }));
+      })));
   ElementwiseOp elu_backward =
       activation("elu_backward", {{"grad_output"}, {"self_or_result"}},
                  {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
@@ -198,12 +200,12 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                  });
   elu_backward.constants = {{"is_result", {}}};
   ops.push_back(elu_backward);
-  ops.push_back(
+  ops.push_back(sameDtype(
       activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
         return e.select(e.gt(x, constant(e, 0, x)), x, e.mul(x, c.params[0]));
-      }));
+      })));
   ElementwiseOp leaky_relu_backward =
       activation("leaky_relu_backward", {{"grad_output"}, {"self"}}, {{"negative_slope", 0.01}},
                  [](LoweringContext& c) {
@@ -213,7 +215,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                  });
   leaky_relu_backward.constants = {{"self_is_result", {}}};
   ops.push_back(leaky_relu_backward);
-  ops.push_back(activation(
+  ops.push_back(sameDtype(activation(
       "hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
       [](LoweringContext& c) {
         // ATen's clamp(x, min_val, max_val): std::min(std::max(x, lo), hi), NaN if a bound is.
@@ -221,7 +223,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const Value clamped = e.stdMin(e.stdMax(c.operands[0], c.params[0]), c.params[1]);
         return e.nanIfAnyNan(clamped, {c.params[0], c.params[1]});
       },
-      kFloats | kIntegers));
+      kFloats | kIntegers)));
   ops.push_back(activation("hardtanh_backward", {{"grad_output"}, {"self"}},
                            {{"min_val", -1}, {"max_val", 1}}, [](LoweringContext& c) {
                              ScalarEmitter& e = c.emit;
@@ -230,13 +232,13 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                                  e.binary("arith.ori", e.le(x, c.params[0]), e.le(c.params[1], x));
                              return zeroWhere(e, outside, c.operands[0]);
                            }));
-  ops.push_back(activation("hardswish", {{"self"}}, {}, [](LoweringContext& c) {
+  ops.push_back(sameDtype(activation("hardswish", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     const Value relu6 =
         e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)), constant(e, 6, x));
     return e.div(e.mul(x, relu6), constant(e, 6, x));
-  }));
+  })));
   ops.push_back(
       activation("hardswish_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
@@ -249,13 +251,13 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.back().matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>&) {
     return dtype != c10::kHalf && dtype != c10::kBFloat16;
   };
-  ops.push_back(activation("hardsigmoid", {{"self"}}, {}, [](LoweringContext& c) {
+  ops.push_back(sameDtype(activation("hardsigmoid", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
     const Value relu6 =
         e.stdMin(e.stdMax(e.add(x, constant(e, 3, x)), constant(e, 0, x)), constant(e, 6, x));
     return e.div(relu6, constant(e, 6, x));
-  }));
+  })));
   ops.push_back(
       activation("hardsigmoid_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
@@ -266,14 +268,6 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const double one_sixth = static_cast<float>(1.0 / 6.0);
         return e.select(inside, e.mul(dy, constant(e, one_sixth, x)), constant(e, 0, x));
       }));
-
-  // ATen builds the forward activations as unary ops: an out= must have the input's dtype. The
-  // backward ops are binary ops and cast. (relu has no out= overload; threshold casts.)
-  for (ElementwiseOp& op : ops) {
-    for (const char* name : {"gelu", "silu", "mish", "softplus", "elu", "leaky_relu", "hardtanh",
-                             "hardswish", "hardsigmoid"})
-      if (op.name == name) op.output_dtype = OutputDtypeRule::kExact;
-  }
 }
 
 } // namespace torchneuron::fusion

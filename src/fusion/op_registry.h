@@ -67,8 +67,7 @@ struct LoweringContext {
   // in the 16-bit dtype itself (c10::Half or Vectorized<BFloat16> arithmetic rounds each
   // operation). `value` itself where the stored and compute types are one.
   Value roundedToStored(const Value& value) {
-    if (stored.mlir == compute.mlir) return value;
-    return emit.convert(emit.convert(value, stored), compute);
+    return stored.mlir == compute.mlir ? value : emit.roundThrough(value, stored);
   }
 };
 
@@ -114,6 +113,13 @@ struct ElementwiseOp {
   OutputDtypeRule output_dtype = OutputDtypeRule::kCasts;
   std::string exact_dtype_operand = {}; // for kExactWithNumber and kExactWithTensor
 };
+
+// `op` as ATen builds it when it builds it as a unary op (OutputDtypeRule::kExact): an out= must
+// have the input's dtype.
+inline ElementwiseOp sameDtype(ElementwiseOp op) {
+  op.output_dtype = OutputDtypeRule::kExact;
+  return op;
+}
 
 // What a reduction lowering sees for one output row: converted params, the number of reduced
 // elements, and the values each finished pass produced.

@@ -36,7 +36,7 @@ Value storeElementwiseResult(ScalarEmitter& e, const Value& result, c10::ScalarT
                               narrow.mlir != wide.mlir && output != compute;
   // Rounded, then widened again: the conversion to the output starts from f32 (no f16 constant
   // reaches the comparison with zero that makes a bool).
-  const Value rounded = computed_wider ? e.convert(e.convert(result, narrow), wide) : result;
+  const Value rounded = computed_wider ? e.roundThrough(result, narrow) : result;
   return e.convert(rounded, storageType(output));
 }
 
@@ -114,6 +114,10 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
 
 // c10::BFloat16's round_to_nearest_even, in integer operations: NaN becomes 0x7FC0. The result
 // is the bfloat16's bits (ElementType::isBFloat16Bits).
+Value ScalarEmitter::roundThrough(const Value& value, const ElementType& narrow) {
+  return convert(convert(value, narrow), value.type);
+}
+
 Value ScalarEmitter::roundToBFloat16(const Value& value) {
   TORCH_INTERNAL_ASSERT(value.type.mlir == "f32", "bf16 rounding from ", value.type.mlir);
   const ElementType i32{NumberKind::kUnsigned, 32, "i32"};

@@ -34,6 +34,9 @@ public:
   Value convert(const Value& value, const ElementType& to);
   // An f32 rounded to bfloat16 bits (nearest even, NaN to 0x7FC0), integer operations only.
   Value roundToBFloat16(const Value& value);
+  // `value` rounded to `narrow` and converted back to its own type (an f32 that a half or
+  // bfloat16 step of ATen's would have rounded).
+  Value roundThrough(const Value& value, const ElementType& narrow);
 
   // `%r = <op> %a : type` and `%r = <op> %a, %b : type`; the result has the operand's type.
   Value unary(const std::string& op, const Value& a);

@@ -39,12 +39,6 @@ UnaryFn rounding(const std::string& op) {
 
 Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like.type); }
 
-// An op ATen builds as a unary op: its out= must have the input's dtype.
-ElementwiseOp sameDtype(ElementwiseOp op) {
-  op.output_dtype = OutputDtypeRule::kExact;
-  return op;
-}
-
 } // namespace
 
 void addUnaryOps(std::vector<ElementwiseOp>& ops) {
