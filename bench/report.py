@@ -148,11 +148,17 @@ def annotate(result):
                              "16M_1thread": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:1/real_time"),
                              "16M_2threads": micro_value(micro, "BM_KernelLaunch/n:16777216/threads:2/real_time")},
         "alloc_64MB_ms": {"stock": micro_value(micro, "BM_Alloc64MB/neuron:0/real_time"),
-                          "neuron": micro_value(micro, "BM_Alloc64MB/neuron:1/real_time")},
+                          "neuron": micro_value(micro, "BM_Alloc64MB/neuron:1/real_time"),
+                          "neuron_fresh": micro_value(micro, "BM_FreshAlloc64MB/real_time")},
         "cache_load_ms": micro_value(micro, "BM_CacheLoad/iterations:40/real_time"),
     }
     result["figures"] = figures
     return result
+
+
+def fresh_alloc_ms(value):
+    """A report from before BM_FreshAlloc64MB existed has no figure for it."""
+    return "n/a" if value is None else f"{value:.2f} ms"
 
 
 ADAPTIVE_FLOOR = 0.95  # issue 13: adaptive at least 0.95x eager's speed, every cell and round
@@ -400,7 +406,9 @@ def markdown(result):
               f"16M elements {micro['kernel_launch_ns']['16M_1thread'] / 1e6:.2f} ms (1 thread), "
               f"{micro['kernel_launch_ns']['16M_2threads'] / 1e6:.2f} ms (2 threads)",
               f"- allocate, fill and free 64 MB: stock {micro['alloc_64MB_ms']['stock']:.2f} ms, "
-              f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms"]
+              f"neuron {micro['alloc_64MB_ms']['neuron']:.2f} ms (a cached block), "
+              f"{fresh_alloc_ms(micro['alloc_64MB_ms']['neuron_fresh'])} (a fresh block from the OS, on huge pages "
+              f"unless NEURON_HUGE_PAGES=0; stock's is fresh every time)"]
     if micro.get("cache_load_ms") is not None:
         lines.append(f"- load one cached executable (parse, checksum, verify, ORC link): "
                      f"{micro['cache_load_ms']:.2f} ms")

@@ -47,6 +47,8 @@ py::dict allocatorStatsDict() {
   result["system_frees"] = stats.system_frees;
   result["prefaulted_blocks"] = stats.prefaulted_blocks;
   result["prefaulted_bytes"] = stats.prefaulted_bytes;
+  result["huge_page_blocks"] = stats.huge_page_blocks;
+  result["huge_page_bytes"] = stats.huge_page_bytes;
   return result;
 }
 

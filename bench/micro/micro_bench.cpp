@@ -1,6 +1,7 @@
 // Micro benchmarks (Google Benchmark): per-op dispatch on the device against stock CPU, kernel
-// launch overhead without the dispatcher, 64 MB alloc/free, and a STREAM-style triad that gives
-// this machine's memory bandwidth. bench/run_bench.py runs it with --benchmark_format=json.
+// launch overhead without the dispatcher, 64 MB alloc/free (reused and fresh), and a STREAM-style
+// triad that gives this machine's memory bandwidth. bench/run_bench.py runs it with
+// --benchmark_format=json.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -12,6 +13,7 @@
 
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
+#include "device/caching_allocator.h"
 #include "device/device.h"
 #include "fusion/compiler.h"
 #include "fusion/kernel_builder.h"
@@ -97,6 +99,24 @@ BENCHMARK(BM_Alloc64MB)
     ->Arg(1)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// The same on a device block the allocator must get from the OS: its cache is emptied before
+// each iteration (outside the timing), so the fill faults the fresh block in: in huge pages
+// unless NEURON_HUGE_PAGES=0 (device/huge_page_memory.h). Stock's BM_Alloc64MB above is fresh
+// memory every iteration too (the C library maps a block this large anew each time).
+void BM_FreshAlloc64MB(benchmark::State& state) {
+  at::set_num_threads(1);
+  const auto options = at::TensorOptions().device(deviceFor(1));
+  for (auto _ : state) {
+    state.PauseTiming();
+    torchneuron::emptyAllocatorCache();
+    state.ResumeTiming();
+    at::Tensor t = at::empty({16 << 20}, options);
+    t.fill_(1);
+    benchmark::DoNotOptimize(t.data_ptr());
+  }
+}
+BENCHMARK(BM_FreshAlloc64MB)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // a[i] = b[i] + s * c[i] over three 16M-float arrays, split across `threads` std::threads;
 // 12 bytes per element (STREAM's triad counting).

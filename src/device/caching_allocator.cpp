@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/huge_page_memory.h"
+#include "support/settings.h"
 #include "tracer/unbacked_results.h"
 
 namespace torchneuron {
@@ -43,10 +45,14 @@ constexpr size_t kStaggerStep = 23; // coprime with kStaggerSlots: visits every 
 // 8 blocks).
 std::atomic<size_t> next_stagger{0};
 
-// A block of `capacity` bytes from the C library, or nullptr when there is no memory.
+// A block of `capacity` bytes from the OS, or nullptr when there is no memory. From
+// kHugePageBytes up (with NEURON_HUGE_PAGES), its own mapping on a huge-page boundary
+// (huge_page_memory.h); below, from the C library.
 DeviceBlock* newSystemBlock(size_t capacity) {
   const bool staggered = capacity >= kStaggerThreshold;
-  void* allocation = std::aligned_alloc(kAlignment, capacity + (staggered ? kPageBytes : 0));
+  const size_t length = capacity + (staggered ? kPageBytes : 0);
+  const bool huge = capacity >= kHugePageBytes && settings().huge_pages;
+  void* allocation = huge ? mapHugePageRegion(length) : std::aligned_alloc(kAlignment, length);
   if (allocation == nullptr) return nullptr;
   size_t shift = 0;
   if (staggered) {
@@ -59,11 +65,15 @@ DeviceBlock* newSystemBlock(size_t capacity) {
   block->data = static_cast<char*>(allocation) + shift;
   block->bytes = capacity;
   block->allocation = allocation;
+  block->mapped_bytes = huge ? length : 0;
   return block;
 }
 
 void freeSystemBlock(DeviceBlock* block) {
-  std::free(block->allocation);
+  if (block->mapped_bytes != 0)
+    unmapHugePageRegion(block->allocation, block->mapped_bytes);
+  else
+    std::free(block->allocation);
   delete block;
 }
 
@@ -141,7 +151,7 @@ public:
     for (size_t offset = 0; offset < capacity; offset += kPageBytes)
       bytes[offset] = 0;
     std::lock_guard<std::mutex> lock(mutex_);
-    countSystemBlockLocked(capacity);
+    countSystemBlockLocked(*block);
     ++stats_.prefaulted_blocks;
     stats_.prefaulted_bytes += static_cast<int64_t>(capacity);
     free_blocks_.emplace(capacity, block);
@@ -210,13 +220,18 @@ private:
     TORCH_CHECK(block != nullptr, "[device] out of memory: tried to allocate ", bytes,
                 " bytes (allocated ", stats_.allocated_bytes, ", reserved ", stats_.reserved_bytes,
                 ")");
-    countSystemBlockLocked(bytes);
+    countSystemBlockLocked(*block);
     return block;
   }
 
-  // A block of `bytes` now held from the OS.
-  void countSystemBlockLocked(size_t bytes) const {
+  // Counts `block`, now held from the OS.
+  void countSystemBlockLocked(const DeviceBlock& block) const {
+    const size_t bytes = block.bytes;
     ++stats_.system_allocations;
+    if (block.mapped_bytes != 0) {
+      ++stats_.huge_page_blocks;
+      stats_.huge_page_bytes += static_cast<int64_t>(bytes);
+    }
     stats_.reserved_bytes += static_cast<int64_t>(bytes);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }

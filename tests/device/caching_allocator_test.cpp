@@ -1,4 +1,5 @@
 #include "device/caching_allocator.h"
+#include "device/huge_page_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,28 @@ TEST(CachingAllocatorTest, DoesNotReuseBlocksFarLargerThanTheRequest) {
   const AllocatorStats before = allocatorStats();
   c10::DataPtr small = neuronAllocator()->allocate(1u << 20);
   EXPECT_EQ(allocatorStats().system_allocations, before.system_allocations + 1);
+}
+
+// From 2 MiB up a block is its own mapping on a huge-page boundary (its data at a staggered
+// cache-line offset within the first 4 KiB page); below, it comes from the C library.
+TEST(CachingAllocatorTest, BlocksFromTwoMiBUpAreHugePageMappings) {
+  emptyAllocatorCache();
+  const AllocatorStats start = allocatorStats();
+  c10::DataPtr small = neuronAllocator()->allocate(1u << 20);
+  EXPECT_EQ(allocatorStats().huge_page_blocks, start.huge_page_blocks);
+  for (const size_t bytes : {size_t{2} << 20, size_t{9} << 20}) {
+    c10::DataPtr large = neuronAllocator()->allocate(bytes);
+    EXPECT_LT(reinterpret_cast<uintptr_t>(large.get()) % kHugePageBytes, 4096u) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(large.get()) % 64, 0u) << bytes;
+    std::memset(large.get(), 5, bytes);
+  }
+  const AllocatorStats made = allocatorStats();
+  EXPECT_EQ(made.huge_page_blocks - start.huge_page_blocks, 2);
+  EXPECT_EQ(made.huge_page_bytes - start.huge_page_bytes,
+            static_cast<int64_t>(roundedBlockSize(2u << 20) + roundedBlockSize(9u << 20)));
+  small.clear();
+  emptyAllocatorCache(); // unmaps them
+  EXPECT_EQ(allocatorStats().reserved_bytes, start.reserved_bytes);
 }
 
 TEST(CachingAllocatorTest, ZeroBytesAllocatesNothing) {

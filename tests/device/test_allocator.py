@@ -52,6 +52,55 @@ def test_64mb_alloc_free_loop_reuses_one_block_without_page_faults(dev):
     assert faults < 16384, f"{faults} minor page faults in 20 iterations"
 
 
+HUGE_PAGE_PROGRAM = r"""
+import json, resource, torch, torchneuron
+
+def vmstat(name):
+    with open("/proc/vmstat") as counters:
+        for line in counters:
+            key, value = line.split()
+            if key == name:
+                return int(value)
+    return 0
+
+torchneuron.empty_cache()
+blocks = torchneuron.memory_stats()["huge_page_blocks"]
+fallbacks = vmstat("thp_fault_fallback")
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+t = torch.empty(16 << 20, device=torchneuron.device()).fill_(1)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+print(json.dumps({"blocks": torchneuron.memory_stats()["huge_page_blocks"] - blocks,
+                  "faults": faults, "fallbacks": vmstat("thp_fault_fallback") - fallbacks,
+                  "sum": t.sum().item()}))
+"""
+
+
+def transparent_huge_page_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as setting:
+            line = setting.read()
+    except OSError:
+        return "unsupported"
+    return next((m for m in ("always", "madvise", "never") if f"[{m}]" in line), "unsupported")
+
+
+def test_large_blocks_are_faulted_in_huge_pages_unless_turned_off():
+    """A fresh 64 MiB device tensor is one mapping that asks for huge pages: filling it faults
+    32 of them in, not 16,384 pages of 4 KiB (unless the kernel had no free huge page, which it
+    counts as a fallback). NEURON_HUGE_PAGES=0 allocates from the C library as before."""
+    import json
+    from conftest import last_lines_under_settings
+    lines = last_lines_under_settings(HUGE_PAGE_PROGRAM, "NEURON_HUGE_PAGES", ("1", "0"))
+    on, off = json.loads(lines["1"]), json.loads(lines["0"])
+    assert on["sum"] == off["sum"] == 16 << 20
+    assert on["blocks"] == 1 and off["blocks"] == 0
+    mode = transparent_huge_page_mode()
+    if mode in ("always", "madvise"):
+        assert on["faults"] < 16384 // 8 or on["fallbacks"] > 0, on
+    if mode == "madvise":  # memory that does not ask stays in 4 KiB pages
+        assert off["faults"] >= 16384, off
+
+
 def test_forked_child_allocates_and_computes_on_the_device(dev):
     """DataLoader workers fork: the allocator's lock must be usable in the child."""
     import os

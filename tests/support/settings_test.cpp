@@ -43,6 +43,8 @@ TEST(Settings, BooleansAcceptEveryDocumentedSpelling) {
     EXPECT_TRUE(parse({{"NEURON_CACHE_RETRY_FAILED", on}}).cache_retry_failed) << on;
   EXPECT_TRUE(parse({}).list_launches);
   EXPECT_FALSE(parse({{"NEURON_LIST_LAUNCHES", "0"}}).list_launches);
+  EXPECT_TRUE(parse({}).huge_pages);
+  EXPECT_FALSE(parse({{"NEURON_HUGE_PAGES", "off"}}).huge_pages);
 }
 
 TEST(Settings, TheLaunchPoolIsOpenMpUnlessTbbIsNamed) {

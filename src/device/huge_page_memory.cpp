@@ -1,0 +1,53 @@
+#include "device/huge_page_memory.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace torchneuron {
+namespace {
+
+constexpr size_t kSmallPageBytes = 4096;
+
+size_t mappedLength(size_t bytes) {
+  return (bytes + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
+}
+
+} // namespace
+
+void* mapHugePageRegion(size_t bytes) {
+  const size_t length = mappedLength(bytes);
+  // Over-map by one huge page and trim both ends: the kept part starts on a boundary. Its end is
+  // not rounded up to one: the last partial huge page stays in 4 KiB pages rather than backing
+  // memory past the block.
+  const size_t reserved = length + kHugePageBytes;
+  void* raw = mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t end = aligned + length;
+  if (aligned > start) munmap(raw, aligned - start);
+  if (start + reserved > end) munmap(reinterpret_cast<void*>(end), start + reserved - end);
+  // Advice only: where the kernel has no huge pages it fails (EINVAL), and the mapping works in
+  // 4 KiB pages.
+  madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void unmapHugePageRegion(void* region, size_t bytes) {
+  if (region != nullptr) munmap(region, mappedLength(bytes));
+}
+
+const char* transparentHugePageMode() {
+  std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!file || !std::getline(file, line)) return "unsupported";
+  // The selected mode is the bracketed one: "always [madvise] never".
+  for (const char* mode : {"always", "madvise", "never"})
+    if (line.find(std::string("[") + mode + "]") != std::string::npos) return mode;
+  return "unsupported";
+}
+
+} // namespace torchneuron
