@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "limit/limit_kernels.h"
+#include "micro/huge_page_buffer.h"
 
 namespace {
 
-std::vector<float> normal(int64_t n, float scale, unsigned seed) {
+HugePageVector<float> normal(int64_t n, float scale, unsigned seed) {
   std::mt19937 generator(seed);
   std::normal_distribution<float> draw(0.0f, scale);
-  std::vector<float> v(n);
+  HugePageVector<float> v(n);
   for (float& x : v)
     x = draw(generator);
   return v;
@@ -36,8 +37,8 @@ struct LimitCase {
 // gelu-tanh-*: sum += tanh_gelu(x); the accumulator is read and written every step.
 LimitCase geluCase(const std::string& label, int64_t n) {
   return {"gelu-tanh-" + label, 12 * n, [n] {
-            auto x = std::make_shared<std::vector<float>>(normal(n, 1.0f, 1));
-            auto sum = std::make_shared<std::vector<float>>(n, 0.0f);
+            auto x = std::make_shared<HugePageVector<float>>(normal(n, 1.0f, 1));
+            auto sum = std::make_shared<HugePageVector<float>>(n, 0.0f);
             return std::function<void(int)>([=](int threads) {
               neuron_limit_gelu_tanh_accumulate(x->data(), sum->data(), n, threads);
               benchmark::DoNotOptimize(sum->data());
@@ -50,11 +51,11 @@ LimitCase geluCase(const std::string& label, int64_t n) {
 LimitCase layerNormCase() {
   const int64_t rows = 32 * 128, cols = 768;
   return {"layernorm-residual", 12 * rows * cols, [=] {
-            auto x = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 1));
-            auto r = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 2));
-            auto w = std::make_shared<std::vector<float>>(normal(cols, 1.0f, 3));
-            auto b = std::make_shared<std::vector<float>>(normal(cols, 1.0f, 4));
-            auto out = std::make_shared<std::vector<float>>(rows * cols);
+            auto x = std::make_shared<HugePageVector<float>>(normal(rows * cols, 1.0f, 1));
+            auto r = std::make_shared<HugePageVector<float>>(normal(rows * cols, 1.0f, 2));
+            auto w = std::make_shared<HugePageVector<float>>(normal(cols, 1.0f, 3));
+            auto b = std::make_shared<HugePageVector<float>>(normal(cols, 1.0f, 4));
+            auto out = std::make_shared<HugePageVector<float>>(rows * cols);
             return std::function<void(int)>([=](int threads) {
               neuron_limit_layer_norm_residual(x->data(), r->data(), w->data(), b->data(),
                                                out->data(), rows, cols, 1e-5f, threads);
@@ -68,8 +69,8 @@ LimitCase layerNormCase() {
 LimitCase softmaxCase() {
   const int64_t rows = 8 * 12 * 128, cols = 128;
   return {"softmax", 8 * rows * cols, [=] {
-            auto x = std::make_shared<std::vector<float>>(normal(rows * cols, 1.0f, 1));
-            auto out = std::make_shared<std::vector<float>>(rows * cols);
+            auto x = std::make_shared<HugePageVector<float>>(normal(rows * cols, 1.0f, 1));
+            auto out = std::make_shared<HugePageVector<float>>(rows * cols);
             return std::function<void(int)>([=](int threads) {
               neuron_limit_softmax(x->data(), out->data(), rows, cols, threads);
               std::swap(*x, *out);
@@ -83,9 +84,9 @@ LimitCase mlpCase() {
   const int64_t layers = 3, batch = 64, width = 1024;
   return {"inference-gelu-mlp", 0, [=] {
             struct State {
-              std::vector<std::vector<float>> weights, biases;
+              std::vector<HugePageVector<float>> weights, biases;
               std::vector<const float*> weight_pointers, bias_pointers;
-              std::vector<float> x, hidden, sum;
+              HugePageVector<float> x, hidden, sum;
             };
             auto s = std::make_shared<State>();
             for (int64_t l = 0; l < layers; ++l) {

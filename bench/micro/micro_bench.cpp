@@ -21,6 +21,7 @@
 #include "launcher/kernel_abi.h"
 #include "launcher/object_loader.h"
 #include "launcher/parallel_launch.h"
+#include "micro/huge_page_buffer.h"
 #include "target/target.h"
 
 namespace {
@@ -63,7 +64,7 @@ void BM_KernelLaunch(benchmark::State& state) {
   s.inputs = {c10::kFloat, c10::kFloat};
   s.inner.assign(3, fusion::InnerStride::kContiguous);
   const KernelHandle kernel = kernelFor(s.key(), [&] { return fusion::buildElementwiseKernel(s); });
-  std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+  HugePageVector<float> a(n, 1.0f), b(n, 2.0f), out(n); // as device blocks of this size are
   KernelArguments arguments;
   const int64_t unit = 1;
   for (float* data : {out.data(), a.data(), b.data()})
@@ -123,7 +124,7 @@ BENCHMARK(BM_FreshAlloc64MB)->UseRealTime()->Unit(benchmark::kMillisecond);
 void BM_StreamTriad(benchmark::State& state) {
   const int64_t n = 16 << 20;
   const int threads = static_cast<int>(state.range(0));
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  HugePageVector<float> a(n), b(n, 1.0f), c(n, 2.0f); // on the pages device memory has
   const float s = 3.0f;
   auto run = [&](int64_t begin, int64_t end) {
     float* __restrict out = a.data();
