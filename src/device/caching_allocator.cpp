@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -94,6 +95,10 @@ public:
   c10::DataPtr allocate(size_t nbytes) const override {
     const c10::Device device(kNeuronDeviceType, 0);
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &releaseDeviceBlock, device);
+    // Rounding a size this large up to its class (and adding a stagger) would wrap around to a
+    // small block; no memory could hold it anyway.
+    TORCH_CHECK(nbytes <= std::numeric_limits<size_t>::max() / 2,
+                "[device] out of memory: tried to allocate ", nbytes, " bytes");
     DeviceBlock* block = acquire(nbytes);
     return c10::DataPtr(block->data, block, &releaseDeviceBlock, device);
   }

@@ -3,8 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <fstream>
-#include <string>
+#include <limits>
 
 namespace torchneuron {
 namespace {
@@ -18,6 +17,8 @@ size_t mappedLength(size_t bytes) {
 } // namespace
 
 void* mapHugePageRegion(size_t bytes) {
+  // Past this, rounding and over-mapping would wrap around: no mapping could be that large.
+  if (bytes > std::numeric_limits<size_t>::max() / 2) return nullptr;
   const size_t length = mappedLength(bytes);
   // Over-map by one huge page and trim both ends: the kept part starts on a boundary. Its end is
   // not rounded up to one: the last partial huge page stays in 4 KiB pages rather than backing
@@ -38,16 +39,6 @@ void* mapHugePageRegion(size_t bytes) {
 
 void unmapHugePageRegion(void* region, size_t bytes) {
   if (region != nullptr) munmap(region, mappedLength(bytes));
-}
-
-const char* transparentHugePageMode() {
-  std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  if (!file || !std::getline(file, line)) return "unsupported";
-  // The selected mode is the bracketed one: "always [madvise] never".
-  for (const char* mode : {"always", "madvise", "never"})
-    if (line.find(std::string("[") + mode + "]") != std::string::npos) return mode;
-  return "unsupported";
 }
 
 } // namespace torchneuron

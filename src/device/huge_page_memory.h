@@ -20,8 +20,4 @@ constexpr size_t kHugePageBytes = size_t{2} << 20;
 void* mapHugePageRegion(size_t bytes);
 void unmapHugePageRegion(void* region, size_t bytes);
 
-// What the kernel's transparent-huge-page setting says: `always`, `madvise`, `never`, or
-// `unsupported` when the kernel has none (no such file).
-const char* transparentHugePageMode();
-
 } // namespace torchneuron

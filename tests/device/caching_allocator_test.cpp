@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace torchneuron {
@@ -128,6 +130,22 @@ TEST(CachingAllocatorTest, BlocksFromTwoMiBUpAreHugePageMappings) {
   small.clear();
   emptyAllocatorCache(); // unmaps them
   EXPECT_EQ(allocatorStats().reserved_bytes, start.reserved_bytes);
+}
+
+TEST(CachingAllocatorTest, ASizeThatWouldWrapAroundIsAnErrorNotASmallBlock) {
+  const AllocatorStats before = allocatorStats();
+  for (const size_t bytes : {std::numeric_limits<size_t>::max(), size_t{1} << 63}) {
+    try {
+      neuronAllocator()->allocate(bytes);
+      ADD_FAILURE() << "allocated " << bytes << " bytes";
+    } catch (const c10::Error& error) {
+      EXPECT_NE(std::string(error.what())
+                    .find("out of memory: tried to allocate " + std::to_string(bytes) + " bytes"),
+                std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_EQ(allocatorStats().system_allocations, before.system_allocations);
 }
 
 TEST(CachingAllocatorTest, ZeroBytesAllocatesNothing) {

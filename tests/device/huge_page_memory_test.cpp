@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string>
+#include <limits>
 
 namespace torchneuron {
 namespace {
@@ -22,14 +22,11 @@ TEST(HugePageMemoryTest, RegionStartsOnAHugePageBoundaryReadsZeroAndIsWritable) 
   }
 }
 
-TEST(HugePageMemoryTest, ImpossibleSizeIsRefusedNotAnAbort) {
+TEST(HugePageMemoryTest, ImpossibleSizesAreRefusedNotWrappedAround) {
   EXPECT_EQ(mapHugePageRegion(size_t{1} << 62), nullptr);
-}
-
-TEST(HugePageMemoryTest, ModeIsOneTheKernelNames) {
-  const std::string mode = transparentHugePageMode();
-  EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never" || mode == "unsupported")
-      << mode;
+  // Rounded up to whole pages and over-mapped, these would wrap to a few bytes.
+  EXPECT_EQ(mapHugePageRegion(std::numeric_limits<size_t>::max()), nullptr);
+  EXPECT_EQ(mapHugePageRegion(std::numeric_limits<size_t>::max() - 4096), nullptr);
 }
 
 } // namespace
