@@ -4,14 +4,14 @@
 // (device/huge_page_memory.h), so that the device is never compared with a limit on other pages
 // (address translation alone moved a fused step by up to 1.7x on this VM). Like device blocks,
 // the buffers start at staggered cache-line offsets within their first page, so that buffers
-// streamed together do not share cache sets (caching_allocator.cpp).
+// streamed together do not share cache sets (nextStaggeredPageOffset, caching_allocator.h).
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <new>
 #include <vector>
 
+#include "device/caching_allocator.h"
 #include "device/huge_page_memory.h"
 #include "support/settings.h"
 
@@ -26,9 +26,8 @@ public:
     if (!onHugePages(bytes)) return static_cast<T*>(::operator new(bytes));
     void* region = torchneuron::mapHugePageRegion(bytes + kPageBytes);
     if (region == nullptr) throw std::bad_alloc();
-    static std::atomic<size_t> next_stagger{0};
-    const size_t offset = next_stagger.fetch_add(1) * 23 % (kPageBytes / 64) * 64;
-    return reinterpret_cast<T*>(static_cast<char*>(region) + offset);
+    return reinterpret_cast<T*>(static_cast<char*>(region) +
+                                torchneuron::nextStaggeredPageOffset());
   }
 
   void deallocate(T* data, size_t count) {

@@ -57,8 +57,7 @@ DeviceBlock* newSystemBlock(size_t capacity) {
   if (allocation == nullptr) return nullptr;
   size_t shift = 0;
   if (staggered) {
-    const size_t page_offset =
-        next_stagger.fetch_add(1) * kStaggerStep % kStaggerSlots * kAlignment;
+    const size_t page_offset = nextStaggeredPageOffset();
     const size_t place = reinterpret_cast<uintptr_t>(allocation) % kPageBytes;
     shift = (page_offset + kPageBytes - place) % kPageBytes; // a multiple of kAlignment
   }
@@ -281,6 +280,10 @@ void releaseDeviceBlock(void* context) {
 } // namespace
 
 c10::Allocator* neuronAllocator() { return &CachingAllocator::instance(); }
+
+size_t nextStaggeredPageOffset() {
+  return next_stagger.fetch_add(1) * kStaggerStep % kStaggerSlots * kAlignment;
+}
 
 size_t roundedBlockSize(size_t nbytes) {
   const size_t granule = nbytes < kLargeThreshold ? kSmallGranule : kLargeGranule;

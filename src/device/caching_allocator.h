@@ -57,6 +57,11 @@ c10::Allocator* neuronAllocator();
 // The capacity of the block that a request of `nbytes` gets when no cached block is reused.
 size_t roundedBlockSize(size_t nbytes);
 
+// The offset, a multiple of 64 bytes below 4 KiB, at which the next large block starts within
+// its page: successive calls visit every cache-line offset, so buffers streamed together do not
+// share cache sets (caching_allocator.cpp). The benchmark's limit buffers use it too.
+size_t nextStaggeredPageOffset();
+
 AllocatorStats allocatorStats();
 void resetPeakAllocatorStats();
 
