@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from workloads import all_workloads  # noqa: E402
 from report import write_reports  # noqa: E402
-from rounds import merge_rounds  # noqa: E402
+from rounds import cells_in_round, merge_rounds  # noqa: E402
 
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
 # Parts of a run that --skip may leave out (the micro benchmarks always run: the triad and the
@@ -181,11 +181,11 @@ def main(argv):
     if "adaptive-overhead" not in args.skip:
         print(f"[bench] tiny-chain-10, stock, eager and adaptive alternating ...", flush=True)
         adaptive_overhead = run_adaptive_overhead(args)
-    cells = [(t, w, m) for t in threads for w in workloads for m in modes]
+    cells = cells_in_round(threads, workloads, modes, 1)  # the report's order
     by_cell = {cell: [] for cell in cells}
     done_count = 0
     for round_number in range(1, args.rounds + 1):
-        for t, w, m in cells:
+        for t, w, m in cells_in_round(threads, workloads, modes, round_number):
             if by_cell[(t, w, m)] and by_cell[(t, w, m)][0].get("available") is False:
                 continue  # a mode that does not exist yet: once is enough
             row = run_cell(m, t, w, args)

@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import report  # noqa: E402
 import run_workload  # noqa: E402
-from rounds import merge_rounds  # noqa: E402
+from rounds import cells_in_round, merge_rounds  # noqa: E402
 from workloads import all_workloads  # noqa: E402
 
 
@@ -102,3 +102,17 @@ def test_report_states_each_mode_against_the_limit():
     assert "| layernorm-residual | 1 | 0.8 | 11.2 (75%) | 3.75x | 1.25x |" in lines
     assert ("- gelu-tanh-16M, neuron-adaptive, 1 thread(s): time / the limit's 2.00x (target: at most "
             "1.50x): **not met**") in lines
+
+
+def test_rounds_run_each_workloads_modes_in_alternating_order():
+    """A process that follows another runs slower on this VM: two rounds measure every pair of
+    modes once in each order, and every cell once per round."""
+    modes = ["stock-tuned", "neuron-eager", "neuron-adaptive"]
+    first = cells_in_round([1, 2], ["softmax", "add-16M"], modes, 1)
+    second = cells_in_round([1, 2], ["softmax", "add-16M"], modes, 2)
+    assert first[:3] == [(1, "softmax", m) for m in modes]
+    assert second[:3] == [(1, "softmax", m) for m in reversed(modes)]
+    assert sorted(first) == sorted(second) and len(set(first)) == 12
+    for index in range(0, 12, 3):  # each workload's modes run back to back
+        assert len({(t, w) for t, w, _ in first[index:index + 3]}) == 1
+    assert cells_in_round([1], ["softmax"], modes, 3) == first[:3]
