@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "device/deferred_call_cache.h"
 #include "device/eager_call_cache.h"
 #include "tracer/tracer.h"
 
@@ -397,6 +398,8 @@ void installPlanReplay() {
   hooks.begin_capture = &beginCallCapture;
   hooks.end_capture = &endCaptureForTracer;
   hooks.replay = &replayForTracer;
+  hooks.replay_kept = &replayKeptDeferredCall;
+  hooks.keep = &keepDeferredCall;
   hooks.run_eager = &runWithEagerCallCache;
   tracer::setCallCacheHooks(hooks);
 }

@@ -9,8 +9,9 @@
 // arguments, or that made a routed call a replay would skip (a library or fallback op inside
 // it), is not captured: it is planned every time.
 //
-// Two caches keep captures: the adaptive tracer's trie nodes (tracer/tracer.h, CallCacheHooks,
-// deferred replays) and, in eager mode, eager_call_cache.h (launches at once).
+// Three caches keep captures: the adaptive tracer's trie nodes (tracer/tracer.h, CallCacheHooks,
+// deferred replays) with deferred_call_cache.h behind them, and, in eager mode,
+// eager_call_cache.h (launches at once).
 //
 // Locking: none here. The capture under way is per thread; a capture is immutable once made.
 

@@ -356,8 +356,9 @@ void noteOutputs(OpWindow& window, const c10::OperatorHandle& op, const torch::j
   }
 }
 
-// A deferred call: replayed from its trie node's capture when the metadata match, else run
-// (recording its launches) and captured for next time.
+// A deferred call: replayed from its trie node's capture when the metadata match, else from the
+// second level's (sizes that cycle), else run (recording its launches) and captured for next
+// time.
 bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit::Stack* stack,
                  CompiledKernelFunction kernel) {
   const TrieNode* node = tracer.window.cursor;
@@ -366,6 +367,13 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
   if (node->captured_call && hooks.replay(node->captured_call.get(), op, stack)) {
     ++tracer.counters.calls_from_plan_cache;
     return true;
+  }
+  if (hooks.replay_kept != nullptr) {
+    if (std::shared_ptr<const void> kept = hooks.replay_kept(op, stack)) {
+      node->captured_call = std::move(kept);
+      ++tracer.counters.calls_from_plan_cache;
+      return true;
+    }
   }
   hooks.begin_capture(op, *stack);
   bool ran = false;
@@ -376,6 +384,7 @@ bool runDeferred(TracerState& tracer, const c10::OperatorHandle& op, torch::jit:
     throw;
   }
   node->captured_call = hooks.end_capture(op, *stack, ran);
+  if (hooks.keep != nullptr) hooks.keep(op, node->captured_call);
   return ran;
 }
 

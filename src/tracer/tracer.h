@@ -176,7 +176,9 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
 // The device's plan cache for hot windows (device/plan_replay.h): a deferred call is captured
 // once (its plans, kernels and where each operand comes from) and kept at its trie node, opaque
 // to the tracer; its next occurrences with the same argument metadata replay the capture
-// without binding or planning. `end_capture` returns nullptr for a call it cannot replay;
+// without binding or planning (a node keeps its last capture; a second level keeps earlier
+// ones, so sizes that cycle are replayed too). `end_capture` returns nullptr for a call it
+// cannot replay;
 // `replay` returns false, touching nothing, when the call's metadata differ from the capture's.
 struct CallCacheHooks {
   void (*begin_capture)(const c10::OperatorHandle& op, const torch::jit::Stack& stack) = nullptr;
@@ -184,6 +186,13 @@ struct CallCacheHooks {
                                              const torch::jit::Stack& stack, bool ran) = nullptr;
   bool (*replay)(const void* captured, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack) = nullptr;
+  // The second level (device/deferred_call_cache.h), asked when the node's capture does not
+  // match: `replay_kept` replays a capture made earlier for a deferred call with the same
+  // metadata at any node and returns it (null, touching nothing, when there is none), and
+  // `keep` adds a new capture to it. Both null: the node's capture is the only level.
+  std::shared_ptr<const void> (*replay_kept)(const c10::OperatorHandle& op,
+                                             torch::jit::Stack* stack) = nullptr;
+  void (*keep)(const c10::OperatorHandle& op, std::shared_ptr<const void> captured) = nullptr;
   // Runs a call the tracer does not defer, as eager mode would (the eager call cache); null:
   // the kernel itself.
   bool (*run_eager)(const c10::OperatorHandle& op, torch::jit::Stack* stack,

@@ -61,6 +61,23 @@ def test_a_recurring_window_turns_hot_and_replays_with_eager_results(dev):
     assert "ended by copy" in torchneuron.explain(10000)
 
 
+def test_deferred_calls_whose_sizes_cycle_replay_their_captures_without_planning(dev):
+    # A trie node keeps the capture of its op's last call; a loop over batches of several
+    # lengths changes every node's sizes each step, so without the second level of captures
+    # (device/deferred_call_cache.h) every deferred call of it was planned again.
+    xs = [torch.randn(4, n) for n in (48, 64, 80)]
+    ds = [x.to(dev) for x in xs]
+    threshold = adaptive_metrics()["threshold"]
+    for step in range(3 * (threshold + 2)):
+        assert_same(chain(ds[step % 3]), chain(xs[step % 3]))
+    torchneuron.reset_metrics()
+    for step in range(6):
+        assert_same(chain(ds[step % 3]), chain(xs[step % 3]))
+    m = adaptive_metrics()
+    assert m["ops_deferred"] >= 6 * 10
+    assert m["calls_from_plan_cache"] == m["ops_deferred"]
+
+
 def test_calls_on_large_tensors_run_eagerly_in_hot_windows_without_fusion(dev):
     # Recording them would keep every intermediate alive until the window runs, where eager mode
     # reuses one cache-warm block; with fusion (test_adaptive_fusion.py) they are recorded.
