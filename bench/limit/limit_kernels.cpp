@@ -104,6 +104,24 @@ void linear(const float* x, const float* w, float* y, int64_t rows, int64_t widt
   cblas_sgemm(101, 111, 112, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
 }
 
+// y = x @ w for x (rows x width), w (width x width, in x out), y (rows x width).
+void matmul(const float* x, const float* w, float* y, int64_t rows, int64_t width) {
+  const int m = static_cast<int>(rows), n = static_cast<int>(width);
+  cblas_sgemm(101, 111, 111, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
+}
+
+// y[i] = sum_j (gelu(h[i, j]) + bias[j]) over `rows` rows of `cols`.
+void geluBiasRowSums(const float* __restrict h, const float* __restrict bias, float* __restrict y,
+                     int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* __restrict row = h + i * cols;
+    float total = 0.0f;
+    for (int64_t j = 0; j < cols; ++j)
+      total += tanhGelu(row[j]) + bias[j];
+    y[i] = total;
+  }
+}
+
 // One row of 2x2 windows: `top` is the window row's first input row, `first` its place in the
 // plane. Conditional expressions, not branches: they vectorize (stride-2 loads split by
 // shuffles), where random data would mispredict branches half the time.
@@ -253,5 +271,21 @@ void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const fl
     linear(in, weights[layers - 1], last, rows, width);
     biasAccumulate(last, biases[layers - 1], sum + offset, rows, width);
   });
+}
+
+void neuron_limit_varlen_step(const float* x, const float* w, const float* b, float* hidden,
+                              float* y, float* sum, int64_t rows, int64_t width, int threads) {
+  // As the MLP: each thread takes its own rows through the product and the pass, with OpenBLAS
+  // on the calling thread.
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  parallelFor(rows, rowGrain(width), threads, [&](int64_t begin, int64_t end) {
+    const int64_t offset = begin * width;
+    matmul(x + offset, w, hidden + offset, end - begin, width);
+    geluBiasRowSums(hidden + offset, b, y + begin, end - begin, width);
+  });
+  float total = 0.0f;
+  for (int64_t i = 0; i < rows; ++i)
+    total += y[i];
+  *sum += total;
 }
 }

@@ -26,10 +26,6 @@ void neuron_limit_layer_norm_residual(const float* x, const float* r, const floa
 // out = softmax(x) over rows of `cols` elements (softmax). `out` may not overlap x.
 void neuron_limit_softmax(const float* x, float* out, int64_t rows, int64_t cols, int threads);
 
-// sum += the MLP of inference-gelu-mlp on x (batch x width): `layers` Linear layers of width x
-// width (weights[l] row-major out x in, as nn.Linear keeps them; biases[l]), tanh_gelu after
-// each but the last. The matmuls are OpenBLAS's sgemm (what PyTorch's mm calls here), the bias
-// and GELU one fused pass over each hidden result. `hidden` holds 2 * batch * width floats.
 // out[p, i, j] = the largest of the 2x2 window at (2 i, 2 j) of plane p (height x width, the
 // planes contiguous; windows past an odd edge dropped, as max_pool2d's floor mode), and
 // indices[p, i, j] its place in the plane (row * width + column): the first of equal maxima, as
@@ -53,7 +49,17 @@ void neuron_limit_batch_norm_backward(const float* dy, const float* x, const flo
                                       float* grad_weight, float* grad_bias, int64_t n,
                                       int64_t channels, int64_t plane, int threads);
 
+// sum += the MLP of inference-gelu-mlp on x (batch x width): `layers` Linear layers of width x
+// width (weights[l] row-major out x in, as nn.Linear keeps them; biases[l]), tanh_gelu after
+// each but the last. The matmuls are OpenBLAS's sgemm (what PyTorch's mm calls here), the bias
+// and GELU one fused pass over each hidden result. `hidden` holds 2 * batch * width floats.
 void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const float* const* biases,
                            int64_t layers, int64_t batch, int64_t width, float* hidden, float* sum,
                            int threads);
+
+// varlen-loop's step for one length: h = x @ w (x rows x width, w width x width row-major, as
+// the workload's `x @ w`; OpenBLAS's sgemm into `hidden`, rows * width floats), then one pass
+// over h: y[r] = sum_j (tanh_gelu(h[r, j]) + b[j]), and *sum += the sum of y.
+void neuron_limit_varlen_step(const float* x, const float* w, const float* b, float* hidden,
+                              float* y, float* sum, int64_t rows, int64_t width, int threads);
 }

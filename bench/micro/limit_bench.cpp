@@ -32,6 +32,9 @@ struct LimitCase {
   std::string workload;
   int64_t bytes;
   std::function<std::function<void(int)>()> prepare; // allocates the state, returns the step
+  // Timed steps per repetition, a multiple of a cycle of steps that differ (0: the benchmark
+  // library's choice).
+  int64_t iterations = 0;
 };
 
 // gelu-tanh-*: sum += tanh_gelu(x); the accumulator is read and written every step.
@@ -106,6 +109,41 @@ LimitCase mlpCase() {
           }};
 }
 
+// varlen-loop: 4 x length x 256 @ 256 x 256, then sum(tanh_gelu(h) + b, -1) added into a sum, the
+// lengths 16, 32, ..., 320 in turn (a step per length, as the workload's).
+LimitCase varlenCase() {
+  const int64_t batch = 4, width = 256;
+  std::vector<int64_t> lengths;
+  for (int64_t t = 16; t < 336; t += 16)
+    lengths.push_back(t);
+  const int64_t cycle = static_cast<int64_t>(lengths.size());
+  return {"varlen-loop", 0,
+          [=] {
+            struct State {
+              std::vector<HugePageVector<float>> xs;
+              HugePageVector<float> w, b, hidden, y, sum;
+              size_t next = 0;
+            };
+            auto s = std::make_shared<State>();
+            for (size_t i = 0; i < lengths.size(); ++i)
+              s->xs.push_back(normal(batch * lengths[i] * width, 1.0f, 30 + i));
+            s->w = normal(width * width, 0.05f, 2);
+            s->b = normal(width, 1.0f, 3);
+            s->hidden.resize(batch * lengths.back() * width);
+            s->y.resize(batch * lengths.back());
+            s->sum.assign(1, 0.0f);
+            return std::function<void(int)>([=](int threads) {
+              const size_t i = s->next;
+              s->next = (i + 1) % lengths.size();
+              neuron_limit_varlen_step(s->xs[i].data(), s->w.data(), s->b.data(), s->hidden.data(),
+                                       s->y.data(), s->sum.data(), batch * lengths[i], width,
+                                       threads);
+              benchmark::DoNotOptimize(s->sum.data());
+            });
+          },
+          10 * cycle};
+}
+
 void runLimit(benchmark::State& state, const LimitCase& c) {
   const std::function<void(int)> step = c.prepare();
   const int threads = static_cast<int>(state.range(0));
@@ -118,13 +156,15 @@ void runLimit(benchmark::State& state, const LimitCase& c) {
 const bool registered = [] {
   for (const LimitCase& c :
        {geluCase("1K", 1 << 10), geluCase("64K", 1 << 16), geluCase("1M", 1 << 20),
-        geluCase("16M", 1 << 24), layerNormCase(), softmaxCase(), mlpCase()}) {
-    benchmark::RegisterBenchmark(("BM_Limit/" + c.workload).c_str(),
-                                 [c](benchmark::State& state) { runLimit(state, c); })
-        ->ArgName("threads")
-        ->Arg(1)
-        ->Arg(2)
-        ->UseRealTime();
+        geluCase("16M", 1 << 24), layerNormCase(), softmaxCase(), mlpCase(), varlenCase()}) {
+    benchmark::internal::Benchmark* b =
+        benchmark::RegisterBenchmark(("BM_Limit/" + c.workload).c_str(),
+                                     [c](benchmark::State& state) { runLimit(state, c); })
+            ->ArgName("threads")
+            ->Arg(1)
+            ->Arg(2)
+            ->UseRealTime();
+    if (c.iterations > 0) b->Iterations(c.iterations);
   }
   return true;
 }();

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from workloads import (GeluMlpInference, LayerNormResidual, Softmax, TanhGelu,  # noqa: E402
-                       all_workloads)
+                       VariableLengthLoop, all_workloads, tanh_gelu)
 
 BUILD = os.environ.get("NEURON_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 LIBRARY = os.path.join(BUILD, "bench", "libneuron_limit_kernels.so")
@@ -32,6 +32,7 @@ def limit():
     lib.neuron_limit_layer_norm_residual.argtypes = [p, p, p, p, p, i64, i64, f32, i32]
     lib.neuron_limit_softmax.argtypes = [p, p, i64, i64, i32]
     lib.neuron_limit_gelu_mlp.argtypes = [p, p, p, i64, i64, i64, p, p, i32]
+    lib.neuron_limit_varlen_step.argtypes = [p, p, p, p, p, p, i64, i64, i32]
     lib.neuron_limit_max_pool2x2.argtypes = [p, p, p, i64, i64, i64, i32]
     lib.neuron_limit_batch_norm.argtypes = [p, p, p, p, p, p, i64, i64, i64, f32, i32]
     lib.neuron_limit_batch_norm_backward.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, i32]
@@ -104,6 +105,25 @@ def test_gelu_mlp_accumulates_the_steps(limit, layers, batch, width, threads):
 
 
 @pytest.mark.parametrize("threads", THREADS)
+def test_varlen_step_sums_what_the_workload_sums(limit, threads):
+    # Every length of the workload in turn, twice (steps 20-39 read the same inputs again).
+    workload = VariableLengthLoop()
+    steps = 2 * len(workload.lengths)
+    reference, state = reference_and_state(workload, steps)
+    width = state["w"].shape[1]
+    hidden = torch.empty(4 * max(workload.lengths) * width)
+    y = torch.empty(4 * max(workload.lengths))
+    for i in range(steps):
+        x = state["xs"][i % len(state["xs"])]
+        rows = x.numel() // width
+        limit.neuron_limit_varlen_step(ptr(x), ptr(state["w"]), ptr(state["b"]), ptr(hidden),
+                                       ptr(y), ptr(state["sum"]), rows, width, threads)
+        expected = (tanh_gelu(x @ state["w"]) + state["b"]).sum(-1)
+        close(workload, y[:rows].view(expected.shape), expected)
+    close(workload, state["sum"], reference["sum"])
+
+
+@pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("shape", [(64, 64, 24, 24), (3, 5, 7, 9), (2, 1, 2, 34), (1, 600, 8, 8)])
 def test_max_pool_is_the_cpus_max_pool2d_with_indices(limit, shape, threads):
     """bench/max_pool.py's limit: maxima and indices exactly as ATen's (ties included)."""
@@ -155,8 +175,9 @@ def test_loops_call_vector_math_and_leave_the_float_mode_alone(limit):
 def test_every_limit_benchmark_names_a_workload():
     listed = subprocess.run([MICRO_BENCH, "--benchmark_list_tests", "--benchmark_filter=BM_Limit"],
                             capture_output=True, text=True, check=True).stdout.split()
-    names = {re.match(r"BM_Limit/(.+)/threads:(\d+)/real_time$", n).group(1) for n in listed}
+    names = {re.match(r"BM_Limit/(.+?)/threads:(\d+)(/iterations:\d+)?/real_time$", n).group(1)
+             for n in listed}
     assert names == {"gelu-tanh-1K", "gelu-tanh-64K", "gelu-tanh-1M", "gelu-tanh-16M",
-                     "layernorm-residual", "softmax", "inference-gelu-mlp"}
+                     "layernorm-residual", "softmax", "inference-gelu-mlp", "varlen-loop"}
     assert names <= {w.name for w in all_workloads()}
     assert {re.search(r"threads:(\d+)", n).group(1) for n in listed} == {"1", "2"}

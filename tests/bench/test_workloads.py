@@ -104,6 +104,24 @@ def test_report_states_each_mode_against_the_limit():
             "1.50x): **not met**") in lines
 
 
+def test_a_speed_over_eager_target_states_what_the_limit_allows():
+    """varlen-loop's 1.3x over eager: no mode can beat the limit, so eager's time over the
+    limit's is the most it can gain, stated beside the target."""
+    rows = [cell("neuron-eager", [1.3, 1.3], "varlen-loop"),
+            cell("neuron-adaptive", [1.1, 1.1], "varlen-loop")]
+    micro = {"BM_Limit/varlen-loop/threads:1/real_time": {"real_time": 1.0, "time_unit": "ms",
+                                                          "bytes_per_second": None}}
+    result = {"rows": rows, "micro": micro}
+    report.annotate(result)
+    [target] = result["figures"]["limit_targets"]
+    assert (target["figure"], target["met"]) == ("speed_vs_eager", False)
+    assert target["value"] == pytest.approx(1.3 / 1.1)
+    assert target["ceiling"] == pytest.approx(1.3)
+    assert ("- varlen-loop, neuron-adaptive, 1 thread(s): speed / neuron-eager's 1.18x (target: at "
+            "least 1.30x): **not met**; the limit allows at most 1.30x") in "\n".join(
+                report.limit_lines(result))
+
+
 def test_rounds_run_each_workloads_modes_in_alternating_order():
     """A process that follows another runs slower on this VM: two rounds measure every pair of
     modes once in each order, and every cell once per round."""
