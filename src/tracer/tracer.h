@@ -178,8 +178,8 @@ void recordLaunch(KernelHandle kernel, const int64_t* slots, int64_t slot_count,
 // to the tracer; its next occurrences with the same argument metadata replay the capture
 // without binding or planning (a node keeps its last capture; a second level keeps earlier
 // ones, so sizes that cycle are replayed too). `end_capture` returns nullptr for a call it
-// cannot replay;
-// `replay` returns false, touching nothing, when the call's metadata differ from the capture's.
+// cannot replay; `replay` returns false, touching nothing, when the call's metadata differ from
+// the capture's.
 struct CallCacheHooks {
   void (*begin_capture)(const c10::OperatorHandle& op, const torch::jit::Stack& stack) = nullptr;
   std::shared_ptr<const void> (*end_capture)(const c10::OperatorHandle& op,
