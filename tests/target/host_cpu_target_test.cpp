@@ -55,7 +55,7 @@ TEST(HostCpuTarget, DescriptionPrintsThePipelinesTheCompilerRuns) {
   for (const char* entry : {"; llvm.exp.f32 _ZGVeN16v_expf 16 ", "; expf _ZGVeN16v_expf 16 ",
                             "; llvm.log.f64 _ZGVeN8v_log 8 ", "; llvm.pow.f32 _ZGVeN16vv_powf 16 "})
     EXPECT_EQ(d.vector_math.find(entry) != std::string::npos, avx512) << entry;
-  EXPECT_NE(d.optimization_pipeline.find("; unmasked selected loads; codegen O3"),
+  EXPECT_NE(d.optimization_pipeline.find("; unmasked selected loads; realigned stack; codegen O3"),
             std::string::npos);
 }
 
