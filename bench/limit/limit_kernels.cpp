@@ -98,16 +98,12 @@ void biasAccumulate(const float* __restrict h, const float* __restrict bias, flo
       sum[i * cols + j] += h[i * cols + j] + bias[j];
 }
 
-// y = x @ w^T for x (rows x width), w (width x width, out x in), y (rows x width).
-void linear(const float* x, const float* w, float* y, int64_t rows, int64_t width) {
+// y = x @ w^T (`transposed`, w out x in as nn.Linear keeps it) or x @ w (w in x out), for x
+// (rows x width), w (width x width), y (rows x width).
+void product(const float* x, const float* w, float* y, int64_t rows, int64_t width,
+             bool transposed) {
   const int m = static_cast<int>(rows), n = static_cast<int>(width);
-  cblas_sgemm(101, 111, 112, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
-}
-
-// y = x @ w for x (rows x width), w (width x width, in x out), y (rows x width).
-void matmul(const float* x, const float* w, float* y, int64_t rows, int64_t width) {
-  const int m = static_cast<int>(rows), n = static_cast<int>(width);
-  cblas_sgemm(101, 111, 111, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
+  cblas_sgemm(101, 111, transposed ? 112 : 111, m, n, n, 1.0f, x, n, w, n, 0.0f, y, n);
 }
 
 // y[i] = sum_j (gelu(h[i, j]) + bias[j]) over `rows` rows of `cols`.
@@ -263,12 +259,12 @@ void neuron_limit_gelu_mlp(const float* x, const float* const* weights, const fl
     float* buffers[2] = {hidden + offset, hidden + batch * width + offset};
     for (int64_t l = 0; l + 1 < layers; ++l) {
       float* h = buffers[l % 2];
-      linear(in, weights[l], h, rows, width);
+      product(in, weights[l], h, rows, width, /*transposed=*/true);
       biasGelu(h, biases[l], rows, width);
       in = h;
     }
     float* last = buffers[(layers - 1) % 2];
-    linear(in, weights[layers - 1], last, rows, width);
+    product(in, weights[layers - 1], last, rows, width, /*transposed=*/true);
     biasAccumulate(last, biases[layers - 1], sum + offset, rows, width);
   });
 }
@@ -280,7 +276,7 @@ void neuron_limit_varlen_step(const float* x, const float* w, const float* b, fl
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   parallelFor(rows, rowGrain(width), threads, [&](int64_t begin, int64_t end) {
     const int64_t offset = begin * width;
-    matmul(x + offset, w, hidden + offset, end - begin, width);
+    product(x + offset, w, hidden + offset, end - begin, width, /*transposed=*/false);
     geluBiasRowSums(hidden + offset, b, y + begin, end - begin, width);
   });
   float total = 0.0f;

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "device/plan_replay.h"
-#include "support/hash.h"
 
 namespace torchneuron {
 namespace {
@@ -32,18 +31,13 @@ thread_local std::unique_ptr<std::array<Set, kSets>> sets;
 
 Set& setFor(const c10::FunctionSchema* schema, Hash64 hash) {
   if (!sets) sets = std::make_unique<std::array<Set, kSets>>();
-  const uint64_t mixed = hash ^ (reinterpret_cast<uintptr_t>(schema) * 0x9E3779B97F4A7C15ull);
-  return (*sets)[(mixed ^ (mixed >> 29)) & (kSets - 1)];
+  return (*sets)[captureTableIndex(schema, hash, kSets)];
 }
 
 Way* wayOf(Set& set, const c10::FunctionSchema* schema, Hash64 hash) {
   for (Way& way : set.ways)
     if (way.schema == schema && way.hash == hash) return &way;
   return nullptr;
-}
-
-Hash64 hashOf(const CallFingerprint& fingerprint) {
-  return hashBytes(fingerprint.data(), fingerprint.size() * sizeof(int64_t));
 }
 
 } // namespace
@@ -56,7 +50,7 @@ std::shared_ptr<const void> replayKeptDeferredCall(const c10::OperatorHandle& op
   CallFingerprint fingerprint;
   if (stack->size() < count || !fingerprintCall(torch::jit::last(*stack, count), fingerprint))
     return nullptr;
-  const Hash64 hash = hashOf(fingerprint);
+  const Hash64 hash = fingerprintHash(fingerprint);
   const Way* way = wayOf(setFor(schema, hash), schema, hash);
   if (way == nullptr || fingerprintOf(*way->call) != fingerprint) return nullptr;
   replayMatchedCall(*way->call, stack, /*deferred=*/true);
@@ -67,7 +61,7 @@ void keepDeferredCall(const c10::OperatorHandle& op, std::shared_ptr<const void>
   if (!captured) return;
   auto call = std::static_pointer_cast<const CapturedCall>(std::move(captured));
   const c10::FunctionSchema* schema = &op.schema();
-  const Hash64 hash = hashOf(fingerprintOf(*call));
+  const Hash64 hash = fingerprintHash(fingerprintOf(*call));
   Set& set = setFor(schema, hash);
   Way* way = wayOf(set, schema, hash);
   if (way == nullptr) {

@@ -34,8 +34,7 @@ thread_local std::unique_ptr<std::array<Slot, kSlots>> slots;
 
 Slot& slotFor(const c10::FunctionSchema* schema, Hash64 hash) {
   if (!slots) slots = std::make_unique<std::array<Slot, kSlots>>();
-  const uint64_t mixed = hash ^ (reinterpret_cast<uintptr_t>(schema) * 0x9E3779B97F4A7C15ull);
-  return (*slots)[(mixed ^ (mixed >> 29)) & (kSlots - 1)];
+  return (*slots)[captureTableIndex(schema, hash, kSlots)];
 }
 
 bool sameCall(const Slot& slot, const c10::FunctionSchema* schema, Hash64 hash) {
@@ -75,7 +74,7 @@ bool runWithEagerCallCache(const c10::OperatorHandle& op, torch::jit::Stack* sta
   CallFingerprint fingerprint;
   if (stack->size() < count || !fingerprintCall(torch::jit::last(*stack, count), fingerprint))
     return kernel(op, stack);
-  const Hash64 hash = hashBytes(fingerprint.data(), fingerprint.size() * sizeof(int64_t));
+  const Hash64 hash = fingerprintHash(fingerprint);
   Slot& slot = slotFor(schema, hash);
   if (sameCall(slot, schema, hash)) {
     if (slot.uncapturable) return kernel(op, stack);

@@ -349,6 +349,15 @@ bool fingerprintCall(c10::ArrayRef<c10::IValue> args, CallFingerprint& out) {
 
 const CallFingerprint& fingerprintOf(const CapturedCall& call) { return call.fingerprint; }
 
+Hash64 fingerprintHash(const CallFingerprint& fingerprint) {
+  return hashBytes(fingerprint.data(), fingerprint.size() * sizeof(int64_t));
+}
+
+size_t captureTableIndex(const c10::FunctionSchema* schema, Hash64 hash, size_t size) {
+  const uint64_t mixed = hash ^ (reinterpret_cast<uintptr_t>(schema) * 0x9E3779B97F4A7C15ull);
+  return (mixed ^ (mixed >> 29)) & (size - 1);
+}
+
 void beginCallCapture(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   auto* capture = new Capture();
   const size_t count = op.schema().arguments().size();

@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "device/plan_executor.h"
+#include "support/hash.h"
 
 namespace torchneuron {
 
@@ -32,6 +33,10 @@ struct CapturedCall;
 // The fingerprint of a call's arguments; false for an argument kind captures do not describe.
 bool fingerprintCall(c10::ArrayRef<c10::IValue> args, CallFingerprint& out);
 const CallFingerprint& fingerprintOf(const CapturedCall& call);
+// The hash the caches of captures key a fingerprint by, and the place of (op, hash) in a table
+// of `size` entries (a power of two).
+Hash64 fingerprintHash(const CallFingerprint& fingerprint);
+size_t captureTableIndex(const c10::FunctionSchema* schema, Hash64 hash, size_t size);
 
 // Starts capturing the call on top of `stack` (this thread; a capture left unfinished by an
 // exception is dropped by the next begin).
