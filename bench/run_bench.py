@@ -81,7 +81,7 @@ def run_micro(args):
             # has it in its name: dropped, so every limit is BM_Limit/<workload>/threads:<t>.
             name = re.sub(r"/iterations:\d+", "", b["run_name"])
             medians[name] = {"real_time": b["real_time"], "time_unit": b["time_unit"],
-                                      "bytes_per_second": b.get("bytes_per_second")}
+                             "bytes_per_second": b.get("bytes_per_second")}
     return medians
 
 

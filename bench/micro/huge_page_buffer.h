@@ -24,7 +24,7 @@ public:
   T* allocate(size_t count) {
     const size_t bytes = count * sizeof(T);
     if (!onHugePages(bytes)) return static_cast<T*>(::operator new(bytes));
-    void* region = torchneuron::mapHugePageRegion(bytes + kPageBytes);
+    void* region = torchneuron::mapHugePageRegion(bytes + torchneuron::kSmallPageBytes);
     if (region == nullptr) throw std::bad_alloc();
     return reinterpret_cast<T*>(static_cast<char*>(region) +
                                 torchneuron::nextStaggeredPageOffset());
@@ -36,7 +36,7 @@ public:
       torchneuron::unmapHugePageRegion(
           reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(data) /
                                   torchneuron::kHugePageBytes * torchneuron::kHugePageBytes),
-          bytes + kPageBytes);
+          bytes + torchneuron::kSmallPageBytes);
     else
       ::operator delete(data);
   }
@@ -45,8 +45,6 @@ public:
   template <typename U> bool operator!=(const HugePageAllocator<U>&) const { return false; }
 
 private:
-  static constexpr size_t kPageBytes = 4096;
-
   static bool onHugePages(size_t bytes) {
     return bytes >= torchneuron::kHugePageBytes && torchneuron::settings().huge_pages;
   }

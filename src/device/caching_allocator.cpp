@@ -24,7 +24,7 @@ constexpr size_t kAlignment = 64;              // a cache line and an AVX-512 ve
 constexpr size_t kSmallGranule = 512;          // size class step below kLargeThreshold
 constexpr size_t kLargeThreshold = 1 << 20;    // 1 MiB
 constexpr size_t kLargeGranule = 64 << 10;     // size class step from kLargeThreshold up
-constexpr size_t kPageBytes = 4096;            // the smallest page: one write faults it in
+constexpr size_t kPageBytes = kSmallPageBytes; // huge_page_memory.h
 constexpr size_t kMaxRecordedBlocks = 1 << 16; // of blocksInFirstUseOrder()
 // Used blocks below this size wait in one list per size class instead of the size-ordered map:
 // a tiny op's allocation and release are then a vector pop and push, not a tree node's

@@ -8,8 +8,6 @@
 namespace torchneuron {
 namespace {
 
-constexpr size_t kSmallPageBytes = 4096;
-
 size_t mappedLength(size_t bytes) {
   return (bytes + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
 }

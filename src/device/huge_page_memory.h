@@ -12,6 +12,8 @@ namespace torchneuron {
 
 // The size of a huge page, and the alignment of every mapping below.
 constexpr size_t kHugePageBytes = size_t{2} << 20;
+// The smallest page: one write faults it in, and mappings are whole numbers of them.
+constexpr size_t kSmallPageBytes = 4096;
 
 // A private anonymous mapping of `bytes` (rounded up to whole 4 KiB pages) that starts on a
 // huge-page boundary and asks for huge pages; nullptr when the OS refuses the mapping (out of
