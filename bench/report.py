@@ -452,6 +452,7 @@ def markdown(result):
                       + remote_lines(cache.get("remote")) + [""])
     lines += allreduce_lines(result.get("allreduce"))
     lines += adaptive_overhead_lines(result.get("adaptive_overhead"))
+    lines += adaptive_pair_lines(result.get("adaptive_pairs"))
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['workload']} / {r['mode']} / {r['threads']}: {r.get('error')}" for r in failed]
@@ -494,6 +495,29 @@ def adaptive_overhead_lines(overhead):
                f"({r['recorded_speedup_over_stock']:.2f}x stock's speed, "
                f"{r['recorded_above_floor_ns']:.0f} ns above the floor)"
                if "adaptive_recorded" in ns else ""))
+    return lines + [""]
+
+
+def adaptive_pair_lines(pairs):
+    """Adaptive against eager mode, paired in one process (bench/adaptive_pairs.py)."""
+    if not pairs:
+        return []
+    lines = ["## Adaptive against eager, paired in one process (`bench/adaptive_pairs.py`)", "",
+             "Repetitions alternate between the modes (ABBA) on the same state in one process per "
+             "workload; eager time over adaptive time, median of the pairs [range], and the pairs "
+             "adaptive lost. Below 0.95x: marked.", "",
+             "| workload | threads | eager ms | adaptive ms | adaptive vs eager | pairs lost |",
+             "|---|---|---|---|---|---|"]
+    for threads, rows in sorted(pairs.items()):
+        for r in rows:
+            if not r.get("ok"):
+                lines.append(f"| {r['workload']} | {threads} | error: {r.get('error')} | | | |")
+                continue
+            mark = " **<0.95x**" if r["adaptive_speedup"] < 0.95 else ""
+            lines.append(
+                f"| {r['workload']} | {threads} | {r['eager_ms']:.4g} | {r['adaptive_ms']:.4g} | "
+                f"{r['adaptive_speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]{mark} | "
+                f"{r['pairs_adaptive_slower']}/{r['pairs']} |")
     return lines + [""]
 
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """make bench: every workload in every mode at 1 and 2 threads, one process per cell, plus the
 Google Benchmark micro benchmarks (dispatch, launch, 64 MB alloc, STREAM triad, the limit loops),
-the cache and all-reduce benchmarks (cache_bench.py, allreduce_bench.py). Writes
+the cache and all-reduce benchmarks (cache_bench.py, allreduce_bench.py), and adaptive mode
+against eager mode paired in one process per workload (adaptive_pairs.py). Writes
 build/bench/report.json, report.md and report.png.
 
     /usr/bin/python3 bench/run_bench.py [--quick] [--out build/bench] [--modes a,b] [--workloads a,b]
-        [--skip op-overhead,adaptive-overhead,cache,allreduce]
+        [--skip op-overhead,adaptive-overhead,cache,allreduce,adaptive-pairs]
 """
 import argparse
 import datetime
@@ -26,7 +27,7 @@ from rounds import cells_in_round, merge_rounds  # noqa: E402
 MODES = ["stock", "stock-tuned", "lazy-ts", "neuron-eager", "neuron-adaptive"]
 # Parts of a run that --skip may leave out (the micro benchmarks always run: the triad and the
 # limit loops are what cells are measured against).
-OPTIONAL_PARTS = ["op-overhead", "adaptive-overhead", "cache", "allreduce"]
+OPTIONAL_PARTS = ["op-overhead", "adaptive-overhead", "cache", "allreduce", "adaptive-pairs"]
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
@@ -113,6 +114,31 @@ def run_adaptive_overhead(args):
     return run_per_thread_script("adaptive_overhead.py", ["--rounds", "5", "--steps", "100"], args)
 
 
+def run_adaptive_pairs(args, workloads, threads):
+    """Adaptive against eager mode on the same state, repetitions alternating in one process per
+    workload (bench/adaptive_pairs.py): the matrix's adaptive/eager ratio without the noise
+    between processes. {threads: [row per workload]}."""
+    results = {}
+    for t in threads:
+        rows = []
+        for w in workloads:
+            command = [sys.executable, os.path.join(HERE, "adaptive_pairs.py"), "--threads", str(t),
+                       "--workloads", w] + (["--pairs", "3"] if args.quick else [])
+            try:
+                done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
+                                      capture_output=True, text=True, timeout=args.cell_timeout * 2)
+            except subprocess.TimeoutExpired:
+                rows.append({"workload": w, "ok": False, "error": "timed out"})
+                continue
+            if done.returncode != 0:
+                rows.append({"workload": w, "ok": False,
+                             "error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]})
+            else:
+                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        results[t] = rows
+    return results
+
+
 def run_cache_bench(args):
     command = [sys.executable, os.path.join(HERE, "cache_bench.py"), "--build", args.build]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
@@ -178,7 +204,7 @@ def main(argv):
     start = time.time()
     print(f"[bench] micro benchmarks ...", flush=True)
     micro = run_micro(args)
-    op_overhead, adaptive_overhead, cache, allreduce = {}, None, None, None
+    op_overhead, adaptive_overhead, cache, allreduce, pairs = {}, None, None, None, None
     if "op-overhead" not in args.skip:
         print(f"[bench] tiny-op overhead, device and stock alternating ...", flush=True)
         op_overhead = run_op_overhead(args)
@@ -200,6 +226,9 @@ def main(argv):
             print(f"[bench] {done_count} round {round_number}/{args.rounds} "
                   f"threads={t} {w} {m}: {status}", flush=True)
     rows = [merge_rounds(by_cell[cell]) for cell in cells]
+    if "adaptive-pairs" not in args.skip and "neuron-adaptive" in modes:
+        print("[bench] adaptive against eager, paired in one process per workload ...", flush=True)
+        pairs = run_adaptive_pairs(args, workloads, threads)
     if "cache" not in args.skip:
         print("[bench] persistent compile cache ...", flush=True)
         cache = run_cache_bench(args)
@@ -209,7 +238,7 @@ def main(argv):
     result = {"machine": machine(), "quick": args.quick, "seconds": round(time.time() - start, 1),
               "rounds": args.rounds, "micro": micro, "op_overhead": op_overhead, "rows": rows,
               "cache": cache, "allreduce": allreduce, "adaptive_overhead": adaptive_overhead,
-              "skipped": args.skip}
+              "adaptive_pairs": pairs, "skipped": args.skip}
     write_reports(result, args.out)
     print(f"[bench] {result['seconds']} s -> {args.out}/report.md, report.json, report.png")
     failed = [r for r in rows if not r.get("ok") and r.get("available") is not False]

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Adaptive mode against eager mode, paired in one process: a workload's repetitions (its
+`inner` steps and the read that ends them, as run_workload.py times a cell) alternate between
+eager and adaptive mode on the same device state, in ABBA order, so that the machine's drift and
+a process's luck (where its memory fell, which core it ran on) fall on both modes alike. The
+matrix's separate processes move a cell by 10-30% on this VM; the ratio here is the one issue 14
+and 13 ask for ("every adaptive cell >= 0.95x its eager cell") with that noise paired away.
+Prints one JSON line per workload: the median eager and adaptive times, the median of the
+pairs' eager/adaptive ratios, its range, and how many pairs adaptive lost.
+
+    OMP_NUM_THREADS=1 NEURON_CACHE=0 /usr/bin/python3 bench/adaptive_pairs.py --threads 1 \\
+        [--workloads softmax,mlp-train] [--pairs 8]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_workload import (SETTLING_REPETITIONS, Mode, check_against_cpu,  # noqa: E402
+                          error_text, repetition, warmup_repetitions)
+from workloads import all_workloads, by_name  # noqa: E402
+
+
+def timed_repetition(workload, mode, state):
+    start = time.perf_counter()
+    repetition(workload, mode, state)
+    return (time.perf_counter() - start) * 1000 / workload.inner
+
+
+def pair_workload(name, pairs, warmup):
+    """One workload's pairs (see the module's docstring); a dict with its figures or its error."""
+    workload = by_name(name)
+    row = {"workload": name, "threads": torch.get_num_threads(), "pairs": pairs, "ok": False}
+    try:
+        mode = Mode("neuron-adaptive")
+        neuron = mode.neuron
+        state = workload.build(mode.device)
+        check_against_cpu(workload, mode, state)
+        # Adaptive mode's warm-up as a cell's: every window hot and replayed, its fused kernels
+        # compiled and run twice; then eager mode's calls cached.
+        for _ in range(warmup):
+            repetition(workload, mode, state)
+        neuron.wait_for_compiles()
+        for _ in range(SETTLING_REPETITIONS):
+            repetition(workload, mode, state)
+        neuron.set_adaptive(False)
+        for _ in range(SETTLING_REPETITIONS):
+            repetition(workload, mode, state)
+        compiles_before = neuron.metrics()["compiles"]
+        eager, adaptive = [], []
+        for i in range(pairs):
+            order = (False, True) if i % 2 == 0 else (True, False)  # ABBA: drift falls on both
+            for adaptive_on in order:
+                neuron.set_adaptive(adaptive_on)  # a sync point: the other mode's work is done
+                (adaptive if adaptive_on else eager).append(
+                    timed_repetition(workload, mode, state))
+        neuron.set_adaptive(False)
+        ratios = [e / a for e, a in zip(eager, adaptive)]
+        row.update(ok=True, eager_ms=statistics.median(eager),
+                   adaptive_ms=statistics.median(adaptive),
+                   adaptive_speedup=statistics.median(ratios), speedup_min=min(ratios),
+                   speedup_max=max(ratios), pairs_adaptive_slower=sum(r < 1 for r in ratios),
+                   compiles=neuron.metrics()["compiles"] - compiles_before,
+                   eager_times_ms=eager, adaptive_times_ms=adaptive)
+    except Exception as e:  # the workload records the failure; the others go on
+        row.update(error=error_text("neuron-adaptive", e), trace=traceback.format_exc()[-1500:])
+    return row
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="adaptive warm-up repetitions (default and least: "
+                             "NEURON_ADAPTIVE_THRESHOLD + 2)")
+    args = parser.parse_args(argv)
+    if args.threads < 1 or args.pairs < 1:
+        parser.error(f"--threads and --pairs must be positive, got {args.threads} and {args.pairs}")
+    try:
+        args.warmup = warmup_repetitions(args.warmup)
+    except ValueError as error:
+        parser.error(str(error))
+    names = ([n for n in args.workloads.split(",") if n] if args.workloads
+             else [w.name for w in all_workloads()])
+    for name in names:
+        try:
+            by_name(name)
+        except KeyError as error:
+            parser.error(str(error.args[0]))
+    torch.set_num_threads(args.threads)
+    for name in names:
+        print(json.dumps(pair_workload(name, args.pairs, args.warmup)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
