@@ -208,6 +208,7 @@ py::dict metricsDict() {
   py::dict result;
   result["launches"] = snapshot.launches;
   result["ops"] = snapshot.ops_by_kind;
+  result["products_split"] = snapshot.products_split;
   result["allocator"] = allocatorStatsDict();
   const torchneuron::CompileMetrics& compile = snapshot.compile;
   result["compiles"] = compile.compiles;

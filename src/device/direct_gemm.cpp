@@ -1,12 +1,21 @@
 #include "device/direct_gemm.h"
 
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "device/host_view.h"
+#include "device/metrics.h"
+#include "launcher/parallel_launch.h"
 
 // The BLAS ATen's CPU kernels call (libblas.so.3, which libtorch_cpu links).
 extern "C" void sgemm_(char* transa, char* transb, int* m, int* n, int* k, float* alpha,
@@ -19,6 +28,58 @@ extern "C" void dgemm_(char* transa, char* transb, int* m, int* n, int* k, doubl
 namespace torchneuron {
 namespace {
 
+// Products of at least this many multiply-adds (m * n * k) are split over the device's threads
+// when there are several: OpenBLAS's own threshold for using its threads (0.3.21's gemm.c,
+// SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
+constexpr int64_t kSplitLeastProduct = 64 * 64 * 64;
+// Parts are whole multiples of this many rows or columns (OpenBLAS's widest float tile).
+constexpr int64_t kPartQuantum = 16;
+
+// OpenBLAS's thread count (Debian's libopenblas0-pthread: its own pool of pthreads), looked up at
+// run time: libblas.so.3 may be another BLAS, without them.
+struct OpenBlasThreads {
+  int (*get)() = nullptr;
+  void (*set)(int) = nullptr;
+  static const OpenBlasThreads& find() {
+    static const OpenBlasThreads found = [] {
+      OpenBlasThreads f;
+      f.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+      f.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+      if (!f.get || !f.set) f = OpenBlasThreads();
+      return f;
+    }();
+    return found;
+  }
+  bool present() const { return get != nullptr; }
+};
+
+// While a split product runs, OpenBLAS runs each part on its calling thread: OpenBLAS's pool is
+// told 1 thread (its thread count is global), and told its old count again when the last split
+// product in flight ends. A CPU product that runs meanwhile on another thread runs on one thread
+// too: slower, never wrong.
+class OneBlasThreadScope {
+public:
+  explicit OneBlasThreadScope(const OpenBlasThreads& blas) : blas_(blas) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (users_++ == 0) {
+      saved_ = blas_.get();
+      if (saved_ != 1) blas_.set(1);
+    }
+  }
+  ~OneBlasThreadScope() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--users_ == 0 && saved_ != 1) blas_.set(saved_);
+  }
+  OneBlasThreadScope(const OneBlasThreadScope&) = delete;
+  OneBlasThreadScope& operator=(const OneBlasThreadScope&) = delete;
+
+private:
+  const OpenBlasThreads& blas_;
+  static inline std::mutex mutex_;
+  static inline int users_ = 0;
+  static inline int saved_ = 1;
+};
+
 // One BLAS call in ATen's column-major terms (its CPUBlas.cpp gemm), after
 // normalize_last_dims: c (m x n, leading dimension ldc) = beta * c + alpha * op(a) op(b).
 struct GemmCall {
@@ -29,6 +90,7 @@ struct GemmCall {
   const char* a = nullptr;
   const char* b = nullptr;
   char* c = nullptr;
+  bool operands_swapped = false; // a is the product's right operand, b its left (row-major c)
 
   // ATen's internal::normalize_last_dims: leading dimensions BLAS would reject where a size is 1
   // (and so never read) are replaced by valid ones.
@@ -52,6 +114,22 @@ struct GemmCall {
     return m <= limit && n <= limit && k <= limit && lda <= limit && ldb <= limit && ldc <= limit &&
            lda >= std::max<int64_t>(1, transpose_a ? k : m) &&
            ldb >= std::max<int64_t>(1, transpose_b ? n : k) && ldc >= std::max<int64_t>(1, m);
+  }
+
+  // The part of this product that writes c's columns [begin, end) (`columns`) or rows: the
+  // same k, so each element is summed as the whole call sums it.
+  GemmCall part(bool columns, int64_t begin, int64_t end, size_t element) const {
+    GemmCall p = *this;
+    if (columns) {
+      p.n = end - begin;
+      p.c += begin * ldc * element;
+      p.b += begin * (transpose_b ? 1 : ldb) * element;
+    } else {
+      p.m = end - begin;
+      p.c += begin * element;
+      p.a += begin * (transpose_a ? lda : 1) * element;
+    }
+    return p;
   }
 
   template <typename T, typename Gemm>
@@ -97,6 +175,7 @@ bool planLikeAten(const at::Tensor& result, at::Tensor m1, at::Tensor m2, GemmCa
   } else if (rs[1] == 1 && (rz[0] == 1 || rs[0] >= std::max<int64_t>(1, rz[1]))) {
     std::swap(m1, m2);
     transpose_c = true;
+    call.operands_swapped = true;
   } else {
     return false;
   }
@@ -145,10 +224,55 @@ bool copySelfRows(const at::Tensor& out, const at::Tensor& self) {
   return true;
 }
 
+// Whether runParts would give a product's parts threads now: not in a forked child, not inside
+// a parallel region (both run parts inline), and more than one thread.
+bool partsGetThreads() {
+  return at::get_num_threads() > 1 && !launchesRunInline() && !at::in_parallel_region();
+}
+
+// Runs `call`: with ProductThreads::kBlas, or where splitting does not pay, as one BLAS call on
+// the calling thread (OpenBLAS's own threads, as ATen's call); with kDevice, split along c's
+// larger dimension over the device's threads (the launch pool's, runParts: PyTorch's OpenMP
+// team by default), each part an OpenBLAS call on its own thread.
+template <typename T, typename Gemm>
+void runOnThreads(const GemmCall& call, Gemm gemm, const c10::Scalar& alpha,
+                  const c10::Scalar& beta, ProductThreads product_threads) {
+  const int threads = at::get_num_threads();
+  const OpenBlasThreads& blas = OpenBlasThreads::find();
+  const bool columns = call.n >= call.m;
+  const int64_t extent = columns ? call.n : call.m;
+  if (product_threads != ProductThreads::kDevice || !blas.present() || !partsGetThreads() ||
+      call.m * call.n * call.k < kSplitLeastProduct || extent < 2 * kPartQuantum) {
+    call.run<T>(gemm, alpha, beta);
+    return;
+  }
+  const int64_t quanta = (extent + kPartQuantum - 1) / kPartQuantum;
+  const int64_t parts = std::min<int64_t>(threads, quanta);
+  const int64_t quanta_per_part = (quanta + parts - 1) / parts;
+  OneBlasThreadScope one_thread_each(blas);
+  recordLaunch(&splitProductCounter());
+  runParts(threads, parts, [&](int64_t p) {
+    const int64_t begin = std::min(extent, p * quanta_per_part * kPartQuantum);
+    const int64_t end = std::min(extent, (p + 1) * quanta_per_part * kPartQuantum);
+    if (begin < end) call.part(columns, begin, end, sizeof(T)).template run<T>(gemm, alpha, beta);
+  });
+}
+
 } // namespace
 
+ProductThreads productThreadsFor(std::initializer_list<const at::Tensor*> operands) {
+  if (!partsGetThreads() || !OpenBlasThreads::find().present()) return ProductThreads::kBlas;
+  if (torch::autograd::get_current_graph_task_nodes_in_graph() != nullptr)
+    return ProductThreads::kBlas; // a backward pass
+  if (at::GradMode::is_enabled())
+    for (const at::Tensor* t : operands)
+      if (t->requires_grad()) return ProductThreads::kBlas; // a training step's forward
+  return ProductThreads::kDevice;
+}
+
 bool gemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                        const c10::Scalar& beta, const c10::Scalar& alpha, const at::Tensor* self) {
+                        const c10::Scalar& beta, const c10::Scalar& alpha, const at::Tensor* self,
+                        ProductThreads product_threads) {
   const at::ScalarType dtype = out.scalar_type();
   if (dtype != at::kFloat && dtype != at::kDouble) return false;
   if (a.scalar_type() != dtype || b.scalar_type() != dtype) return false;
@@ -159,9 +283,66 @@ bool gemmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Te
   if (!planLikeAten(out, a, b, call)) return false;
   if (self != nullptr && beta.toComplexDouble() != 0.0 && !copySelfRows(out, *self)) return false;
   if (dtype == at::kFloat)
-    call.run<float>(sgemm_, alpha, beta);
+    runOnThreads<float>(call, sgemm_, alpha, beta, product_threads);
   else
-    call.run<double>(dgemm_, alpha, beta);
+    runOnThreads<double>(call, dgemm_, alpha, beta, product_threads);
+  return true;
+}
+
+namespace {
+
+// bmm's products as planned for its first matrix, a share of the batch on each of the device's
+// threads (OpenBLAS on its calling thread).
+template <typename T, typename Gemm>
+void runBatchOnDeviceThreads(const GemmCall& first, int64_t batches, int64_t step_a, int64_t step_b,
+                             int64_t step_c, Gemm gemm) {
+  const c10::Scalar one(1.0), zero(0.0);
+  auto product = [&](int64_t i) {
+    GemmCall call = first;
+    call.a += i * step_a;
+    call.b += i * step_b;
+    call.c += i * step_c;
+    return call;
+  };
+  const int threads = at::get_num_threads();
+  if (batches < threads || !partsGetThreads()) {
+    // Fewer products than threads: each one split (runOnThreads), one after the other.
+    for (int64_t i = 0; i < batches; ++i)
+      runOnThreads<T>(product(i), gemm, one, zero, ProductThreads::kDevice);
+    return;
+  }
+  OneBlasThreadScope one_thread_each(OpenBlasThreads::find());
+  recordLaunch(&splitProductCounter());
+  runParts(threads, threads, [&](int64_t p) {
+    for (int64_t i = p * batches / threads; i < (p + 1) * batches / threads; ++i)
+      product(i).template run<T>(gemm, one, zero);
+  });
+}
+
+} // namespace
+
+bool bmmOnDeviceMemory(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                       ProductThreads product_threads) {
+  if (product_threads != ProductThreads::kDevice) return false;
+  const at::ScalarType dtype = out.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kDouble) return false;
+  if (a.scalar_type() != dtype || b.scalar_type() != dtype) return false;
+  if (out.dim() != 3 || a.dim() != 3 || b.dim() != 3 || out.numel() == 0 || a.size(2) == 0)
+    return false;
+  if (a.is_conj() || b.is_conj() || a.is_neg() || b.is_neg() || out.is_neg()) return false;
+  // ATen's own loops take products this small (bmm_out_or_baddbmm_), and keep their bits.
+  if (a.size(1) * a.size(2) * b.size(2) < 400) return false;
+  // Every matrix of the batch has the first one's layout; only the base addresses move.
+  GemmCall first;
+  if (!planLikeAten(out.select(0, 0), a.select(0, 0), b.select(0, 0), first)) return false;
+  const int64_t element = static_cast<int64_t>(out.element_size());
+  const int64_t step_a = (first.operands_swapped ? b.stride(0) : a.stride(0)) * element;
+  const int64_t step_b = (first.operands_swapped ? a.stride(0) : b.stride(0)) * element;
+  const int64_t step_c = out.stride(0) * element;
+  if (dtype == at::kFloat)
+    runBatchOnDeviceThreads<float>(first, out.size(0), step_a, step_b, step_c, sgemm_);
+  else
+    runBatchOnDeviceThreads<double>(first, out.size(0), step_a, step_b, step_c, dgemm_);
   return true;
 }
 

@@ -116,15 +116,16 @@ at::Tensor mmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 2) || !productShapesAgree(self, mat2)) return at::Tensor();
   static SiteLaunchCounter site;
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::mm");
+  const ProductThreads threads = productThreadsFor({&self, &mat2});
   return intoDevice(
       launches, {self.size(0), mat2.size(1)}, self,
-      [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-        if (gemmOnDeviceMemory(out, a, b, /*beta=*/0, /*alpha=*/1)) return;
+      [threads](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+        if (gemmOnDeviceMemory(out, a, b, /*beta=*/0, /*alpha=*/1, nullptr, threads)) return;
         onHostViews([](at::Tensor& o, at::Tensor& x, at::Tensor& y) { at::cpu::mm_out(o, x, y); },
                     out, a, b);
       },
-      [](const at::Tensor& target, const at::Tensor& a, const at::Tensor& b) {
-        if (gemmOnDeviceMemory(target, a, b, /*beta=*/1, /*alpha=*/1)) return;
+      [threads](const at::Tensor& target, const at::Tensor& a, const at::Tensor& b) {
+        if (gemmOnDeviceMemory(target, a, b, /*beta=*/1, /*alpha=*/1, nullptr, threads)) return;
         onHostViews(
             [](at::Tensor& t, at::Tensor& x, at::Tensor& y) {
               at::cpu::addmm_out(t, t, x, y); // gemm with beta = 1
@@ -142,11 +143,12 @@ at::Tensor addmmIntoDevice(const at::Tensor& self, const at::Tensor& mat1, const
   checkScalarsFit(mat1, beta, alpha);
   static SiteLaunchCounter site;
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::addmm");
+  const ProductThreads threads = productThreadsFor({&self, &mat1, &mat2});
   return intoDevice(
       launches, {mat1.size(0), mat2.size(1)}, mat1,
-      [beta, alpha](const at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
-                    const at::Tensor& b) {
-        if (gemmOnDeviceMemory(out, a, b, beta, alpha, &s)) return;
+      [beta, alpha, threads](const at::Tensor& out, const at::Tensor& s, const at::Tensor& a,
+                             const at::Tensor& b) {
+        if (gemmOnDeviceMemory(out, a, b, beta, alpha, &s, threads)) return;
         onHostViews([&](at::Tensor& o, at::Tensor& self_view, at::Tensor& x,
                         at::Tensor& y) { at::cpu::addmm_out(o, self_view, x, y, beta, alpha); },
                     out, s, a, b);
@@ -158,9 +160,11 @@ at::Tensor bmmIntoDevice(const at::Tensor& self, const at::Tensor& mat2) {
   if (!plainOperands({&self, &mat2}, 3) || !productShapesAgree(self, mat2)) return at::Tensor();
   static SiteLaunchCounter site;
   LaunchCounter* launches = site.get(LaunchKind::kLibrary, "aten::bmm");
+  const ProductThreads threads = productThreadsFor({&self, &mat2});
   return intoDevice(
       launches, {self.size(0), self.size(1), mat2.size(2)}, self,
-      [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+      [threads](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+        if (bmmOnDeviceMemory(out, a, b, threads)) return;
         onHostViews([](at::Tensor& o, at::Tensor& x, at::Tensor& y) { at::cpu::bmm_out(o, x, y); },
                     out, a, b);
       },

@@ -77,8 +77,14 @@ void recordLaunch(LaunchKind kind, const c10::OperatorHandle& op) {
   recordLaunch(found->second.counter);
 }
 
+LaunchCounter& splitProductCounter() {
+  static LaunchCounter counter{0};
+  return counter;
+}
+
 MetricsSnapshot metricsSnapshot() {
   MetricsSnapshot snapshot;
+  snapshot.products_split = splitProductCounter().load(std::memory_order_relaxed);
   for (LaunchKind kind :
        {LaunchKind::kCompiled, LaunchKind::kLibrary, LaunchKind::kFallback, LaunchKind::kInterim}) {
     snapshot.launches.emplace(launchKindName(kind), 0);
@@ -123,6 +129,7 @@ void resetMetrics() {
         counter->store(0, std::memory_order_relaxed);
   }
   resetKernelCacheCounters();
+  splitProductCounter().store(0, std::memory_order_relaxed);
 }
 
 } // namespace torchneuron

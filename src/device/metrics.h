@@ -68,10 +68,15 @@ struct CompileMetrics {
   int64_t persistent_writes_pending = 0;
 };
 
+// Matrix products (mm, addmm, bmm calls) whose BLAS calls ran split over the device's threads
+// instead of on OpenBLAS's own (device/direct_gemm.h, ProductThreads::kDevice).
+LaunchCounter& splitProductCounter();
+
 struct MetricsSnapshot {
   std::map<std::string, int64_t> launches;                           // kind name -> count
   std::map<std::string, std::map<std::string, int64_t>> ops_by_kind; // kind -> op -> count
   CompileMetrics compile;
+  int64_t products_split = 0; // splitProductCounter()
 };
 
 MetricsSnapshot metricsSnapshot();
