@@ -56,7 +56,8 @@ struct OpenBlasThreads {
 // While a split product runs, OpenBLAS runs each part on its calling thread: OpenBLAS's pool is
 // told 1 thread (its thread count is global), and told its old count again when the last split
 // product in flight ends. A CPU product that runs meanwhile on another thread runs on one thread
-// too: slower, never wrong.
+// too: slower, never wrong. A child forked while one is in flight keeps OpenBLAS at one thread
+// (its launches run inline, and it never splits a product itself).
 class OneBlasThreadScope {
 public:
   explicit OneBlasThreadScope(const OpenBlasThreads& blas) : blas_(blas) {
