@@ -6,7 +6,8 @@ a process's luck (where its memory fell, which core it ran on) fall on both mode
 matrix's separate processes move a cell by 10-30% on this VM; the ratio here is the one issue 14
 and 13 ask for ("every adaptive cell >= 0.95x its eager cell") with that noise paired away.
 Prints one JSON line per workload: the median eager and adaptive times, the median of the
-pairs' eager/adaptive ratios, its range, and how many pairs adaptive lost.
+pairs' eager/adaptive ratios, its range, how many pairs adaptive lost, and the tracer's counts
+over the adaptive repetitions (ops deferred, fused kernel runs, ...).
 
     OMP_NUM_THREADS=1 NEURON_CACHE=0 /usr/bin/python3 bench/adaptive_pairs.py --threads 1 \\
         [--workloads softmax,mlp-train] [--pairs 8]
@@ -53,6 +54,7 @@ def pair_workload(name, pairs, warmup):
         for _ in range(SETTLING_REPETITIONS):
             repetition(workload, mode, state)
         compiles_before = neuron.metrics()["compiles"]
+        adaptive_before = mode.adaptive()  # the tracer counts nothing while it is off
         eager, adaptive = [], []
         for i in range(pairs):
             order = (False, True) if i % 2 == 0 else (True, False)  # ABBA: drift falls on both
@@ -67,6 +69,8 @@ def pair_workload(name, pairs, warmup):
                    adaptive_speedup=statistics.median(ratios), speedup_min=min(ratios),
                    speedup_max=max(ratios), pairs_adaptive_slower=sum(r < 1 for r in ratios),
                    compiles=neuron.metrics()["compiles"] - compiles_before,
+                   adaptive={key: value - adaptive_before[key]
+                             for key, value in mode.adaptive().items()},
                    eager_times_ms=eager, adaptive_times_ms=adaptive)
     except Exception as e:  # the workload records the failure; the others go on
         row.update(error=error_text("neuron-adaptive", e), trace=traceback.format_exc()[-1500:])

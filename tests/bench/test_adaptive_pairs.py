@@ -1,5 +1,6 @@
 """bench/adaptive_pairs.py (adaptive mode against eager mode, repetitions alternating in one
-process): a workload's pairs are timed and summarised, nothing compiles while they run, an
+process): a workload's pairs are timed and summarised, the adaptive ones ran fused kernels,
+nothing compiles while they run, an
 unknown workload is refused naming it, and the report marks a workload below 0.95x."""
 import json
 import os
@@ -24,8 +25,10 @@ def test_pairs_time_both_modes_on_the_same_state():
         assert r["speedup_min"] <= r["adaptive_speedup"] <= r["speedup_max"]
         assert 0 <= r["pairs_adaptive_slower"] <= 3
         assert r["compiles"] == 0, r  # warm-up compiled everything, fused kernels included
-    # A fused 64K-element GELU chain against nine eager launches: adaptive is the faster one.
-    assert rows[0]["adaptive_speedup"] > 1, rows[0]
+    # The adaptive repetitions really ran adaptively: the GELU chain's windows fused (the times
+    # themselves are the bench's to report, not a test's to assert).
+    assert rows[0]["adaptive"]["ops_deferred"] > 0, rows[0]
+    assert rows[0]["adaptive"]["fused_kernel_runs"] > 0, rows[0]
 
 
 def test_an_unknown_workload_is_refused_naming_it():
