@@ -151,8 +151,9 @@ def metrics() -> dict:
 
     ``launches``: ops run by kind (``compiled``, ``library``, ``fallback``);
     ``ops``: per kind, counts per op (e.g. ``metrics()["ops"]["fallback"]["aten::add.Tensor"]``);
-    ``products_split``: matrix products (mm, addmm, bmm calls) whose BLAS calls ran split over the
-    device's threads instead of on OpenBLAS's own (at 2+ threads, outside autograd's recording);
+    ``products_split``: matrix products run over the device's threads instead of OpenBLAS's own
+    (at 2+ threads, outside autograd's recording): each mm or addmm call split, each bmm batch
+    shared out, and each bmm matrix left over from the shares split on its own;
     ``allocator``: as :func:`memory_stats`;
     ``warm_start``: what this process's warm start found and made ready (docs/warm-start.md).
     Raises the cache warnings that background work queued.

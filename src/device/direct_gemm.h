@@ -22,6 +22,10 @@ namespace torchneuron {
 // Training steps keep OpenBLAS's pool: autograd runs backward on its own device thread, whose
 // OpenMP team is a second one beside the main thread's, and split there or only in the forward
 // pass 2-thread `mlp-train` and `transformer-block-train` steps ran 13-25% slower (2026-12-06).
+// Grad mode is off inside a custom autograd.Function's forward and a reentrant checkpoint's
+// forward, so their products count as unrecorded and split (a checkpoint's recompute, in
+// backward, does not: the two round differently). While a product runs split, other threads'
+// products run on one OpenBLAS thread (its count is global).
 enum class ProductThreads { kBlas, kDevice };
 
 // kDevice for a product of `operands` called now where the device has several threads, autograd
@@ -31,7 +35,8 @@ enum class ProductThreads { kBlas, kDevice };
 // autograd state).
 ProductThreads productThreadsFor(std::initializer_list<const at::Tensor*> operands);
 
-// out = beta * out + alpha * (a @ b), as ATen's addmm_impl_cpu_ computes it. `out`, `a` and `b`
+// out = beta * out + alpha * (a @ b), as ATen's addmm_impl_cpu_ computes it (its bits with kBlas,
+// to float rounding with kDevice where the product is split). `out`, `a` and `b`
 // are 2-D device tensors of one dtype with agreeing sizes; `out` holds what ATen's would when
 // beta is not 0 (mm's accumulation into a gradient: its old value). With `self` (addmm), `out` is
 // new and contiguous, and self, broadcast to it, is copied in first where beta is not 0, as ATen

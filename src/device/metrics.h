@@ -68,8 +68,9 @@ struct CompileMetrics {
   int64_t persistent_writes_pending = 0;
 };
 
-// Matrix products (mm, addmm, bmm calls) whose BLAS calls ran split over the device's threads
-// instead of on OpenBLAS's own (device/direct_gemm.h, ProductThreads::kDevice).
+// Matrix products run over the device's threads instead of OpenBLAS's own (device/direct_gemm.h,
+// ProductThreads::kDevice): each mm or addmm call split, each bmm batch shared out, and each
+// matrix of a bmm left over from the shares (fewer than the threads) split on its own.
 LaunchCounter& splitProductCounter();
 
 struct MetricsSnapshot {

@@ -39,6 +39,7 @@ enum class ForkRank : int {
   kRemoteCache = 85,        // cache/remote_cache.cpp: the remote tiers, then each one's backend
   kCacheWarnings = 90,      // cache/cache_warnings.cpp: warned kinds and the warning queue
   kWarmStartStats = 95,     // device/warm_start.cpp: the warm start's statistics
+  kBlasThreads = 96,        // device/direct_gemm.cpp: OpenBLAS's thread count while products split
   kUnbackedRange = 97,      // tracer/unbacked_results.cpp: the reserved range's bump pointer
   kCpuGenerator = 98,       // device/torch_fork_safety.cpp: PyTorch's default CPU generator
   kLentBlocks = 99,         // device/host_kernel_allocator.cpp: device blocks lent to CPU buffers

@@ -191,3 +191,52 @@ def test_products_a_hot_window_runs_split_as_they_would_eagerly(dev, two_threads
             assert bool((error <= bound).all()), error.max().item()
     assert torchneuron.metrics()["adaptive"]["ops_deferred"] > 0
     assert split_count() >= len(xs)
+
+
+def test_a_child_forked_while_products_split_gets_openblas_threads_back(dev, two_threads):
+    """A child forked while another thread's product runs split inherits OpenBLAS at one thread;
+    its first device product puts the count back (and the product is right)."""
+    import os
+    library = openblas()
+    threads_before = library.openblas_get_num_threads()
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
+    da, db = a.to(dev), b.to(dev)
+    stop = threading.Event()
+
+    def products():
+        with torch.no_grad():
+            while not stop.is_set():
+                da @ db
+
+    worker = threading.Thread(target=products)
+    worker.start()
+    counts = []
+    try:
+        for _ in range(6):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: one device product, then OpenBLAS's count
+                code = 1
+                try:
+                    os.close(read_end)
+                    with torch.no_grad():
+                        small = torch.ones(4, 4).to(dev) @ torch.ones(4, 4).to(dev)
+                    ok = bool((small.cpu() == 4).all())
+                    os.write(write_end, f"{int(ok)} {library.openblas_get_num_threads()}".encode())
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            with os.fdopen(read_end) as f:
+                reply = f.read()
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0, reply
+            ok, count = reply.split()
+            assert ok == "1"
+            counts.append(int(count))
+    finally:
+        stop.set()
+        worker.join()
+    assert counts == [threads_before] * len(counts), counts
+    assert library.openblas_get_num_threads() == threads_before
