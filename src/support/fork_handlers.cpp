@@ -11,8 +11,14 @@
 namespace torchneuron {
 namespace {
 
+// Every member has an initializer, so the default constructor is constexpr and `registered`
+// below is constant-initialized. With `rank` left uninitialized it was not: the table had a
+// dynamic initializer that ran at library load after other files' static initializers had
+// already registered (the tracer's window lock, the launch counters' and cache warnings' locks,
+// through op registration), and it reset those entries' handlers to null, so those locks were
+// not held across fork() and a child could inherit one locked by a thread it does not have.
 struct Registered {
-  ForkRank rank;
+  ForkRank rank{};
   ForkHandlers handlers;
 };
 
