@@ -80,8 +80,10 @@ public:
   OneBlasThreadScope(const OneBlasThreadScope&) = delete;
   OneBlasThreadScope& operator=(const OneBlasThreadScope&) = delete;
 
-  // In a child forked while a split product ran: puts OpenBLAS's count back (once).
+  // In a child forked while a split product ran: puts OpenBLAS's count back (once). Called on
+  // every device product: a plain load where nothing is pending, the exchange only where it is.
   static void restoreAfterFork(const OpenBlasThreads& blas) {
+    if (restore_in_child_.load(std::memory_order_relaxed) == 0) return;
     const int count = restore_in_child_.exchange(0, std::memory_order_relaxed);
     if (count > 1) blas.set(count);
   }
