@@ -1,10 +1,12 @@
 #include "launcher/object_loader.h"
 
 #include "launcher/compiler_runtime.h"
+#include "launcher/perf_map.h"
 
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Object/ELFObjectFile.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/ErrorHandling.h>
@@ -84,6 +86,29 @@ Jit& lockedJit(std::unique_lock<std::mutex>& lock) {
   return *jit_instance;
 }
 
+// The size in bytes of `entry`'s code in `object` (an ELF symbol's size), 0 when the object does
+// not say: only for profilers (perf_map.h), so a parse failure is not an error.
+uint64_t entryCodeSize(const std::vector<char>& object, const std::string& entry) {
+  auto parsed = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), entry));
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return 0;
+  }
+  const auto* elf = llvm::dyn_cast<llvm::object::ELFObjectFileBase>(parsed->get());
+  if (elf == nullptr) return 0;
+  for (const llvm::object::ELFSymbolRef symbol : elf->symbols()) {
+    auto name = symbol.getName();
+    if (!name) {
+      llvm::consumeError(name.takeError());
+      continue;
+    }
+    // The object's FILE symbol carries the module's name, which is the entry's too.
+    if (*name == entry && symbol.getELFType() == llvm::ELF::STT_FUNC) return symbol.getSize();
+  }
+  return 0;
+}
+
 } // namespace
 
 LoadedCode::LoadedCode(KernelFunction function, size_t bytes, void* dylib)
@@ -116,6 +141,8 @@ std::shared_ptr<LoadedCode> loadKernelObject(const std::vector<char>& object,
     llvm::consumeError(session.removeJITDylib(*dylib));
     fail("no symbol " + entry + " in its object", address.takeError());
   }
+  if (perfMapEnabled())
+    notePerfMapSymbol(address->toPtr<void*>(), entryCodeSize(object, entry), entry);
   return std::make_shared<LoadedCode>(address->toPtr<KernelFunction>(), object.size(), &*dylib);
 }
 

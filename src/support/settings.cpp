@@ -124,6 +124,8 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               "1: list calls run as one compiled launch", boolean, s);
   readSetting(lookup, "NEURON_HUGE_PAGES", kBoolean, s.huge_pages,
               "1: large device blocks ask for huge pages", boolean, s);
+  readSetting(lookup, "NEURON_PERF_MAP", kBoolean, s.perf_map,
+              "0: no map of kernel symbols for perf", boolean, s);
   auto pool = [](const char* raw) -> std::optional<LaunchPool> {
     const std::string value = raw;
     if (value == "openmp") return LaunchPool::kOpenMp;

@@ -60,6 +60,7 @@ BAD_KNOBS = [
     ("NEURON_LIST_LAUNCHES", "sometimes"),
     ("NEURON_LAUNCH_POOL", "fibers"),
     ("NEURON_HUGE_PAGES", "large"),
+    ("NEURON_PERF_MAP", "maybe"),
 ]
 
 

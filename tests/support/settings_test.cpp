@@ -45,6 +45,8 @@ TEST(Settings, BooleansAcceptEveryDocumentedSpelling) {
   EXPECT_FALSE(parse({{"NEURON_LIST_LAUNCHES", "0"}}).list_launches);
   EXPECT_TRUE(parse({}).huge_pages);
   EXPECT_FALSE(parse({{"NEURON_HUGE_PAGES", "off"}}).huge_pages);
+  EXPECT_FALSE(parse({}).perf_map);
+  EXPECT_TRUE(parse({{"NEURON_PERF_MAP", "yes"}}).perf_map);
 }
 
 TEST(Settings, TheLaunchPoolIsOpenMpUnlessTbbIsNamed) {
