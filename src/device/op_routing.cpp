@@ -106,13 +106,13 @@ void registerRuntimeOps(torch::Library& aten) {
 // 2. Library ops: ATen's optimized CPU kernels run on device memory.
 
 // Random ops draw from PyTorch's default CPU generator, so torch.manual_seed makes device runs
-// reproducible and equal to the same code on the CPU.
+// reproducible and equal to the same code on the CPU. bernoulli_ with a scalar p (dropout) has a
+// kernel of its own below (library_bernoulli.cpp), which draws the same numbers in bulk.
 constexpr const char* kRandomOps[] = {"uniform_",
                                       "normal_",
                                       "random_",
                                       "random_.from",
                                       "random_.to",
-                                      "bernoulli_.float",
                                       "bernoulli_.Tensor",
                                       "bernoulli",
                                       "exponential_",
@@ -391,6 +391,8 @@ void registerLibraryOps(torch::Library& aten) {
   registerDeviceKernel(aten, "addmm", routed<Route::kLibrary, &runLibraryAddmm>());
   registerDeviceKernel(aten, "bmm", routed<Route::kLibrary, &runLibraryBmm>());
   registerDeviceKernel(aten, "baddbmm", routed<Route::kLibrary, &runLibraryBaddbmm>());
+  registerDeviceKernel(aten, "bernoulli_.float",
+                       routed<Route::kLibrary, &runLibraryBernoulliScalar>());
   registerDeviceKernel(aten, "nll_loss_forward",
                        routed<Route::kLibrary, &runLibraryNllLossForward>());
   registerDeviceKernel(aten, "nll_loss_backward",

@@ -1,0 +1,132 @@
+"""bernoulli_(p) with a scalar p, dropout's mask (src/device/library_bernoulli.cpp): float32 and
+float64 device tensors draw PyTorch's CPU generator in bulk (mt19937_stream.h), and must give the
+CPU kernel's mask bit for bit and leave the generator where the CPU's kernel leaves it, from any
+position of the engine's 624-word state, across its regenerations, for any p in [0, 1] and for
+a torch.Generator of the caller's. Everything else (other dtypes, non-contiguous tensors, a bad
+p, another device's generator) takes ATen's own kernel, errors included."""
+
+import re
+
+import pytest
+import torch
+
+import torchneuron
+
+# Sizes around one state's words (624 words, 312 elements), the kernel's chunk (2048 elements),
+# and dropout's (64 x 64 x 12 x 12 in cnn-mnist-train).
+SIZES = [1, 2, 311, 312, 313, 624, 625, 2047, 2048, 2049, 4097, 589824]
+# Ends, halves, p whose p * 2^53 is an integer and ones it is not, subnormal, just below 1.
+PS = [0.0, 1.0, 0.5, 0.75, 0.3, 1e-300, 5e-324, 0.1 + 1e-17, 1 - 2 ** -53, 2 ** -53, 3 * 2 ** -53]
+
+
+def draw_both(fill, dtype, size, p, skip, dev, generator=None):
+    """Seeds, draws `skip` words' worth with torch.rand, runs bernoulli_ on the CPU and on the
+    device from the same state; returns both masks and what each generator draws next."""
+    results = []
+    for device in ("cpu", dev):
+        gen = None
+        if generator is not None:
+            gen = torch.Generator().manual_seed(generator)
+        torch.manual_seed(1234 + size)
+        torch.rand(skip, generator=gen)  # one word each: the engine sits mid-state
+        mask = torch.full((size,), fill, dtype=dtype, device=device).bernoulli_(p, generator=gen)
+        after = torch.rand(7, generator=gen)
+        results.append((mask.cpu(), after))
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", SIZES)
+def test_the_mask_and_the_generator_after_it_equal_the_cpus(dev, dtype, size):
+    for p in PS:
+        for skip in (0, 1, 311, 623):
+            (cpu, cpu_after), (device, device_after) = draw_both(7.0, dtype, size, p, skip, dev)
+            assert torch.equal(device, cpu), (dtype, size, p, skip)
+            assert torch.equal(device_after, cpu_after), (dtype, size, p, skip)
+
+
+def test_the_fast_path_runs_and_draws_a_fair_mask(dev):
+    torchneuron.reset_metrics()
+    mask = torch.empty(1 << 20, device=dev).bernoulli_(0.25)
+    launches = torchneuron.metrics()["ops"]["library"]
+    assert launches.get("aten::bernoulli_.float") == 1
+    # 2^20 draws of p = 1/4: the mean is within 6 standard deviations (1/2^11 * 0.43) of 1/4.
+    assert abs(mask.mean().item() - 0.25) < 6 * 0.433 / 1024
+    assert set(mask.unique().tolist()) == {0.0, 1.0}
+
+
+def test_a_generator_of_the_callers_is_drawn_and_the_default_one_is_not(dev):
+    for size in (5, 313, 3000):
+        (cpu, cpu_after), (device, device_after) = draw_both(0.0, torch.float32, size, 0.4, 17,
+                                                             dev, generator=99)
+        assert torch.equal(device, cpu) and torch.equal(device_after, cpu_after)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    torch.empty(1000, device=dev).bernoulli_(0.5, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_restored_rng_state_replays_the_same_mask(dev):
+    torch.manual_seed(3)
+    torch.rand(100)
+    state = torch.get_rng_state()
+    first = torch.empty(5000, device=dev).bernoulli_(0.6).cpu()
+    torch.set_rng_state(state)
+    second = torch.empty(5000, device=dev).bernoulli_(0.6).cpu()
+    torch.set_rng_state(state)
+    on_cpu = torch.empty(5000).bernoulli_(0.6)
+    assert torch.equal(first, second) and torch.equal(first, on_cpu)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.zeros(300, dtype=torch.float16, device=d),
+    lambda d: torch.zeros(300, dtype=torch.bfloat16, device=d),
+    lambda d: torch.zeros(300, dtype=torch.int32, device=d),
+    lambda d: torch.zeros(300, dtype=torch.bool, device=d),
+    lambda d: torch.zeros(30, 20, device=d).t(),
+    lambda d: torch.zeros(600, device=d)[::2],
+], ids=["float16", "bfloat16", "int32", "bool", "transposed", "strided"])
+def test_other_tensors_take_atens_kernel_with_the_same_numbers(dev, make):
+    torch.manual_seed(11)
+    try:
+        on_cpu = make("cpu").bernoulli_(0.35)
+    except RuntimeError as error:  # float16: ATen has no CPU kernel; the device says the same
+        with pytest.raises(RuntimeError, match=re.escape(str(error))):
+            make(dev).bernoulli_(0.35)
+        return
+    torch.manual_seed(11)
+    on_device = make(dev).bernoulli_(0.35)
+    assert on_device.stride() == on_cpu.stride()
+    assert torch.equal(on_device.cpu(), on_cpu)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_a_p_outside_zero_one_raises_atens_error_and_changes_nothing(dev, p):
+    x = torch.full((100,), 3.0, device=dev)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match="bernoulli_ expects p to be in"):
+        x.bernoulli_(p)
+    assert torch.equal(x.cpu(), torch.full((100,), 3.0))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_an_empty_tensor_draws_nothing(dev):
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    assert torch.empty(0, device=dev).bernoulli_(0.5).numel() == 0
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_dropout_in_training_draws_the_cpus_mask_and_gradient(dev):
+    x = torch.randn(64, 64, 12, 12)
+    torch.manual_seed(8)
+    a = x.clone().requires_grad_()
+    torch.nn.functional.dropout(a, 0.25, training=True).sum().backward()
+    torch.manual_seed(8)
+    b = x.to(dev).requires_grad_()
+    out = torch.nn.functional.dropout(b, 0.25, training=True)
+    out.sum().backward()
+    torch.manual_seed(8)
+    assert torch.equal(out.detach().cpu(), torch.nn.functional.dropout(x, 0.25, training=True))
+    assert torch.equal(b.grad.cpu(), a.grad)
