@@ -18,6 +18,7 @@
 #include "cache/persistent_store.h"
 #include "cache/remote_cache.h"
 #include "cache/remote_transfer.h"
+#include "device/autograd_device_thread.h"
 #include "device/caching_allocator.h"
 #include "device/device.h"
 #include "device/eager_call_cache.h"
@@ -415,6 +416,8 @@ PYBIND11_MODULE(_C, m) {
   });
   defaultWarningHandler();
   torchneuron::makeTorchForkSafe(); // before the program starts threads that may fork
+  // A backward pass that ran before this import left autograd without the device's worker.
+  torchneuron::startMissingAutogradDeviceThread();
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);

@@ -195,3 +195,49 @@ def test_autocast_warns_once_that_it_does_not_apply_and_ops_keep_their_dtype():
     assert len(lines) == 2, result.stdout + result.stderr
     for line in lines:
         assert "does not apply to the neuron device" in line and "own dtype" in line, line
+
+
+# A CPU model trained before `import torchneuron`, then the same model trained on the device: the
+# autograd engine started at the first backward pass without the device (PyTorch 1.13 counts the
+# devices then, once), and every device backward failed with an internal assert in engine.cpp
+# until the import gave the engine the device's worker (src/device/autograd_device_thread.h).
+# A child forked afterwards trains on the device too (Python's engine re-creates itself there).
+BACKWARD_BEFORE_IMPORT = r"""
+import os, torch
+torch.manual_seed(0)
+cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+def train(model, x, y, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+import copy
+start = copy.deepcopy(cpu_model)
+on_cpu = train(cpu_model, x, y)  # the process's first backward pass: no device exists yet
+import torchneuron
+d = torchneuron.device()
+on_device = train(copy.deepcopy(start).to(d), x.to(d), y.to(d))
+assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(on_cpu, on_device))
+print("parent trained", flush=True)
+child = os.fork()
+if child == 0:
+    again = train(copy.deepcopy(start).to(d), x.to(d), y.to(d))
+    ok = all(torch.allclose(a, b, atol=1e-6) for a, b in zip(on_cpu, again))
+    print("child trained" if ok else "child differs", flush=True)
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(child, 0)
+assert status == 0, status
+assert all(torch.equal(a, b) for a, b in zip(train(copy.deepcopy(start), x, y), on_cpu))
+print("cpu trained after", flush=True)
+"""
+
+
+def test_a_backward_pass_before_the_import_leaves_device_training_working():
+    done = subprocess.run([sys.executable, "-c", BACKWARD_BEFORE_IMPORT], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["parent", "trained", "child", "trained", "cpu", "trained",
+                                   "after"], done.stdout
