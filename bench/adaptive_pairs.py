@@ -9,8 +9,19 @@ Prints one JSON line per workload: the median eager and adaptive times, the medi
 pairs' eager/adaptive ratios, its range, how many pairs adaptive lost, and the tracer's counts
 over the adaptive repetitions (ops deferred, fused kernel runs, ...).
 
+With --stock, stock PyTorch is a third arm: the same workload built on the CPU from the same
+seed, its repetitions in the same rotation (eager, adaptive, stock, then stock, adaptive, eager),
+so each round's stock time over each mode's time is a paired ratio too (`eager_vs_stock`,
+`adaptive_vs_stock`: medians, with their ranges). Issue 15 compares with stock-tuned, so run it
+with jemalloc preloaded as run_bench.py runs that mode; the device's arms then allocate their
+host-side objects (Python's, tensors' metadata) from jemalloc too, their memory from the device's
+caching allocator as always.
+
     OMP_NUM_THREADS=1 NEURON_CACHE=0 /usr/bin/python3 bench/adaptive_pairs.py --threads 1 \\
         [--workloads softmax,mlp-train] [--pairs 8]
+    OMP_NUM_THREADS=1 NEURON_CACHE=0 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
+        MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 /usr/bin/python3 bench/adaptive_pairs.py \\
+        --threads 1 --workloads cnn-mnist-train --stock
 """
 import argparse
 import json
@@ -34,12 +45,23 @@ def timed_repetition(workload, mode, state):
     return (time.perf_counter() - start) * 1000 / workload.inner
 
 
-def pair_workload(name, pairs, warmup):
+def paired_ratios(numerators, denominators):
+    """The rounds' ratios: their median, least and greatest."""
+    ratios = [n / d for n, d in zip(numerators, denominators)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def pair_workload(name, pairs, warmup, stock=False):
     """One workload's pairs (see the module's docstring); a dict with its figures or its error."""
     workload = by_name(name)
     row = {"workload": name, "threads": torch.get_num_threads(), "pairs": pairs, "ok": False}
     try:
         mode = Mode("neuron-adaptive")
+        if stock:
+            stock_mode = Mode("stock-tuned")
+            stock_state = workload.build(stock_mode.device)
+            for _ in range(warmup + SETTLING_REPETITIONS):
+                repetition(workload, stock_mode, stock_state)
         neuron = mode.neuron
         state = workload.build(mode.device)
         check_against_cpu(workload, mode, state)
@@ -55,14 +77,18 @@ def pair_workload(name, pairs, warmup):
             repetition(workload, mode, state)
         compiles_before = neuron.metrics()["compiles"]
         adaptive_before = mode.adaptive()  # the tracer counts nothing while it is off
-        eager, adaptive = [], []
+        times = {"eager": [], "adaptive": [], "stock": []}
+        arms = ["eager", "adaptive"] + (["stock"] if stock else [])
         for i in range(pairs):
-            order = (False, True) if i % 2 == 0 else (True, False)  # ABBA: drift falls on both
-            for adaptive_on in order:
-                neuron.set_adaptive(adaptive_on)  # a sync point: the other mode's work is done
-                (adaptive if adaptive_on else eager).append(
-                    timed_repetition(workload, mode, state))
+            for arm in arms if i % 2 == 0 else arms[::-1]:  # ABBA: drift falls on every arm
+                if arm == "stock":
+                    neuron.synchronize()  # the device's work is done (each repetition reads it)
+                    times[arm].append(timed_repetition(workload, stock_mode, stock_state))
+                    continue
+                neuron.set_adaptive(arm == "adaptive")  # a sync point: the other mode's work is done
+                times[arm].append(timed_repetition(workload, mode, state))
         neuron.set_adaptive(False)
+        eager, adaptive = times["eager"], times["adaptive"]
         ratios = [e / a for e, a in zip(eager, adaptive)]
         row.update(ok=True, eager_ms=statistics.median(eager),
                    adaptive_ms=statistics.median(adaptive),
@@ -72,6 +98,12 @@ def pair_workload(name, pairs, warmup):
                    adaptive={key: value - adaptive_before[key]
                              for key, value in mode.adaptive().items()},
                    eager_times_ms=eager, adaptive_times_ms=adaptive)
+        if stock:
+            for arm in ("eager", "adaptive"):
+                median, least, most = paired_ratios(times["stock"], times[arm])
+                row.update({f"{arm}_vs_stock": median, f"{arm}_vs_stock_min": least,
+                            f"{arm}_vs_stock_max": most})
+            row.update(stock_ms=statistics.median(times["stock"]), stock_times_ms=times["stock"])
     except Exception as e:  # the workload records the failure; the others go on
         row.update(error=error_text("neuron-adaptive", e), trace=traceback.format_exc()[-1500:])
     return row
@@ -82,6 +114,9 @@ def main(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workloads", default=None, help="comma-separated names (default: all)")
     parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--stock", action="store_true",
+                        help="stock PyTorch on the CPU as a third arm (run with jemalloc preloaded "
+                             "for stock-tuned's figures)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="adaptive warm-up repetitions (default and least: "
                              "NEURON_ADAPTIVE_THRESHOLD + 2)")
@@ -101,7 +136,7 @@ def main(argv):
             parser.error(str(error.args[0]))
     torch.set_num_threads(args.threads)
     for name in names:
-        print(json.dumps(pair_workload(name, args.pairs, args.warmup)), flush=True)
+        print(json.dumps(pair_workload(name, args.pairs, args.warmup, args.stock)), flush=True)
     return 0
 
 

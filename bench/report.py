@@ -499,25 +499,46 @@ def adaptive_overhead_lines(overhead):
 
 
 def adaptive_pair_lines(pairs):
-    """Adaptive against eager mode, paired in one process (bench/adaptive_pairs.py)."""
+    """Adaptive against eager mode, paired in one process (bench/adaptive_pairs.py), and each
+    against stock-tuned where the pairs had that third arm (--stock)."""
     if not pairs:
         return []
+    stock = any("stock_ms" in r for rows in pairs.values() for r in rows)
     lines = ["## Adaptive against eager, paired in one process (`bench/adaptive_pairs.py`)", "",
              "Repetitions alternate between the modes (ABBA) on the same state in one process per "
              "workload; eager time over adaptive time, median of the pairs [range], and the pairs "
-             "adaptive lost. Below 0.95x: marked.", "",
-             "| workload | threads | eager ms | adaptive ms | adaptive vs eager | pairs lost |",
-             "|---|---|---|---|---|---|"]
+             "adaptive lost. Below 0.95x: marked." +
+             (" Stock-tuned is a third arm in the same rotation (the workload built on the CPU "
+              "from the same seed, jemalloc preloaded): its time over each mode's, paired the "
+              "same way." if stock else ""), ""]
+    if stock:
+        lines += ["| workload | threads | stock-tuned ms | eager ms | adaptive ms | adaptive vs "
+                  "eager | pairs lost | eager vs stock-tuned | adaptive vs stock-tuned |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines += ["| workload | threads | eager ms | adaptive ms | adaptive vs eager | pairs lost |",
+                  "|---|---|---|---|---|---|"]
+
+    def ratio(r, key, low, high):
+        mark = " **<0.95x**" if r[key] < 0.95 else ""
+        return f"{r[key]:.2f}x [{r[low]:.2f}-{r[high]:.2f}]{mark}"
+
     for threads, rows in sorted(pairs.items()):
         for r in rows:
             if not r.get("ok"):
-                lines.append(f"| {r['workload']} | {threads} | error: {r.get('error')} | | | |")
+                empty = " |" * (6 if stock else 3)
+                lines.append(f"| {r['workload']} | {threads} | error: {r.get('error')} |{empty}")
                 continue
-            mark = " **<0.95x**" if r["adaptive_speedup"] < 0.95 else ""
-            lines.append(
-                f"| {r['workload']} | {threads} | {r['eager_ms']:.4g} | {r['adaptive_ms']:.4g} | "
-                f"{r['adaptive_speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]{mark} | "
-                f"{r['pairs_adaptive_slower']}/{r['pairs']} |")
+            cells = [r["workload"], str(threads)]
+            if stock:
+                cells.append(f"{r['stock_ms']:.4g}")
+            cells += [f"{r['eager_ms']:.4g}", f"{r['adaptive_ms']:.4g}",
+                      ratio(r, "adaptive_speedup", "speedup_min", "speedup_max"),
+                      f"{r['pairs_adaptive_slower']}/{r['pairs']}"]
+            if stock:
+                cells += [ratio(r, f"{arm}_vs_stock", f"{arm}_vs_stock_min",
+                                f"{arm}_vs_stock_max") for arm in ("eager", "adaptive")]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 

@@ -114,18 +114,21 @@ def run_adaptive_overhead(args):
     return run_per_thread_script("adaptive_overhead.py", ["--rounds", "5", "--steps", "100"], args)
 
 
-def run_adaptive_pairs(args, workloads, threads):
+def run_adaptive_pairs(args, workloads, threads, stock):
     """Adaptive against eager mode on the same state, repetitions alternating in one process per
     workload (bench/adaptive_pairs.py): the matrix's adaptive/eager ratio without the noise
-    between processes. {threads: [row per workload]}."""
+    between processes; with `stock`, stock-tuned as a third arm in the same process (jemalloc
+    preloaded, as for that mode's cells). {threads: [row per workload]}."""
     results = {}
     for t in threads:
         rows = []
         for w in workloads:
             command = [sys.executable, os.path.join(HERE, "adaptive_pairs.py"), "--threads", str(t),
-                       "--workloads", w] + (["--pairs", "3"] if args.quick else [])
+                       "--workloads", w] + (["--pairs", "3"] if args.quick else []) + \
+                (["--stock"] if stock else [])
+            environment = mode_environment("stock-tuned" if stock else "neuron-eager", t, args.build)
             try:
-                done = subprocess.run(command, env=mode_environment("neuron-eager", t, args.build),
+                done = subprocess.run(command, env=environment,
                                       capture_output=True, text=True, timeout=args.cell_timeout * 2)
             except subprocess.TimeoutExpired:
                 rows.append({"workload": w, "ok": False, "error": "timed out"})
@@ -228,7 +231,7 @@ def main(argv):
     rows = [merge_rounds(by_cell[cell]) for cell in cells]
     if "adaptive-pairs" not in args.skip and "neuron-adaptive" in modes:
         print("[bench] adaptive against eager, paired in one process per workload ...", flush=True)
-        pairs = run_adaptive_pairs(args, workloads, threads)
+        pairs = run_adaptive_pairs(args, workloads, threads, "stock-tuned" in modes)
     if "cache" not in args.skip:
         print("[bench] persistent compile cache ...", flush=True)
         cache = run_cache_bench(args)
