@@ -28,9 +28,11 @@ void runLibraryNllLossForward(const c10::OperatorHandle& op, torch::jit::Stack* 
 void runLibraryNllLossBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // bernoulli_.float (dropout's mask) on contiguous float32/float64 tensors: the CPU generator's
-// numbers drawn in bulk, the mask equal to the CPU kernel's bit for bit (library_bernoulli.cpp);
+// numbers drawn in bulk, the mask equal to the CPU kernel's bit for bit (library_random.cpp);
 // other calls take runLibraryKernelOnHost.
 void runLibraryBernoulliScalar(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// uniform_ (torch.rand, nn.init's uniform initializers) likewise.
+void runLibraryUniform(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // A _foreach_* op: runLibraryKernelOnHost, except inside a deferred window of adaptive mode,
 // where ATen's loop over the lists runs on the device tensors, so that each element op is

@@ -106,10 +106,10 @@ void registerRuntimeOps(torch::Library& aten) {
 // 2. Library ops: ATen's optimized CPU kernels run on device memory.
 
 // Random ops draw from PyTorch's default CPU generator, so torch.manual_seed makes device runs
-// reproducible and equal to the same code on the CPU. bernoulli_ with a scalar p (dropout) has a
-// kernel of its own below (library_bernoulli.cpp), which draws the same numbers in bulk.
-constexpr const char* kRandomOps[] = {"uniform_",
-                                      "normal_",
+// reproducible and equal to the same code on the CPU. bernoulli_ with a scalar p (dropout) and
+// uniform_ (torch.rand, nn.init) have kernels of their own below (library_random.cpp), which
+// draw the same numbers in bulk.
+constexpr const char* kRandomOps[] = {"normal_",
                                       "random_",
                                       "random_.from",
                                       "random_.to",
@@ -393,6 +393,7 @@ void registerLibraryOps(torch::Library& aten) {
   registerDeviceKernel(aten, "baddbmm", routed<Route::kLibrary, &runLibraryBaddbmm>());
   registerDeviceKernel(aten, "bernoulli_.float",
                        routed<Route::kLibrary, &runLibraryBernoulliScalar>());
+  registerDeviceKernel(aten, "uniform_", routed<Route::kLibrary, &runLibraryUniform>());
   registerDeviceKernel(aten, "nll_loss_forward",
                        routed<Route::kLibrary, &runLibraryNllLossForward>());
   registerDeviceKernel(aten, "nll_loss_backward",

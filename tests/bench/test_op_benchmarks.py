@@ -1,8 +1,8 @@
 """The in-process op benchmarks run to the end: each case of bench/softmax_ops.py (softmax and
 log_softmax, forward and backward, at two shapes), of bench/reductions.py (a bias gradient's sum
 over rows, its mean, layer norm's backward, amax, max and argmax over rows) and of
-bench/copies.py (transposes made contiguous, a clone) and of bench/dropout.py (dropout's masks
-drawn with bernoulli_, and dropout itself) matches the CPU before it is timed (the
+bench/copies.py (transposes made contiguous, a clone) and of bench/random_draws.py (dropout's masks
+drawn with bernoulli_, dropout itself, uniform_ and kaiming_uniform_) matches the CPU before it is timed (the
 scripts raise otherwise) and reports positive times for stock and the device; and
 bench/backward_handoff.py times each part of each variant."""
 import json
@@ -16,7 +16,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
 
 @pytest.mark.parametrize("script, cases", [("softmax_ops.py", 8), ("reductions.py", 9),
-                                           ("copies.py", 5), ("dropout.py", 4)])
+                                           ("copies.py", 5), ("random_draws.py", 6)])
 def test_op_benchmark_checks_and_times_every_case(script, cases):
     done = subprocess.run([sys.executable, os.path.join(BENCH, script), "--rounds", "1"],
                           capture_output=True, text=True, timeout=300)

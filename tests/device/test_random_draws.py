@@ -1,9 +1,11 @@
-"""bernoulli_(p) with a scalar p, dropout's mask (src/device/library_bernoulli.cpp): float32 and
-float64 device tensors draw PyTorch's CPU generator in bulk (mt19937_stream.h), and must give the
-CPU kernel's mask bit for bit and leave the generator where the CPU's kernel leaves it, from any
-position of the engine's 624-word state, across its regenerations, for any p in [0, 1] and for
-a torch.Generator of the caller's. Everything else (other dtypes, non-contiguous tensors, a bad
-p, another device's generator) takes ATen's own kernel, errors included."""
+"""Random ops drawn in bulk (src/device/library_random.cpp): bernoulli_(p) with a scalar p
+(dropout's mask) and uniform_ (torch.rand, nn.init) on float32 and float64 device tensors draw
+PyTorch's CPU generator in bulk (mt19937_stream.h), and must give the CPU kernel's numbers bit
+for bit and leave the generator where the CPU's kernel leaves it, from any position of the
+engine's 624-word state, across its regenerations, for any p in [0, 1] or bounds ATen accepts,
+and for a torch.Generator of the caller's. Everything else (other dtypes, non-contiguous
+tensors, arguments ATen rejects, another device's generator) takes ATen's own kernel, errors
+included."""
 
 import re
 
@@ -130,3 +132,89 @@ def test_dropout_in_training_draws_the_cpus_mask_and_gradient(dev):
     torch.manual_seed(8)
     assert torch.equal(out.detach().cpu(), torch.nn.functional.dropout(x, 0.25, training=True))
     assert torch.equal(b.grad.cpu(), a.grad)
+
+
+# uniform_: torch.rand's and nn.init's. Bounds: the unit interval, symmetric and shifted ones,
+# one where from == to, tiny and huge ones (the float range just inside what ATen accepts).
+BOUNDS = [(0.0, 1.0), (-1.0, 1.0), (-0.1, 0.1), (3.5, 7.25), (-1e-3, 2e5), (0.3, 0.3),
+          (1e-30, 1e-29), (-1e38, 1e38)]
+
+
+def uniform_both(dtype, size, bounds, skip, dev):
+    results = []
+    for device in ("cpu", dev):
+        torch.manual_seed(4321 + size)
+        torch.rand(skip)
+        x = torch.full((size,), 9.0, dtype=dtype, device=device).uniform_(*bounds)
+        results.append((x.cpu(), torch.rand(7)))
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", SIZES)
+def test_uniform_draws_equal_the_cpus_and_so_does_the_generator_after(dev, dtype, size):
+    """Each element as ATen rounds it (its kernel's build for this CPU fuses the multiply-add or
+    not; the device asks ATen which, library_random.cpp)."""
+    for bounds in BOUNDS:
+        for skip in (0, 1, 623):
+            (cpu, cpu_after), (device, device_after) = uniform_both(dtype, size, bounds, skip, dev)
+            assert torch.equal(device, cpu), (dtype, size, bounds, skip)
+            assert torch.equal(device_after, cpu_after), (dtype, size, bounds, skip)
+
+
+def test_uniform_runs_on_the_fast_path_for_rand_and_init(dev):
+    torchneuron.reset_metrics()
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(768, 3072, device=dev)  # kaiming_uniform_ and the bias's uniform_
+    r = torch.rand(1000, device=dev)
+    torch.manual_seed(2)
+    cpu_layer = torch.nn.Linear(768, 3072)
+    assert torch.equal(layer.weight.detach().cpu(), cpu_layer.weight.detach())
+    assert torch.equal(layer.bias.detach().cpu(), cpu_layer.bias.detach())
+    assert torch.equal(r.cpu(), torch.rand(1000))
+    assert torchneuron.metrics()["ops"]["library"].get("aten::uniform_") == 3
+
+
+@pytest.mark.parametrize("bounds, message", [
+    ((1.0, 0.0), "uniform_ expects to return a"),
+    ((float("-inf"), 0.0), "from"),
+    ((0.0, float("inf")), "to"),
+    ((-3e38, 3e38), "to-from"),
+    ((float("nan"), 1.0), "from"),
+])
+def test_uniform_bounds_atens_rejects_raise_its_error_and_change_nothing(dev, bounds, message):
+    x = torch.full((50,), 2.0, device=dev)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.full((50,), 2.0).uniform_(*bounds)
+    assert message in str(on_cpu.value)
+    before = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match=re.escape(str(on_cpu.value).splitlines()[0])):
+        x.uniform_(*bounds)
+    assert torch.equal(x.cpu(), torch.full((50,), 2.0))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.zeros(300, dtype=torch.float16, device=d),
+    lambda d: torch.zeros(300, dtype=torch.bfloat16, device=d),
+    lambda d: torch.zeros(30, 20, device=d).t(),
+    lambda d: torch.zeros(600, dtype=torch.float64, device=d)[::3],
+], ids=["float16", "bfloat16", "transposed", "strided"])
+def test_uniform_of_other_tensors_takes_atens_kernel_with_the_same_numbers(dev, make):
+    torch.manual_seed(12)
+    on_cpu = make("cpu").uniform_(-2, 3)
+    torch.manual_seed(12)
+    on_device = make(dev).uniform_(-2, 3)
+    assert torch.equal(on_device.cpu(), on_cpu)
+
+
+def test_uniform_from_a_generator_of_the_callers(dev):
+    for device in ("cpu", dev):
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        gen = torch.Generator().manual_seed(77)
+        drawn = torch.empty(5000, device=device).uniform_(-1, 2, generator=gen).cpu()
+        assert torch.equal(torch.get_rng_state(), before)
+        if device == "cpu":
+            want = drawn
+    assert torch.equal(drawn, want)
