@@ -20,11 +20,17 @@ int map_fd = -1;
 pid_t map_pid = 0;
 bool refused = false; // this pid's map could not be used: said once, nothing more written
 
-// Opens /tmp/perf-<pid>.map for appending, or says why not on stderr and returns -1.
+// Opens /tmp/perf-<pid>.map for appending, emptied of what an earlier process of the same pid
+// left there, or says why not on stderr and returns -1. Any other user can create that path first
+// (/tmp is shared), so: no link is followed (O_NOFOLLOW), nothing blocks on a FIFO or device
+// (O_NONBLOCK: the open returns at once, and the type check refuses it), and the file is written
+// only when it is a regular file this user owns with no other name (a hard link would lead the
+// writes, and the truncation, to another file).
 int openMap(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof path, "/tmp/perf-%d.map", static_cast<int>(pid));
-  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd =
+      ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   std::string problem;
   struct stat st{};
   if (fd < 0)
@@ -35,6 +41,10 @@ int openMap(pid_t pid) {
     problem = "not a regular file";
   else if (st.st_uid != ::geteuid())
     problem = "owned by user " + std::to_string(st.st_uid) + ", not by this process's user";
+  else if (st.st_nlink != 1)
+    problem = "it has " + std::to_string(st.st_nlink) + " names (a hard link)";
+  else if (::ftruncate(fd, 0) != 0)
+    problem = std::strerror(errno);
   if (problem.empty()) return fd;
   if (fd >= 0) ::close(fd);
   std::fprintf(stderr, "[launcher] NEURON_PERF_MAP: %s not written (%s)\n", path, problem.c_str());

@@ -3,7 +3,9 @@
 code in anonymous mappings. Checked in fresh processes (settings are read at import): each line
 names code that is really there (an executable mapping of the process holds its whole range),
 one line per kernel linked, nothing written without the variable, a link planted at the path is
-not followed (one line on stderr, ops still right), and a forked child writes its own pid's map."""
+not followed, nor a hard link, nor a FIFO opened (one line on stderr, ops still right, nothing
+blocks), a stale map of an earlier process of the same pid is emptied first, and a forked child
+writes its own pid's map."""
 
 import os
 import re
@@ -32,7 +34,7 @@ for row in open("/proc/self/maps"):
     lo, hi = (int(v, 16) for v in span.split("-"))
     if "x" in perms:
         executable.append((lo, hi))
-if os.path.exists(path):
+if os.path.isfile(path) and not globals().get("planted"):
     for line in open(path):
         start, size = (int(v, 16) for v in line.split()[:2])
         inside = any(lo <= start and start + size <= hi for lo, hi in executable)
@@ -54,7 +56,7 @@ def run(program, **env):
         path = f"/tmp/perf-{pid}.map"
         done.maps[int(pid)] = None
         if os.path.lexists(path):
-            if not os.path.islink(path):
+            if os.path.isfile(path) and not os.path.islink(path):  # not a planted link or FIFO
                 with open(path) as f:
                     done.maps[int(pid)] = f.read().splitlines()
             os.remove(path)
@@ -83,6 +85,38 @@ def test_each_linked_kernel_is_named_over_its_code():
     assert all(row.startswith("inside ") for row in reported), reported
 
 
+# A program that first plants something at its own map's path (PLANT: `path` is the map).
+PLANTED = "import os\npath = f'/tmp/perf-{os.getpid()}.map'\n{plant}\nplanted = True\n" + PROGRAM
+
+
+def test_a_fifo_planted_at_the_path_is_refused_without_blocking():
+    done = run(PLANTED.replace("{plant}", "os.mkfifo(path)"), NEURON_PERF_MAP="1")
+    # A FIFO without a reader refuses a non-blocking open for writing (ENXIO).
+    assert "NEURON_PERF_MAP: /tmp/perf-" in done.stderr and "not written" in done.stderr, \
+        done.stderr
+    assert done.stderr.count("NEURON_PERF_MAP") == 1, done.stderr
+
+
+def test_a_hard_link_planted_at_the_path_is_not_written_through():
+    with tempfile.TemporaryDirectory(prefix="neuron-perf-map-") as directory:
+        victim = os.path.join(directory, "victim")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        done = run(PLANTED.replace("{plant}", f"os.link({victim!r}, path)"), NEURON_PERF_MAP="1")
+        with open(victim) as f:
+            assert f.read() == "precious\n"
+        assert "(it has 2 names (a hard link))" in done.stderr, done.stderr
+
+
+def test_a_map_an_earlier_process_of_the_same_pid_left_is_emptied_first():
+    stale = "7f0000000000 100 neuron_kernel_of_an_earlier_process"
+    done = run(PLANTED.replace("{plant}", f"open(path, 'w').write({stale + chr(10)!r})")
+               .replace("planted = True", "planted = False"), NEURON_PERF_MAP="1")
+    lines = done.maps[pid_of(done)]
+    assert lines and stale not in lines, lines
+    assert all(LINE.match(line) for line in lines)
+
+
 def test_nothing_is_written_without_the_variable():
     done = run(PROGRAM)
     assert done.maps[pid_of(done)] is None
@@ -93,7 +127,8 @@ def test_a_link_planted_at_the_path_is_not_followed():
     with tempfile.TemporaryDirectory(prefix="neuron-perf-map-") as directory:
         target = os.path.join(directory, "victim")
         open(target, "w").close()
-        planted = ("import os\nos.symlink(%r, f'/tmp/perf-{os.getpid()}.map')\n" % target) + PROGRAM
+        planted = ("import os\nos.symlink(%r, f'/tmp/perf-{os.getpid()}.map')\nplanted = True\n"
+               % target) + PROGRAM
         done = run(planted, NEURON_PERF_MAP="1")
         pid = pid_of(done)
         assert os.path.getsize(target) == 0
