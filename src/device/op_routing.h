@@ -85,8 +85,11 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     bool interim;
     {
       InterimLaunchScope scope; // a kernel still compiling declines the call (interim_launch.h)
-      if (tracer::adaptiveEnabled() ? tracer::traceCompiledCall(op, stack, kernel)
-                                    : runWithEagerCallCache(op, stack, kernel))
+      // Eager calls run after any launches still recorded: another thread may have turned
+      // adaptive mode on and recorded what this call reads since this thread read the flag.
+      if (tracer::adaptiveEnabled()
+              ? tracer::traceCompiledCall(op, stack, kernel)
+              : (tracer::runRecordedLaunches(), runWithEagerCallCache(op, stack, kernel)))
         return;
       interim = scope.requested();
     }
@@ -112,10 +115,12 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     static_assert(std::is_same_v<decltype(kernel), LibraryKernel> &&
                   std::is_same_v<decltype(declined), std::nullptr_t>);
     invalidateCallCapture();
-    if (tracer::adaptiveEnabled())
+    if (tracer::adaptiveEnabled()) {
       tracer::traceLibraryCall(op, stack, kernel);
-    else
+    } else {
+      tracer::runRecordedLaunches(); // as for a compiled call above
       kernel(op, stack);
+    }
   } else {
     static_assert(route == Route::kFallback && std::is_same_v<decltype(kernel), std::nullptr_t> &&
                   std::is_same_v<decltype(declined), std::nullptr_t>);

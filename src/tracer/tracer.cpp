@@ -454,12 +454,19 @@ void runLaunchesAtMemoryBound(TracerState& tracer) {
 struct TracedCallStart {
   std::string where;
   std::unique_lock<std::recursive_mutex> lock;
+  // Adaptive mode was turned off (set_adaptive(False), from another thread) while this call
+  // waited for the window lock: the window has been run and must not take new records, so the
+  // call runs untraced.
+  bool adaptive_off = false;
 };
 
 TracedCallStart beginTracedCall() {
   TracedCallStart begun;
   if (detail::debugging.load(std::memory_order_relaxed)) begun.where = locateSource();
   begun.lock = lockWindow();
+  // setAdaptive() stores the flag with the window lock held, so this read sees the last change.
+  begun.adaptive_off = !detail::adaptive_on.load(std::memory_order_acquire);
+  if (begun.adaptive_off) return begun;
   syncAtEndOfBackward();
   runLaunchesAtMemoryBound(state());
   return begun;
@@ -479,6 +486,7 @@ std::optional<bool> recordSmallAccumulation(const c10::OperatorHandle& op, torch
       detail::debugging.load(std::memory_order_relaxed) || !isInPlaceAccumulation(op, args))
     return std::nullopt;
   TracedCallStart begun = beginTracedCall(); // the end of a backward pass ends its window first
+  if (begun.adaptive_off) return std::nullopt;
   TracerState& tracer = state();
   const OpWindow& window = tracer.window;
   if (!tracer.settings.accumulate || tracer.settings.debug || !recordingFused(tracer) ||
@@ -636,6 +644,23 @@ void setAdaptive(bool enabled) {
   detail::adaptive_on.store(enabled, std::memory_order_release);
 }
 
+namespace {
+
+// A compiled call that takes no record: it runs as eager mode runs it (its call cache), after the
+// launches recorded so far (it may read or overwrite what they use).
+bool runUntracedCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                     CompiledKernelFunction kernel) {
+  runRecordedLaunches();
+  auto run_eager = state().hooks.run_eager; // set once, before any device call
+  ++traced_call_depth;
+  struct Restore {
+    ~Restore() { --traced_call_depth; }
+  } restore;
+  return run_eager != nullptr ? run_eager(op, stack, kernel) : kernel(op, stack);
+}
+
+} // namespace
+
 bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                        CompiledKernelFunction kernel) {
   if (traced_call_depth > 0) return kernel(op, stack);
@@ -648,15 +673,13 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
                       torch::jit::last(*stack, op.schema().arguments().size()))) {
     if (std::optional<bool> ran = recordSmallAccumulation(op, stack, kernel)) return *ran;
-    runRecordedLaunches();
-    auto run_eager = state().hooks.run_eager; // set once, before any device call
-    ++traced_call_depth;
-    struct Restore {
-      ~Restore() { --traced_call_depth; }
-    } restore;
-    return run_eager != nullptr ? run_eager(op, stack, kernel) : kernel(op, stack);
+    return runUntracedCall(op, stack, kernel);
   }
   TracedCallStart begun = beginTracedCall();
+  if (begun.adaptive_off) {
+    begun.lock.unlock();
+    return runUntracedCall(op, stack, kernel);
+  }
   std::string& where = begun.where;
   TracerState& tracer = state();
   OpWindow& window = tracer.window;
@@ -733,17 +756,22 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // never fused, so it gained nothing, and its record, the window it kept open and that
   // window's run cost more than the call: a small regression model's training step (five
   // products of a few hundred elements) ran at 0.75x eager's speed.
-  if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
-                      torch::jit::last(*stack, op.schema().arguments().size()))) {
+  auto untraced = [&] {
     runRecordedLaunches();
     ++traced_call_depth;
     struct Restore {
       ~Restore() { --traced_call_depth; }
     } restore;
     kernel(op, stack);
-    return;
-  }
+  };
+  if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
+                      torch::jit::last(*stack, op.schema().arguments().size())))
+    return untraced();
   TracedCallStart begun = beginTracedCall();
+  if (begun.adaptive_off) {
+    begun.lock.unlock();
+    return untraced();
+  }
   std::string& where = begun.where;
   TracerState& tracer = state();
   OpWindow& window = tracer.window;

@@ -591,3 +591,41 @@ def test_a_bad_setting_fails_the_import_naming_it():
                          env=dict(os.environ, NEURON_ADAPTIVE_THRESHOLD="0"))
     assert run.returncode != 0
     assert "ValueError" in run.stderr and "NEURON_ADAPTIVE_THRESHOLD='0'" in run.stderr
+
+
+# set_adaptive from one thread while another runs device ops: a call that read the flag on and
+# then waited for the window lock while the other thread turned the mode off recorded into a
+# window nobody would run (the other thread's later eager calls read its results unwritten, or
+# unbacked: wrong values, segfaults). Found by an adversarial pass, 2026-12-06: 3-22 of 300 checks
+# wrong, and 149 of 300 and a segfault when rerun before the fix.
+TOGGLING = r"""
+import threading, torch, torchneuron
+d = torchneuron.device()
+torchneuron.set_adaptive_min_bytes(0)  # every call traced, so the toggles race real records
+stop = False
+def toggler():
+    i = 0
+    while not stop:
+        torchneuron.set_adaptive(i % 2 == 0)
+        i += 1
+t = threading.Thread(target=toggler)
+t.start()
+x = torch.linspace(-1, 1, 4096); w = torch.linspace(0, 1, 4096)
+xd, wd = x.to(d), w.to(d)
+wrong = 0
+for it in range(3000):
+    xd = (xd * 0.5 + wd).tanh() * 1.5
+    x = (x * 0.5 + w).tanh() * 1.5
+    if it % 10 == 9:
+        wrong += (xd.cpu() - x).abs().max().item() > 1e-5
+stop = True
+t.join()
+print("wrong", wrong)
+"""
+
+
+def test_turning_adaptive_mode_on_and_off_from_another_thread_keeps_results_right():
+    done = subprocess.run([sys.executable, "-c", TOGGLING], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["wrong", "0"], done.stdout
