@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Config.h>
 #include <ATen/core/DistributionsHelper.h>
 
 #include <algorithm>
@@ -162,20 +163,19 @@ bool drawableTensor(const at::Tensor& self, const c10::optional<at::Generator>& 
          (!gen || !gen->defined() || gen->device().type() == at::kCPU);
 }
 
-// The generator a call draws from, when its engine is in a state the bulk draw continues (always,
-// unless something wrote a state torch.set_rng_state would refuse); else null.
-at::CPUGeneratorImpl* drawableGenerator(const c10::optional<at::Generator>& gen) {
-  auto* generator =
-      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
-  std::lock_guard<std::mutex> lock(generator->mutex_);
-  return drawableMt19937State(generator->engine().data()) ? generator : nullptr;
+// The generator a call draws from.
+at::CPUGeneratorImpl* generatorOf(const c10::optional<at::Generator>& gen) {
+  return at::get_generator_or_default<at::CPUGeneratorImpl>(gen,
+                                                            at::detail::getDefaultCPUGenerator());
 }
 
 // Runs `draw(host address of self, engine state)` under the generator's lock, as ATen's kernel
-// does, and writes the engine's state back; counts the launch as `name`'s. In a window of the
-// adaptive tracer it runs at its place: the recorded launches touching self run first.
+// does, and writes the engine's state back; counts the launch as `name`'s. False, having drawn
+// nothing, when the engine's state is one the bulk draw does not continue (drawableMt19937State:
+// torch.set_rng_state accepts a few such states); the caller then runs ATen's kernel. In a window
+// of the adaptive tracer it runs at its place: the recorded launches touching self run first.
 template <typename Draw>
-void drawInto(const at::Tensor& self, at::CPUGeneratorImpl* generator, SiteLaunchCounter& site,
+bool drawInto(const at::Tensor& self, at::CPUGeneratorImpl* generator, SiteLaunchCounter& site,
               const char* name, Draw draw) {
   tracer::EagerLibraryStep step;
   char* out = hostAddressOf(self);
@@ -184,12 +184,18 @@ void drawInto(const at::Tensor& self, at::CPUGeneratorImpl* generator, SiteLaunc
     std::lock_guard<std::mutex> lock(generator->mutex_);
     at::mt19937 engine = generator->engine();
     at::mt19937_data_pod state = engine.data();
+    if (!drawableMt19937State(state)) return false;
     draw(out, state);
     engine.set_data(state);
     generator->set_engine(engine);
   }
   recordLaunch(site.get(LaunchKind::kLibrary, name));
+  return true;
 }
+
+// ATen built with MKL draws bernoulli_'s mask from an MKL stream seeded by one generator word,
+// not per element: this file's bulk draw would differ, so such builds keep ATen's kernel.
+constexpr bool kAtenBernoulliDrawsPerElement = !AT_MKL_ENABLED();
 
 } // namespace
 
@@ -199,25 +205,25 @@ void runLibraryBernoulliScalar(const c10::OperatorHandle& op, torch::jit::Stack*
   const at::Tensor& self = args[0].toTensor();
   const double p = args[1].toDouble();
   const c10::optional<at::Generator> gen = args[2].toOptional<at::Generator>();
-  at::CPUGeneratorImpl* generator = nullptr;
-  if (!drawableTensor(self, gen) || !(p >= 0 && p <= 1) ||
-      (generator = drawableGenerator(gen)) == nullptr)
+  if (!kAtenBernoulliDrawsPerElement || !drawableTensor(self, gen) || !(p >= 0 && p <= 1))
     return runLibraryKernelOnHost(op, stack);
   static SiteLaunchCounter site;
-  drawInto(self, generator, site, "aten::bernoulli_.float",
-           [&](char* out, at::mt19937_data_pod& engine) {
-             const int64_t limit = limitFor(p);
-             if (self.scalar_type() == at::kFloat)
-               fillFromEngine(reinterpret_cast<float*>(out), self.numel(), 2, engine,
-                              [limit](const uint32_t* w, float* o, int64_t n) {
-                                bernoulliFloats(w, o, n, limit);
-                              });
-             else
-               fillFromEngine(reinterpret_cast<double*>(out), self.numel(), 2, engine,
-                              [limit](const uint32_t* w, double* o, int64_t n) {
-                                bernoulliDoubles(w, o, n, limit);
-                              });
-           });
+  const bool drawn =
+      drawInto(self, generatorOf(gen), site, "aten::bernoulli_.float",
+               [&](char* out, at::mt19937_data_pod& engine) {
+                 const int64_t limit = limitFor(p);
+                 if (self.scalar_type() == at::kFloat)
+                   fillFromEngine(reinterpret_cast<float*>(out), self.numel(), 2, engine,
+                                  [limit](const uint32_t* w, float* o, int64_t n) {
+                                    bernoulliFloats(w, o, n, limit);
+                                  });
+                 else
+                   fillFromEngine(reinterpret_cast<double*>(out), self.numel(), 2, engine,
+                                  [limit](const uint32_t* w, double* o, int64_t n) {
+                                    bernoulliDoubles(w, o, n, limit);
+                                  });
+               });
+  if (!drawn) return runLibraryKernelOnHost(op, stack);
   // The in-place op returns self, which is already the stack's first argument.
   torch::jit::drop(*stack, kArguments - 1);
 }
@@ -244,33 +250,33 @@ void runLibraryUniform(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const double to = args[2].toDouble();
   const c10::optional<at::Generator> gen = args[3].toOptional<at::Generator>();
   const bool is_float = self.scalar_type() == at::kFloat;
-  at::CPUGeneratorImpl* generator = nullptr;
   if (!drawableTensor(self, gen) || !(is_float ? uniformBoundsAccepted<float>(from, to)
                                                : uniformBoundsAccepted<double>(from, to)))
     return runLibraryKernelOnHost(op, stack);
   const UniformRounding rounding =
       is_float ? atenUniformRounding<float>() : atenUniformRounding<double>();
-  if (rounding == UniformRounding::kNeither || (generator = drawableGenerator(gen)) == nullptr)
-    return runLibraryKernelOnHost(op, stack);
+  if (rounding == UniformRounding::kNeither) return runLibraryKernelOnHost(op, stack);
   const bool fused = rounding == UniformRounding::kFused;
   static SiteLaunchCounter site;
-  drawInto(self, generator, site, "aten::uniform_", [&](char* out, at::mt19937_data_pod& engine) {
-    if (is_float) {
-      // As ATen's kernel: the bounds cast to float first, the range taken in float.
-      const float lo = static_cast<float>(from);
-      const float range = static_cast<float>(to) - lo;
-      fillFromEngine(reinterpret_cast<float*>(out), self.numel(), 1, engine,
-                     [lo, range, fused](const uint32_t* w, float* o, int64_t n) {
-                       uniformFloats(w, o, n, lo, range, fused);
-                     });
-    } else {
-      const double range = to - from;
-      fillFromEngine(reinterpret_cast<double*>(out), self.numel(), 2, engine,
-                     [from, range, fused](const uint32_t* w, double* o, int64_t n) {
-                       uniformDoubles(w, o, n, from, range, fused);
-                     });
-    }
-  });
+  const bool drawn = drawInto(
+      self, generatorOf(gen), site, "aten::uniform_", [&](char* out, at::mt19937_data_pod& engine) {
+        if (is_float) {
+          // As ATen's kernel: the bounds cast to float first, the range taken in float.
+          const float lo = static_cast<float>(from);
+          const float range = static_cast<float>(to) - lo;
+          fillFromEngine(reinterpret_cast<float*>(out), self.numel(), 1, engine,
+                         [lo, range, fused](const uint32_t* w, float* o, int64_t n) {
+                           uniformFloats(w, o, n, lo, range, fused);
+                         });
+        } else {
+          const double range = to - from;
+          fillFromEngine(reinterpret_cast<double*>(out), self.numel(), 2, engine,
+                         [from, range, fused](const uint32_t* w, double* o, int64_t n) {
+                           uniformDoubles(w, o, n, from, range, fused);
+                         });
+        }
+      });
+  if (!drawn) return runLibraryKernelOnHost(op, stack);
   torch::jit::drop(*stack, kArguments - 1);
 }
 

@@ -13,8 +13,9 @@
 namespace torchneuron {
 
 // Whether `engine` is in a state drawMt19937Words() continues exactly: seeded, with the words
-// left before its next regeneration inside the state (torch.set_rng_state accepts only such
-// states; anything else is left to ATen's own engine).
+// left before its next regeneration inside the state. Every state the engine reaches by drawing
+// is; torch.set_rng_state also accepts a few that are not (left 624 with next 624), which
+// callers leave to ATen's own engine.
 bool drawableMt19937State(const at::mt19937_data_pod& engine);
 
 // Draws `count` words into `out`, advancing `engine` exactly as `count` calls of at::mt19937's

@@ -8,6 +8,7 @@ tensors, arguments ATen rejects, another device's generator) takes ATen's own ke
 included."""
 
 import re
+import struct
 
 import pytest
 import torch
@@ -218,3 +219,32 @@ def test_uniform_from_a_generator_of_the_callers(dev):
         if device == "cpu":
             want = drawn
     assert torch.equal(drawn, want)
+
+
+def crafted_rng_state(left, next_word):
+    """The default generator's state with the engine's `left` and `next` fields rewritten (its
+    legacy layout: seed at 0, left at 8, seeded at 12, next at 16), as torch.set_rng_state takes
+    it."""
+    torch.manual_seed(5)
+    torch.rand(10)
+    raw = bytearray(torch.get_rng_state().numpy().tobytes())
+    struct.pack_into("<i", raw, 8, left)
+    struct.pack_into("<Q", raw, 16, next_word)
+    return torch.tensor(list(raw), dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("left, next_word", [(5, 100), (1, 624), (1, 0), (624, 0), (300, 3),
+                                             (624, 2)])
+def test_states_set_by_hand_draw_as_on_the_cpu(dev, left, next_word):
+    """Every engine state torch.set_rng_state accepts gives the CPU's numbers, including one the
+    bulk draw does not continue (left 624 with next 2: its words run past the state's end, where
+    ATen's kernel, which runs instead, reads out of bounds too; so only 300 words are drawn)."""
+    state = crafted_rng_state(left, next_word)
+    results = []
+    for device in ("cpu", dev):
+        torch.set_rng_state(state)
+        mask = torch.zeros(75, device=device).bernoulli_(0.5).cpu()
+        drawn = torch.zeros(150, device=device).uniform_(-1, 1).cpu()
+        results.append((mask, drawn, torch.get_rng_state()))
+    for on_cpu, on_device in zip(*results):
+        assert torch.equal(on_cpu, on_device)
