@@ -9,14 +9,14 @@
 
 namespace torchneuron {
 
-// When the engine started without the device, gives it the device's queue and worker thread, as
-// its first backward pass would have (the worker runs the engine's own thread_init, Python's
-// engine's where Python drives it); otherwise does nothing. Returns whether it started one.
-// Called when the Python module loads (bindings/module.cpp), before any device tensor exists
-// (no backward pass can read the engine's queues for the device meanwhile), outside the dynamic
-// loader's lock (never from a static initializer). A process forked afterwards gets a fresh
-// engine in the child (PyTorch's Python engine re-creates itself there), which counts the device
-// at the child's first backward pass.
+// When the engine started without the device, runs the engine's own start of device threads
+// again, now that it counts the device: the device's queue and worker, and PyTorch's fork guard
+// (a child forked afterwards refuses backward passes with PyTorch's "Unable to handle autograd's
+// threading in combination with fork-based multiprocessing", as after any first backward pass
+// of a process that has the device). Otherwise does nothing. Returns whether it started the
+// worker. Called when the Python module loads (bindings/module.cpp), outside the dynamic
+// loader's lock (never from a static initializer); a first backward pass still under way in
+// another thread is waited for.
 bool startMissingAutogradDeviceThread();
 
 } // namespace torchneuron
