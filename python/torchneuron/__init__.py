@@ -16,6 +16,7 @@ import torch
 from . import _C
 from . import _autocast
 from . import _dataloader_workers
+from . import _legacy_new
 from . import _storage_compat
 from . import distributed  # registers the c10d backend "neuron" (docs/distributed.md)
 
@@ -289,6 +290,7 @@ def explain(windows: int = 10) -> str:
 _storage_compat.install()
 _dataloader_workers.install()  # device tensors in DataLoader workers: a clear error
 _autocast.install()  # torch.autocast("privateuseone"): warns once, changes nothing
+_legacy_new.install()  # Tensor.new(...) of device tensors, as on the CPU
 
 if os.environ.get("NEURON_ADAPTIVE_EXPLAIN", "").lower() in ("1", "true", "yes", "on"):
     atexit.register(lambda: print(explain(), file=sys.stderr))
