@@ -74,8 +74,8 @@ NEURON_VECTOR_CLONES void bernoulliDoubles(const uint32_t* words, double* out, i
 
 // ATen's uniform_real: x * (to - from) + from, with x the draw scaled into [0, 1) in the element
 // type (float: one word's low 24 bits; double: two words' 53). ATen's kernel is compiled once
-// per CPU capability, and its builds for AVX2 and up may fuse the multiply and add (one
-// rounding) where its default build rounds twice: `fused` says which (atenUniformRounding).
+// per CPU capability, and a build may fuse the multiply and add (one rounding; its AVX2 build
+// does for float here) or round twice: `fused` says which (atenUniformRounding).
 template <typename T> inline T uniformOf(T x, T from, T range, bool fused) {
   return fused ? std::fma(x, range, from) : x * range + from; // this file: -ffp-contract=off
 }
@@ -117,8 +117,9 @@ void fillFromEngine(T* out, int64_t count, int words_per_element, at::mt19937_da
 
 // How ATen's uniform_ rounds for element type T in this process, asked of ATen itself once: a
 // CPU tensor of 4096 elements drawn by its kernel from a fresh generator, against both roundings
-// of the same engine's words over a range where they differ. Null when neither matches every
-// element (uniform_ then keeps ATen's kernel).
+// of the same engine's words over a range where they differ. kNeither when neither matches every
+// element, or when the two roundings agree on the whole sample (it cannot tell them apart):
+// uniform_ then keeps ATen's kernel.
 enum class UniformRounding { kFused, kTwoRoundings, kNeither };
 
 template <typename T> UniformRounding atenUniformRounding() {
@@ -147,6 +148,8 @@ template <typename T> UniformRounding atenUniformRounding() {
     }
     const T* drawn = reference.data_ptr<T>();
     const size_t bytes = kCount * sizeof(T);
+    if (std::memcmp(fused.data(), separate.data(), bytes) == 0)
+      return new UniformRounding(UniformRounding::kNeither);
     if (std::memcmp(drawn, fused.data(), bytes) == 0)
       return new UniformRounding(UniformRounding::kFused);
     if (std::memcmp(drawn, separate.data(), bytes) == 0)
