@@ -89,11 +89,11 @@ def pair_workload(name, pairs, warmup, stock=False):
                 times[arm].append(timed_repetition(workload, mode, state))
         neuron.set_adaptive(False)
         eager, adaptive = times["eager"], times["adaptive"]
-        ratios = [e / a for e, a in zip(eager, adaptive)]
+        speedup, least, most = paired_ratios(eager, adaptive)
         row.update(ok=True, eager_ms=statistics.median(eager),
                    adaptive_ms=statistics.median(adaptive),
-                   adaptive_speedup=statistics.median(ratios), speedup_min=min(ratios),
-                   speedup_max=max(ratios), pairs_adaptive_slower=sum(r < 1 for r in ratios),
+                   adaptive_speedup=speedup, speedup_min=least, speedup_max=most,
+                   pairs_adaptive_slower=sum(e < a for e, a in zip(eager, adaptive)),
                    compiles=neuron.metrics()["compiles"] - compiles_before,
                    adaptive={key: value - adaptive_before[key]
                              for key, value in mode.adaptive().items()},

@@ -646,17 +646,23 @@ void setAdaptive(bool enabled) {
 
 namespace {
 
-// A compiled call that takes no record: it runs as eager mode runs it (its call cache), after the
-// launches recorded so far (it may read or overwrite what they use).
-bool runUntracedCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                     CompiledKernelFunction kernel) {
+// Runs `call` (a device call that takes no record) after the launches recorded so far (it may
+// read or overwrite what they use), with the device calls it makes untraced too.
+template <typename Call> auto runUntraced(Call call) {
   runRecordedLaunches();
-  auto run_eager = state().hooks.run_eager; // set once, before any device call
   ++traced_call_depth;
   struct Restore {
     ~Restore() { --traced_call_depth; }
   } restore;
-  return run_eager != nullptr ? run_eager(op, stack, kernel) : kernel(op, stack);
+  return call();
+}
+
+// A compiled call that takes no record: it runs as eager mode runs it (its call cache).
+bool runUntracedCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                     CompiledKernelFunction kernel) {
+  auto run_eager = state().hooks.run_eager; // set once, before any device call
+  return runUntraced(
+      [&] { return run_eager != nullptr ? run_eager(op, stack, kernel) : kernel(op, stack); });
 }
 
 } // namespace
@@ -756,14 +762,7 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // never fused, so it gained nothing, and its record, the window it kept open and that
   // window's run cost more than the call: a small regression model's training step (five
   // products of a few hundred elements) ran at 0.75x eager's speed.
-  auto untraced = [&] {
-    runRecordedLaunches();
-    ++traced_call_depth;
-    struct Restore {
-      ~Restore() { --traced_call_depth; }
-    } restore;
-    kernel(op, stack);
-  };
+  auto untraced = [&] { runUntraced([&] { kernel(op, stack); }); };
   if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
                       torch::jit::last(*stack, op.schema().arguments().size())))
     return untraced();
