@@ -6,16 +6,14 @@ by block so the machine's noise falls on all alike (after 20 steps of each, whos
 Medians over the rounds; prints one JSON object.
 
 PyTorch 1.13 runs the backward pass of device tensors on autograd's device thread, so every
-`backward()` on the device hands its work to that thread and waits for it (two wake-ups). Two
-more variants separate that handoff from the ops themselves:
+`backward()` on the device used to hand its work to that thread and wait for it (two wake-ups);
+torchneuron now runs the pass on the calling thread (python/torchneuron/_backward_engine.py,
+`NEURON_BACKWARD_ON_CALLER`). Two more variants show what that changed:
 
-- `device-no-backward`: the same step without `backward()` (the gradients stay as set once):
-  what the device's ops cost on the caller's thread when no handoff happens between steps;
-- `device-pinned`: the full step with the caller and autograd's device thread restricted to one
-  CPU for the block (the caller's current one; both masks restored after), so a wake-up switches
-  threads on a running CPU instead of waking the other one. Its blocks run after the others,
-  taking turns with stock's (`stock-beside-pinned`). The library does not pin: threads the
-  device thread starts (an OpenMP team, TBB workers) would inherit the one-CPU mask.
+- `device-engine-thread`: the same step with PyTorch's engine (`_backward_engine.pytorch_engine()`
+  for the block), the device's backward ops on its device thread as before;
+- `device-no-backward`: the step without `backward()` (the gradients stay as set once): what the
+  device's ops cost on the caller's thread when no backward pass runs between steps.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/backward_handoff.py [--rounds 9] [--steps 300]
 """
@@ -33,6 +31,7 @@ import torch.nn.functional as F
 
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")
 import torchneuron  # noqa: E402
+from torchneuron import _backward_engine  # noqa: E402
 
 PARTS = ("zero_grad", "forward", "backward", "step")
 
@@ -74,28 +73,6 @@ def backward_thread_id(device):
     return seen[0]
 
 
-def current_cpu():
-    with open(f"/proc/self/task/{threading.get_native_id()}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[36])
-
-
-class PinnedTogether:
-    """The caller and `others` on the caller's current CPU while inside; masks restored after."""
-    def __init__(self, others):
-        self.ids = [threading.get_native_id()] + sorted(others)
-
-    def __enter__(self):
-        self.saved = {t: os.sched_getaffinity(t) for t in self.ids}
-        cpu = {current_cpu()}
-        for t in self.ids:
-            os.sched_setaffinity(t, cpu)
-
-    def __exit__(self, *exc):
-        for t, mask in self.saved.items():
-            os.sched_setaffinity(t, mask)
-        assert all(os.sched_getaffinity(t) == mask for t, mask in self.saved.items())
-
-
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -111,28 +88,24 @@ def main(argv):
     for a, b in zip(stock[0].parameters(), device[0].parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-5)
     backward_thread = backward_thread_id(torchneuron.device())
+    with _backward_engine.pytorch_engine():
+        engine_thread = backward_thread_id(torchneuron.device())
+
+    def engine_thread_block():
+        with _backward_engine.pytorch_engine():
+            return run_block(device, args.steps)
     # The gradients the no-backward variant keeps are those the last full step left.
     variants = {"stock": lambda: run_block(stock, args.steps),
                 "device": lambda: run_block(device, args.steps),
+                "device-engine-thread": engine_thread_block,
                 "device-no-backward": lambda: run_block(device, args.steps, backward=False)}
-    if backward_thread != threading.get_native_id():
-        def pinned():
-            with PinnedTogether([backward_thread]):
-                return run_block(device, args.steps)
-        variants["device-pinned"] = pinned
     samples = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name in ("stock", "device", "device-no-backward"):
-            samples[name].append(variants[name]())
-    # Pinned blocks last, taking turns with stock's (its own samples): once pinned, the two
-    # threads tend to stay on one CPU after their masks are restored, which would carry over
-    # into an unpinned block that followed.
-    if "device-pinned" in variants:
-        samples["stock-beside-pinned"] = []
-        for _ in range(args.rounds):
-            samples["stock-beside-pinned"].append(variants["stock"]())
-            samples["device-pinned"].append(variants["device-pinned"]())
-    result = {"backward_on_another_thread": backward_thread != threading.get_native_id(),
+        for name, variant in variants.items():
+            samples[name].append(variant())
+    caller = threading.get_native_id()
+    result = {"backward_on_another_thread": backward_thread != caller,
+              "engine_thread_backward_on_another_thread": engine_thread != caller,
               "us_per_step": {}}
     for name, blocks in samples.items():
         parts = {p: statistics.median(b[i] for b in blocks) for i, p in enumerate(PARTS)}
@@ -140,9 +113,8 @@ def main(argv):
         result["us_per_step"][name] = {k: round(v, 2) for k, v in parts.items()}
     steps = result["us_per_step"]
     result["device_vs_stock"] = round(steps["device"]["total"] / steps["stock"]["total"], 2)
-    if "device-pinned" in steps:
-        result["pinned_vs_stock"] = round(
-            steps["device-pinned"]["total"] / steps["stock-beside-pinned"]["total"], 2)
+    result["engine_thread_vs_stock"] = round(
+        steps["device-engine-thread"]["total"] / steps["stock"]["total"], 2)
     print(json.dumps(result))
     return 0
 

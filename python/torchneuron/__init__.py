@@ -15,6 +15,7 @@ import torch
 
 from . import _C
 from . import _autocast
+from . import _backward_engine
 from . import _dataloader_workers
 from . import _legacy_new
 from . import _storage_compat
@@ -291,6 +292,7 @@ _storage_compat.install()
 _dataloader_workers.install()  # device tensors in DataLoader workers: a clear error
 _autocast.install()  # torch.autocast("privateuseone"): warns once, changes nothing
 _legacy_new.install()  # Tensor.new(...) of device tensors, as on the CPU
+_backward_engine.install()  # backward passes on the calling thread (NEURON_BACKWARD_ON_CALLER)
 
 if os.environ.get("NEURON_ADAPTIVE_EXPLAIN", "").lower() in ("1", "true", "yes", "on"):
     atexit.register(lambda: print(explain(), file=sys.stderr))

@@ -19,9 +19,10 @@ namespace torchneuron {
 // depend on the sizes it is given). On two cores, OpenBLAS's workers spinning beside the team's
 // made 2-thread steps with products swing by 2-3x between runs (docs/architecture.md,
 // "Parallelism"): split, `inference-gelu-mlp` ran 1.8x-4x and `varlen-loop` 1.6x-2.2x faster.
-// Training steps keep OpenBLAS's pool: autograd runs backward on its own device thread, whose
-// OpenMP team is a second one beside the main thread's, and split there or only in the forward
-// pass 2-thread `mlp-train` and `transformer-block-train` steps ran 13-25% slower (2026-12-06).
+// Training steps keep OpenBLAS's pool: measured 2026-12-06, when autograd still ran backward on
+// its own device thread (whose OpenMP team was a second one beside the main thread's), split
+// there or only in the forward pass 2-thread `mlp-train` and `transformer-block-train` steps ran
+// 13-25% slower. Backward passes now run on the caller's thread (bindings/caller_thread_engine.h).
 // Grad mode is off inside a custom autograd.Function's forward and a reentrant checkpoint's
 // forward, so their products count as unrecorded and split (a checkpoint's recompute, in
 // backward, does not: the two round differently). While a product runs split, other threads'

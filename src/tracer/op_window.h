@@ -5,9 +5,10 @@
 // time and whose contents are pending until the window flushes.
 //
 // Locking: one window per process, guarded by the tracer's window lock (tracer.cpp). Ops of
-// every thread (the script's, autograd's device thread) record into it in the order they take
-// the lock, which is program order: a thread that uses another thread's result synchronized
-// with it after that thread's record released the lock.
+// every thread (the script's, another Python thread's, autograd's device thread under
+// NEURON_BACKWARD_ON_CALLER=0) record into it in the order they take the lock, which is program
+// order: a thread that uses another thread's result synchronized with it after that thread's record
+// released the lock.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -65,8 +65,9 @@ std::atomic<int64_t> min_bytes_unlocked{AdaptiveSettings().min_bytes};
 // `window_mutex`.
 std::weak_ptr<void> queued_backward_sync;
 
-// A traced op on autograd's thread: the window ends when the backward pass does, so a training
-// step's backward is a window of its own, whatever the optimizer does next on the main thread.
+// A traced op in a backward pass (on the caller's thread, or on autograd's device thread under
+// NEURON_BACKWARD_ON_CALLER=0): the window ends when the pass does, so a training step's backward
+// is a window of its own, whatever the optimizer does next.
 // The caller holds `window_mutex`.
 void syncAtEndOfBackward() {
   if (torch::autograd::get_current_graph_task_nodes_in_graph() == nullptr) return;
@@ -449,8 +450,8 @@ void runLaunchesAtMemoryBound(TracerState& tracer) {
 }
 
 // The start of every traced call: its Python line under NEURON_ADAPTIVE_DEBUG (located before the
-// window lock is taken, since the locator takes the GIL), the window lock, on autograd's thread
-// the end of the backward pass queued as a sync point, and the fused batch's memory bound.
+// window lock is taken, since the locator takes the GIL), the window lock, in a backward pass
+// the end of the pass queued as a sync point, and the fused batch's memory bound.
 struct TracedCallStart {
   std::string where;
   std::unique_lock<std::recursive_mutex> lock;

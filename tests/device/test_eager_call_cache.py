@@ -36,7 +36,9 @@ def test_a_recurring_call_is_replayed_with_its_result_equal_to_the_cpu():
         torch.testing.assert_close(x.sum().cpu(), x_cpu.sum())
     stats = cache_stats()
     assert stats["enabled"]
-    assert stats["captures"] >= 3 and stats["replays"] >= 9, stats
+    # Each op's first call here is planned and its second captured, unless an earlier test of this
+    # process (the cache is per thread, and backward passes run on this thread too) captured it.
+    assert stats["replays"] >= 12 - stats["captures"] and stats["captures"] <= 3, stats
     assert torchneuron.metrics()["launches"]["compiled"] == 15  # replays count as launches
 
 

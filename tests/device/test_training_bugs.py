@@ -239,9 +239,13 @@ print("cpu trained after", flush=True)
 """
 
 
-def test_a_backward_pass_before_the_import_leaves_device_training_working():
+@pytest.mark.parametrize("on_caller", ["1", "0"])
+def test_a_backward_pass_before_the_import_leaves_device_training_working(on_caller):
+    """With NEURON_BACKWARD_ON_CALLER=0 the device's passes run on the repaired engine's device
+    thread; by default on the caller's thread, and the repair still guards forked children."""
     done = subprocess.run([sys.executable, "-c", BACKWARD_BEFORE_IMPORT], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300,
+                          env={**os.environ, "NEURON_BACKWARD_ON_CALLER": on_caller})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["parent", "trained", "child", "refused", "cpu", "trained",
                                    "after"], done.stdout
