@@ -3,8 +3,9 @@
 in alternating blocks so that the machine's noise falls on both sides alike (issue 3: an
 8-element op at most 1.2x stock's time; issue 15: add, mul, mm, nll_loss and a copy to the
 device on 32 elements at most stock's). Also one backward pass of a 32-element graph
-(`backward-32`: a product and a sum): PyTorch 1.13's autograd runs a device tensor's backward
-ops on its own device thread, so each backward() call hands work to that thread and back.
+(`backward-32`: a product and a sum): PyTorch 1.13's autograd ran a device tensor's backward ops
+on its own device thread, so each backward() call handed work to that thread and back; the
+device's passes now run on the calling thread (python/torchneuron/_backward_engine.py).
 Prints one JSON object; run_bench.py includes it.
 
     /usr/bin/python3 bench/op_overhead.py [--threads 1] [--rounds 21] [--ops-per-block 2000]

@@ -40,6 +40,18 @@ c10::optional<LaunchPlan> planCat(const std::vector<at::Tensor>& tensors, int64_
     promotion = at::native::update_result_type_state(t, promotion);
   }
   const at::ScalarType dtype = at::native::result_type(promotion);
+  // A new or resized output's layout, as ATen's cat (cat_compute_output_memory_format): the
+  // inputs' suggested memory format when they all suggest one, else contiguous.
+  c10::MemoryFormat format = first.suggest_memory_format();
+  for (const at::Tensor& t : tensors)
+    if (t.suggest_memory_format() != format) format = c10::MemoryFormat::Contiguous;
+  DimVector fresh_strides = contiguousStrides(shape);
+  if (format != c10::MemoryFormat::Contiguous) {
+    const std::vector<int64_t> strides = format == c10::MemoryFormat::ChannelsLast
+                                             ? c10::get_channels_last_strides_2d(shape)
+                                             : c10::get_channels_last_strides_3d(shape);
+    fresh_strides.assign(strides.begin(), strides.end());
+  }
 
   LaunchPlan plan;
   PlannedOutput& output = plan.outputs.emplace_back();
@@ -57,7 +69,7 @@ c10::optional<LaunchPlan> planCat(const std::vector<at::Tensor>& tensors, int64_
     written = ViewGeometry::of(*out);
     output.resize = written.sizes != at::IntArrayRef(shape);
     if (output.resize) {
-      output.strides = contiguousStrides(shape);
+      output.strides = fresh_strides;
       ViewGeometry resized = ViewGeometry::planned(output.sizes, output.strides,
                                                    written.storage_offset, written.itemsize);
       resized.storage = written.storage;
@@ -70,7 +82,8 @@ c10::optional<LaunchPlan> planCat(const std::vector<at::Tensor>& tensors, int64_
   } else {
     output.dtype = dtype;
     if (!fusion::isKernelDtype(dtype)) return c10::nullopt;
-    output.strides = contiguousStrides(shape);
+    output.strides = fresh_strides;
+    output.contiguous = format == c10::MemoryFormat::Contiguous;
     written = ViewGeometry::planned(output.sizes, output.strides, 0,
                                     static_cast<int64_t>(c10::elementSize(dtype)));
   }

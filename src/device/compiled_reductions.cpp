@@ -151,8 +151,10 @@ bool decideTypes(const ReductionRule& rule, const NamedArgs& args, ReductionCall
       const auto found = std::find(spec.special_values.begin(), spec.special_values.end(), value);
       call.constants.push_back(found - spec.special_values.begin());
     }
-    call.needs_elements |= std::find(spec.need_elements.begin(), spec.need_elements.end(), value) !=
-                           spec.need_elements.end();
+    if (!spec.reduces_nothing_for.empty())
+      call.needs_elements |=
+          std::find(spec.reduces_nothing_for.begin(), spec.reduces_nothing_for.end(), value) ==
+          spec.reduces_nothing_for.end();
   }
   for (size_t i = 0; i < call.outputs.size(); ++i)
     if (call.outputs[i].scalar_type() != call.output_dtypes.at(i)) return false;

@@ -62,6 +62,12 @@ uint8_t computeClassOf(at::ScalarType dtype) {
 c10::optional<at::ScalarType> computeDtype(const ElementwiseOp& op, const BoundCall& call,
                                            const WrittenOperand* target,
                                            c10::optional<c10::Device>& device) {
+  for (const std::string& name : op.same_dtype_as_self)
+    for (size_t i = 1; i < call.operands.size(); ++i)
+      if (call.specs[i]->arg == name && !call.scalars[i])
+        TORCH_CHECK(call.operands[i].scalar_type() == call.operands[0].scalar_type(),
+                    "expected dtype ", call.operands[0].dtype(), " for `", name, "` but got dtype ",
+                    call.operands[i].dtype());
   at::native::ResultTypeState promotion;
   bool any_promoting = false;
   for (size_t i = 0; i < call.operands.size(); ++i) {
@@ -99,6 +105,10 @@ c10::optional<at::ScalarType> computeDtype(const ElementwiseOp& op, const BoundC
     if (!op.special_values.empty()) constants.push_back(specialValueIndex(op, call, common));
     if (!op.matches_cpu(common, constants)) return c10::nullopt;
   }
+  // ATen's checks of an alpha (add, sub, rsub), with its errors: a bool alpha needs a bool
+  // result, an integer result an integral alpha.
+  for (size_t i = 0; i < call.params.size() && i < op.params.size(); ++i)
+    if (op.params[i].arg == "alpha") at::native::alpha_check(common, call.params[i]);
   for (const c10::Scalar& param : call.params) {
     if (param.isComplex()) return c10::nullopt;
     if (!at::isFloatingType(common) && param.isFloatingPoint()) return c10::nullopt;
@@ -173,10 +183,11 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     TORCH_CHECK(binding.casts_freely || at::canCast(result_dtype, target->dtype), "result type ",
                 result_dtype, " can't be cast to the desired output type ", target->dtype);
     if (!binding.in_place && at::IntArrayRef(shape) != target->view.sizes) {
-      // resize_output makes it contiguous in place (same tensor, storage and offset).
+      // Resized in place (same tensor, storage and offset) with the strides a new result would
+      // have: TensorIterator lays a resized output out in the inputs' order, as a new one.
       output.resize = true;
       output.sizes.assign(shape.begin(), shape.end());
-      output.strides = contiguousStrides(shape);
+      output.strides = stridesLike(shape, views);
       written = ViewGeometry::planned(output.sizes, output.strides, target->view.storage_offset,
                                       target->view.itemsize);
       written.storage = target->view.storage;

@@ -68,7 +68,13 @@ at::Tensor materialize(const PlannedOutput& output, at::ArrayRef<at::Tensor> giv
                        bool unbacked) {
   if (output.given >= 0) {
     const at::Tensor& tensor = given_outputs[output.given];
-    if (output.resize) at::native::resize_output(tensor, output.sizes);
+    if (output.resize) {
+      // resize_output, then the strides ATen's TensorIterator or cat gives a resized output
+      // (the inputs' layout); the same storage and offset.
+      at::native::resize_output(tensor, output.sizes);
+      if (tensor.strides() != at::IntArrayRef(output.strides))
+        tensor.as_strided_(output.sizes, output.strides);
+    }
     return tensor;
   }
   if (output.device.type() == kNeuronDeviceType && unbacked)

@@ -187,11 +187,15 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     const Value& x = c.operands[0];
     const Value one = e.constantLike(1.0, x.type);
     // bfloat16's x ** 3 and x ** -2 round the square first (ATen: Vectorized<BFloat16>
-    // products); half computes std::pow in float, as the other exponents do.
+    // products); half computes std::pow in float, as the other exponents do. For 0.5 and -0.5
+    // that differs from sqrt at -0.0 and -inf (pow(-inf, 0.5) is inf, sqrt(-inf) NaN), so half
+    // calls powf there too.
     auto square = [&] {
       return c.stored.isBFloat16Bits() ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x);
     };
-    switch (c.constants.empty() ? -1 : c.constants.back()) {
+    int64_t special = c.constants.empty() ? -1 : c.constants.back();
+    if (c.stored.isHalf() && (special == 2 || special == 3)) special = -1;
+    switch (special) {
     case 0:
       return e.mul(x, x);
     case 1:
@@ -343,6 +347,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   // lerp.Tensor checks that all its tensors, the output too, have one dtype; lerp.Scalar casts.
   lerp.output_dtype = OutputDtypeRule::kExactWithTensor;
   lerp.exact_dtype_operand = "weight";
+  lerp.same_dtype_as_self = {"end", "weight"};
   lerp.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value &start = c.operands[0], &end = c.operands[1];

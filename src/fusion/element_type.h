@@ -20,6 +20,7 @@ struct ElementType {
   // reaches LLVM, whose x86 backend would call __truncsfbf2 (missing from GCC 12's libgcc) for
   // bf16 values it keeps in registers.
   bool isBFloat16Bits() const { return kind == NumberKind::kFloat && mlir == "i16"; }
+  bool isHalf() const { return kind == NumberKind::kFloat && mlir == "f16"; }
   bool isInteger() const { return kind == NumberKind::kSigned || kind == NumberKind::kUnsigned; }
 };
 

@@ -112,6 +112,9 @@ struct ElementwiseOp {
   bool refuses_bool_operands = false;
   OutputDtypeRule output_dtype = OutputDtypeRule::kCasts;
   std::string exact_dtype_operand = {}; // for kExactWithNumber and kExactWithTensor
+  // Operands that ATen requires to have self's dtype when they are tensors, checked in this order
+  // before anything else ("expected dtype double for `end` but got dtype float": lerp).
+  std::vector<std::string> same_dtype_as_self = {};
 };
 
 // `op` as ATen builds it when it builds it as a unary op (OutputDtypeRule::kExact): an out= must
@@ -158,8 +161,11 @@ struct ReductionParamSpec {
   // Values the lowering has code of its own for (a norm's order): the value's index here, or
   // size() for any other value, is the reduction's constant (part of the kernel key).
   std::vector<double> special_values = {};
-  // Values for which reducing no elements is ATen's error (a norm of order -inf).
-  std::vector<double> need_elements = {};
+  // When not empty: the only values for which reducing no elements is computed here (the 2-, 1-
+  // and 0-norms of nothing are 0). Any other value leaves an empty reduction to ATen, whose
+  // answers differ by op: linalg.vector_norm raises for the inf, -inf and negative orders, norm
+  // returns 0 for negative p.
+  std::vector<double> reduces_nothing_for = {};
 };
 
 // The shape/dtype rule of a reduction: which ATen overloads run it and which of their calls the

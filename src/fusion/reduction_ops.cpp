@@ -404,7 +404,7 @@ ReductionOp vectorNorm() {
       atenRule(ReductionResult::kRequested, {"linalg_vector_norm", "linalg_vector_norm.out",
                                              "norm.ScalarOpt_dim", "norm.out", "norm.Scalar"});
   op.rule.floats_only = true;
-  op.rule.params = {{{"ord", "p"}, 2, {2, 1, INFINITY, -INFINITY, 0}, {-INFINITY}}};
+  op.rule.params = {{{"ord", "p"}, 2, {2, 1, INFINITY, -INFINITY, 0}, {2, 1, 0}}};
   op.init = [](ReduceContext& c, int) {
     const double start = c.constants[0] == 3 ? INFINITY : 0.0;
     return Values{c.emit.floatConstant(start, c.wide)};

@@ -67,7 +67,7 @@ TEST(OpRegistry, ReductionsCarryTheirAtenRulesAsData) {
   const ReductionRule& norm = findReductionOp("vector_norm")->rule;
   ASSERT_EQ(norm.params.size(), 1u);
   EXPECT_EQ(norm.params[0].special_values.size(), 5u);
-  EXPECT_EQ(norm.params[0].need_elements, std::vector<double>{-INFINITY});
+  EXPECT_EQ(norm.params[0].reduces_nothing_for, (std::vector<double>{2, 1, 0}));
   EXPECT_EQ(findReductionOp("softmax_backward")->rule.inputs,
             (std::vector<std::string>{"grad_output", "output"}));
   EXPECT_EQ(findReductionOp("softmax")->rule.false_only, "half_to_float");
