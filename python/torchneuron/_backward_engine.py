@@ -1,4 +1,4 @@
-"""Backward passes on the calling thread (``NEURON_BACKWARD_ON_CALLER``, on by default).
+"""Backward passes on the calling thread (``NEURON_BACKWARD_ON_CALLER``).
 
 PyTorch 1.13 runs the backward ops of every device but the CPU on a worker thread of its own, so
 each ``backward()`` of device tensors handed its work to that thread and waited for it: about 35
@@ -9,29 +9,41 @@ worker was given. ``torch.autograd.backward`` and ``torch.autograd.grad`` call
 engine of the caller's thread (bindings/caller_thread_engine.h): the whole pass, device ops
 included, runs on the thread that called ``backward()``, as a CPU pass does.
 ``queue_callback`` and ``is_checkpoint_valid`` are PyTorch's engine's: they act on the pass the
-calling thread is running, whichever engine runs it. ``NEURON_BACKWARD_ON_CALLER=0`` keeps
-PyTorch's engine.
+calling thread is running, whichever engine runs it.
+
+When: ``auto`` (the default) runs a pass on the caller's thread when PyTorch's intra-op thread
+count is 1 at the pass's start, and on PyTorch's engine otherwise. At 2 threads on this 2-vCPU VM,
+passes on the caller's thread made whole training steps 1.3x-3x slower (stock's CPU steps in the
+same process too): the caller's OpenMP workers spin-wait after each compiled kernel while
+OpenBLAS's threads need the cores (with ``OMP_WAIT_POLICY=PASSIVE`` the caller's thread was as
+fast as PyTorch's engine; docs/benchmarks.md, "Where a step's backward runs"). ``1``: always the
+caller's thread; ``0``: always PyTorch's engine.
 """
 
 import contextlib
 import os
 import warnings
 
+import torch
 from torch.autograd.variable import Variable
 
 from . import _autograd
 
 SETTING = "NEURON_BACKWARD_ON_CALLER"
+CHOICES = ("auto", "1", "0")
 
 
 class CallerThreadEngine:
     """Stands in for ``torch._C._ImperativeEngine`` at ``Variable._execution_engine``."""
 
-    def __init__(self, pytorch_engine):
+    def __init__(self, pytorch_engine, always: bool):
         self.pytorch_engine = pytorch_engine
+        self.always = always
 
     def run_backward(self, *args, **kwargs):
-        return _autograd.run_backward(*args, **kwargs)
+        if self.always or torch.get_num_threads() == 1:
+            return _autograd.run_backward(*args, **kwargs)
+        return self.pytorch_engine.run_backward(*args, **kwargs)
 
     def queue_callback(self, callback):
         return self.pytorch_engine.queue_callback(callback)
@@ -40,19 +52,20 @@ class CallerThreadEngine:
         return self.pytorch_engine.is_checkpoint_valid()
 
 
-def enabled_by_setting() -> bool:
-    value = os.environ.get(SETTING, "1")
-    if value in ("0", "1"):
-        return value == "1"
-    warnings.warn(f"[device] {SETTING}={value!r} is not 0 or 1; backward passes run on the "
-                  f"calling thread (the default)")
-    return True
+def setting() -> str:
+    value = os.environ.get(SETTING, "auto")
+    if value in CHOICES:
+        return value
+    warnings.warn(f"[device] {SETTING}={value!r} is not one of auto, 1, 0; using auto")
+    return "auto"
 
 
 def install() -> None:
-    if not enabled_by_setting() or isinstance(Variable._execution_engine, CallerThreadEngine):
+    chosen = setting()
+    if chosen == "0" or isinstance(Variable._execution_engine, CallerThreadEngine):
         return
-    Variable._execution_engine = CallerThreadEngine(Variable._execution_engine)
+    Variable._execution_engine = CallerThreadEngine(Variable._execution_engine,
+                                                    always=chosen == "1")
 
 
 @contextlib.contextmanager
@@ -68,9 +81,11 @@ def pytorch_engine():
         Variable._execution_engine = saved
 
 
-def active() -> bool:
-    """Whether backward passes run on the calling thread."""
-    return isinstance(Variable._execution_engine, CallerThreadEngine)
+def on_caller() -> bool:
+    """Whether a backward pass started now on this thread runs on it."""
+    engine = Variable._execution_engine
+    return isinstance(engine, CallerThreadEngine) and (engine.always
+                                                       or torch.get_num_threads() == 1)
 
 
-__all__ = ["install", "active", "pytorch_engine", "SETTING"]
+__all__ = ["install", "on_caller", "pytorch_engine", "SETTING"]

@@ -18,6 +18,16 @@ from torchneuron import _backward_engine
 dev = torchneuron.device()
 
 
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    """NEURON_BACKWARD_ON_CALLER=auto (the default) runs passes on the caller's thread at one
+    intra-op thread; the tests below run there, except where they set the count themselves."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 def threads_of_backward(tensor_device):
     """The native ids of the threads a pass's hooks ran on."""
     seen = set()
@@ -28,32 +38,42 @@ def threads_of_backward(tensor_device):
 
 
 def test_a_device_pass_runs_on_the_calling_thread():
-    assert _backward_engine.active()
+    assert _backward_engine.on_caller()
     assert threads_of_backward(dev) == {threading.get_native_id()}
 
 
 def test_pytorchs_engine_ran_it_on_its_device_thread():
     """What the caller-thread engine replaces, and the comparison the bench's variant makes."""
     with _backward_engine.pytorch_engine():
-        assert not _backward_engine.active()
+        assert not _backward_engine.on_caller()
         seen = threads_of_backward(dev)
-    assert _backward_engine.active()
+    assert _backward_engine.on_caller()
     assert len(seen) == 1 and seen != {threading.get_native_id()}
 
 
-def test_the_setting_off_keeps_pytorchs_engine_and_a_bad_value_warns():
+def test_by_default_passes_at_two_intra_op_threads_run_on_pytorchs_engine():
+    torch.set_num_threads(2)
+    assert not _backward_engine.on_caller()
+    assert threads_of_backward(dev) != {threading.get_native_id()}
+    torch.set_num_threads(1)
+    assert threads_of_backward(dev) == {threading.get_native_id()}
+
+
+def test_the_setting_chooses_the_engine_and_a_bad_value_warns():
     script = ("import threading, torch, torchneuron\n"
               "from torchneuron import _backward_engine\n"
+              "torch.set_num_threads(2)\n"
               "seen = set(); t = torch.ones(4, device=torchneuron.device(), requires_grad=True)\n"
               "t.register_hook(lambda g: seen.add(threading.get_native_id()))\n"
               "t.sum().backward()\n"
-              "print(_backward_engine.active(), seen == {threading.get_native_id()})\n")
-    for value, expected in (("0", "False False"), ("1", "True True"), ("yes", "True True")):
+              "print(_backward_engine.on_caller(), seen == {threading.get_native_id()})\n")
+    for value, expected in (("0", "False False"), ("1", "True True"), ("auto", "False False"),
+                            ("yes", "False False")):
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                               env={**os.environ, "NEURON_BACKWARD_ON_CALLER": value}, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.split()[-2:] == expected.split(), (value, done.stdout)
-        warned = "NEURON_BACKWARD_ON_CALLER='yes' is not 0 or 1" in done.stderr
+        warned = "NEURON_BACKWARD_ON_CALLER='yes' is not one of auto, 1, 0" in done.stderr
         assert warned == (value == "yes"), done.stderr
 
 
@@ -223,6 +243,7 @@ def test_two_threads_pass_side_by_side_with_the_cpus_gradients():
 
 FORKED_CHILD_TRAINS = r"""
 import os, torch, torchneuron
+torch.set_num_threads(1)  # passes on the caller's thread: no engine threads, no fork guard
 d = torchneuron.device()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)).to(d)
