@@ -6,13 +6,11 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/graph_task.h>
 
-#include <pthread.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace torchneuron {
 namespace {
@@ -45,11 +43,8 @@ public:
     thread_pool_shared_ = std::make_shared<ThreadPoolShared>();
   }
 
-  ~CallerThreadEngine() override {
-    // The queues are the thread's own CPU queue, not worker queues stop() could shut down.
-    device_ready_queues_.clear();
-    Engine::stop();
-  }
+  // Never destroyed (callerThreadEngine() keeps every engine it makes): a reentrant helper thread
+  // the engine started runs on `this` for the rest of the process.
 
   variable_list execute(const edge_list& roots, const variable_list& inputs, bool keep_graph,
                         bool create_graph, bool accumulate_grad,
@@ -89,30 +84,34 @@ public:
   }
 };
 
-// Forks so far, counted in each child: a thread's engine from before a fork() is not used after
-// it. Its reentrant helper threads (if a pass ever went that deep) did not survive the fork, and
-// their count would send a deep pass to wait for them; the child's engine is a new one and the old
-// one is left alone (its state may be mid-update by a thread the fork did not copy).
-std::atomic<uint64_t> forks{0};
-
-void countForkInChild() { forks.fetch_add(1, std::memory_order_relaxed); }
-
 } // namespace
 
 torch::autograd::Engine& callerThreadEngine() {
-  static const bool registered = [] {
-    return pthread_atfork(nullptr, nullptr, countForkInChild) == 0;
-  }();
-  TORCH_CHECK(registered, "[device] could not register the backward engine's fork handler");
-  thread_local std::unique_ptr<CallerThreadEngine> engine;
-  thread_local uint64_t made_after_forks = 0;
-  const uint64_t now = forks.load(std::memory_order_relaxed);
-  if (engine != nullptr && made_after_forks != now) (void)engine.release(); // see `forks`
-  if (engine == nullptr) {
-    engine = std::make_unique<CallerThreadEngine>();
-    made_after_forks = now;
+  // Engines of threads that have exited, for the next threads: an engine is never freed, since
+  // the reentrant helper threads it may have started (a pass nested deeper than the engine's
+  // recursion limit) keep using it, and reusing it reuses them.
+  static std::mutex* const idle_mutex = new std::mutex;
+  static std::vector<CallerThreadEngine*>* const idle = new std::vector<CallerThreadEngine*>;
+  struct ThisThreads {
+    CallerThreadEngine* engine = nullptr;
+    ~ThisThreads() {
+      if (engine == nullptr) return;
+      std::lock_guard<std::mutex> lock(*idle_mutex);
+      idle->push_back(engine);
+    }
+  };
+  thread_local ThisThreads mine;
+  if (mine.engine == nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(*idle_mutex);
+      if (!idle->empty()) {
+        mine.engine = idle->back();
+        idle->pop_back();
+      }
+    }
+    if (mine.engine == nullptr) mine.engine = new CallerThreadEngine();
   }
-  return *engine;
+  return *mine.engine;
 }
 
 } // namespace torchneuron

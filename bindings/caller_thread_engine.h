@@ -12,17 +12,23 @@
 // How: an Engine of PyTorch's own (all of its scheduling, dependency counting, hooks, reentrant
 // passes, callbacks and error handling), whose device queues are the calling thread's CPU queue
 // (set per graph task: GraphTask::cpu_ready_queue_), so Engine::ready_queue() routes a device
-// node where it routes a CPU node. It starts no device threads. One engine per thread: the
-// queues are per thread, and two threads' passes then never share state (each used to wait for
-// the one device thread in turn; they now run side by side, as two CPU passes always did).
-// PythonEngine's Python error handling (a hook's Python exception kept and re-raised as itself)
-// is repeated here; it cannot be subclassed (its constructor is private).
+// node where it routes a CPU node. It starts no device threads. One engine per thread at a time:
+// the queues are per thread, so two threads' passes run side by side (they share only what CPU
+// passes of two threads share: graph nodes, AccumulateGrad's lock), where PyTorch's engine ran
+// both threads' device ops on its one device thread. PythonEngine's Python error handling (a
+// hook's Python exception kept and re-raised as itself) is repeated here; it cannot be
+// subclassed (its constructor is private). A failed pass's tasks that never ran (their
+// gradients, the nodes and their saved tensors) stay in the thread's queue until its next pass
+// drops them, as a failed CPU pass's do in PyTorch; PyTorch's device thread dropped a device
+// pass's at once. (ReadyQueue's members are private and not exported: nothing here can empty it.)
 //
-// Threads: callerThreadEngine() returns this thread's engine, made at its first call and
-// destroyed when the thread exits. A reentrant pass deeper than the engine's recursion limit
-// runs on a helper thread of that engine (PyTorch's own pool), which reads the engine's queues
-// while their owner waits; they are written only when the thread's CPU queue changes, which it
-// does not while a pass of that thread runs.
+// Threads: callerThreadEngine() returns this thread's engine, taken at its first call from the
+// engines of threads that have exited, or made. Engines are never freed: a pass nested deeper
+// than the engine's recursion limit (60) runs on reentrant helper threads the engine starts
+// (PyTorch's add_thread_pool_task), which keep using it; the next thread to take the engine
+// reuses them, so helpers number at most what the deepest concurrent passes needed. Starting a
+// helper arms PyTorch's fork guard: a child forked afterwards refuses backward passes, as after
+// PyTorch's own engine started its threads.
 
 #include <torch/csrc/autograd/engine.h>
 

@@ -199,6 +199,56 @@ def test_reentrant_passes_deeper_than_the_engines_limit_finish():
     assert x.grad.cpu().tolist() == [expected.item()] * 2
 
 
+DEEP_PASSES_ON_SHORT_LIVED_THREADS = r"""
+import os, threading, torch, torchneuron
+torch.set_num_threads(1)
+dev = torchneuron.device()
+class Nested(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, depth):
+        ctx.depth = depth
+        return x.clone()
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.depth > 0:
+            with torch.enable_grad():
+                inner = torch.ones(2, device=grad.device, requires_grad=True)
+                torch.autograd.backward(Nested.apply(inner * 1, ctx.depth - 1).sum())
+            grad = grad + inner.grad.sum()
+        return grad, None
+def work():
+    x = torch.ones(2, device=dev, requires_grad=True)
+    Nested.apply(x, 62).sum().backward()
+    assert x.grad.cpu().tolist() == [2.0 ** 63 - 1] * 2
+def on_a_thread():
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+work()
+on_a_thread()  # its engine, made now with helpers of its own, goes to the next thread
+after_first = len(os.listdir("/proc/self/task"))
+for _ in range(12):
+    on_a_thread()
+print("threads", after_first, len(os.listdir("/proc/self/task")))
+"""
+
+
+def test_deep_passes_on_short_lived_threads_reuse_the_engines_helpers():
+    """A pass deeper than the recursion limit starts helper threads that keep using their engine:
+    a thread's engine outlives the thread (it was freed under them: a crash with freed memory
+    poisoned) and the next thread reuses it and its helpers (each thread's own helpers piled
+    up, 2 -> 5 -> 17 OS threads over 10 threads)."""
+    done = subprocess.run([sys.executable, "-c", DEEP_PASSES_ON_SHORT_LIVED_THREADS],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MALLOC_PERTURB_": "165",
+                               "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    # Helpers come and go by a thread or two as they finish (PyTorch starts one when none is
+    # idle); each thread's own would have added about one per thread.
+    assert words[0] == "threads" and int(words[2]) <= int(words[1]) + 4, done.stdout
+
+
 def test_a_callback_queued_during_the_pass_runs_at_its_end():
     from torch.autograd.variable import Variable
     order = []
