@@ -27,6 +27,16 @@ using torch::autograd::edge_list;
 using torch::autograd::Variable;
 using torch::autograd::variable_list;
 
+// PyTorch's refusal of a vmapped output or input (`role`: "output" or "input"), in its words.
+void checkNotVmapped(const at::Tensor& tensor, const char* role, int64_t index){
+    TORCH_CHECK(!at::isBatchedTensor(tensor),
+                "torch.autograd.grad(outputs, inputs, grad_outputs) called inside ",
+                "torch.vmap. We do not support the case where any ", role, "s are ",
+                "vmapped tensors (", role, " ", index,
+                " is being vmapped over). Please "
+                "call autograd.grad() outside torch.vmap or file a bug report "
+                "with your use case.")}
+
 PyObject* runBackward(PyObject* /*self*/, PyObject* args, PyObject* kwargs) {
   HANDLE_TH_ERRORS
   PyObject* tensors = nullptr;
@@ -69,13 +79,7 @@ PyObject* runBackward(PyObject* /*self*/, PyObject* args, PyObject* kwargs) {
     THPUtils_assert(THPVariable_Check(tensor_object), "element %d of tensors tuple is not a Tensor",
                     static_cast<int>(i));
     const auto& variable = THPVariable_Unpack(tensor_object);
-    TORCH_CHECK(!at::isBatchedTensor(variable),
-                "torch.autograd.grad(outputs, inputs, grad_outputs) called inside ",
-                "torch.vmap. We do not support the case where any outputs are ",
-                "vmapped tensors (output ", i,
-                " is being vmapped over). Please "
-                "call autograd.grad() outside torch.vmap or file a bug report "
-                "with your use case.")
+    checkNotVmapped(variable, "output", i);
     auto gradient_edge = torch::autograd::impl::gradient_edge(variable);
     THPUtils_assert(gradient_edge.function,
                     "element %d of tensors does not require grad and does not have a grad_fn",
@@ -111,13 +115,7 @@ PyObject* runBackward(PyObject* /*self*/, PyObject* args, PyObject* kwargs) {
       THPUtils_assert(THPVariable_Check(input), "all inputs have to be Tensors, but got %s",
                       THPUtils_typename(input));
       const auto& tensor = THPVariable_Unpack(input);
-      TORCH_CHECK(!at::isBatchedTensor(tensor),
-                  "torch.autograd.grad(outputs, inputs, grad_outputs) called inside ",
-                  "torch.vmap. We do not support the case where any inputs are ",
-                  "vmapped tensors (input ", i,
-                  " is being vmapped over). Please "
-                  "call autograd.grad() outside torch.vmap or file a bug report "
-                  "with your use case.")
+      checkNotVmapped(tensor, "input", i);
       const auto output_nr = tensor.output_nr();
       auto grad_fn = tensor.grad_fn();
       if (!grad_fn) grad_fn = torch::autograd::impl::try_get_grad_accumulator(tensor);

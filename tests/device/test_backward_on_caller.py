@@ -200,22 +200,11 @@ def test_reentrant_passes_deeper_than_the_engines_limit_finish():
 
 
 DEEP_PASSES_ON_SHORT_LIVED_THREADS = r"""
-import os, threading, torch, torchneuron
+import os, sys, threading, torch, torchneuron
 torch.set_num_threads(1)
 dev = torchneuron.device()
-class Nested(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, depth):
-        ctx.depth = depth
-        return x.clone()
-    @staticmethod
-    def backward(ctx, grad):
-        if ctx.depth > 0:
-            with torch.enable_grad():
-                inner = torch.ones(2, device=grad.device, requires_grad=True)
-                torch.autograd.backward(Nested.apply(inner * 1, ctx.depth - 1).sum())
-            grad = grad + inner.grad.sum()
-        return grad, None
+sys.path.insert(0, TESTS)
+from test_backward_on_caller import Nested
 def work():
     x = torch.ones(2, device=dev, requires_grad=True)
     Nested.apply(x, 62).sum().backward()
@@ -238,7 +227,9 @@ def test_deep_passes_on_short_lived_threads_reuse_the_engines_helpers():
     a thread's engine outlives the thread (it was freed under them: a crash with freed memory
     poisoned) and the next thread reuses it and its helpers (each thread's own helpers piled
     up, 2 -> 5 -> 17 OS threads over 10 threads)."""
-    done = subprocess.run([sys.executable, "-c", DEEP_PASSES_ON_SHORT_LIVED_THREADS],
+    script = DEEP_PASSES_ON_SHORT_LIVED_THREADS.replace(
+        "TESTS", repr(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", script],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MALLOC_PERTURB_": "165",
                                "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"})
