@@ -168,4 +168,6 @@ PYBIND11_MODULE(_autograd, m) {
   m.doc() = "torchneuron's backward passes on the calling thread (bindings/caller_thread_engine.h)";
   m.add_object("run_backward", pybind11::reinterpret_steal<pybind11::object>(
                                    PyCFunction_NewEx(&run_backward_method, nullptr, nullptr)));
+  m.def("engines_made", &torchneuron::callerThreadEnginesMade,
+        "how many caller-thread engines this process has made");
 }

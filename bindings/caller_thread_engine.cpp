@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -84,6 +86,8 @@ public:
   }
 };
 
+std::atomic<int64_t> engines_made{0};
+
 } // namespace
 
 torch::autograd::Engine& callerThreadEngine() {
@@ -109,9 +113,14 @@ torch::autograd::Engine& callerThreadEngine() {
         idle->pop_back();
       }
     }
-    if (mine.engine == nullptr) mine.engine = new CallerThreadEngine();
+    if (mine.engine == nullptr) {
+      mine.engine = new CallerThreadEngine();
+      engines_made.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   return *mine.engine;
 }
+
+int64_t callerThreadEnginesMade() { return engines_made.load(std::memory_order_relaxed); }
 
 } // namespace torchneuron

@@ -32,8 +32,14 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <cstdint>
+
 namespace torchneuron {
 
 torch::autograd::Engine& callerThreadEngine();
+
+// How many engines callerThreadEngine() has made in this process (tests: a thread that exits
+// leaves its engine to the next).
+int64_t callerThreadEnginesMade();
 
 } // namespace torchneuron
