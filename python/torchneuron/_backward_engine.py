@@ -40,8 +40,12 @@ class CallerThreadEngine:
         self.pytorch_engine = pytorch_engine
         self.always = always
 
+    def runs_on_caller(self) -> bool:
+        """Whether a pass started now on this thread runs on it (the setting's rule)."""
+        return self.always or torch.get_num_threads() == 1
+
     def run_backward(self, *args, **kwargs):
-        if self.always or torch.get_num_threads() == 1:
+        if self.runs_on_caller():
             return _autograd.run_backward(*args, **kwargs)
         return self.pytorch_engine.run_backward(*args, **kwargs)
 
@@ -84,8 +88,7 @@ def pytorch_engine():
 def on_caller() -> bool:
     """Whether a backward pass started now on this thread runs on it."""
     engine = Variable._execution_engine
-    return isinstance(engine, CallerThreadEngine) and (engine.always
-                                                       or torch.get_num_threads() == 1)
+    return isinstance(engine, CallerThreadEngine) and engine.runs_on_caller()
 
 
 __all__ = ["install", "on_caller", "pytorch_engine", "SETTING"]
