@@ -244,8 +244,11 @@ def test_deep_passes_on_short_lived_threads_reuse_the_engines_helpers():
     # helpers of its own, piled up before). Helper threads that run nested passes have engines
     # too, made during the deep passes. The OS thread count is no measure: PyTorch starts a
     # helper whenever none is idle at that instant, more often under load.
+    # A thread's engine goes back when the OS thread ends, which can be just after join()
+    # returns (Python releases the join first): the next thread then makes one more, and the
+    # late one is there for the threads after it. Without passing engines on: 12 more.
     words = done.stdout.split()
-    assert words[0] == "engines" and words[1] == words[2], done.stdout
+    assert words[0] == "engines" and int(words[2]) - int(words[1]) <= 2, done.stdout
 
 
 def test_a_callback_queued_during_the_pass_runs_at_its_end():
