@@ -43,6 +43,10 @@ def mode_environment(mode, threads, build_dir):
         # Freed memory stays mapped (no decay back to the OS): no page-fault storm on reuse.
         env["LD_PRELOAD"] = JEMALLOC
         env["MALLOC_CONF"] = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+        # Idle OpenMP workers sleep at once instead of spinning ~4 ms after each parallel region
+        # beside OpenBLAS's threads (stock's 2-thread training steps ran 2.5x-4x slower with
+        # libgomp's default; the device's import does the like: src/device/openmp_wait.h).
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if mode == "neuron-adaptive":
         env["NEURON_ADAPTIVE_EAGER"] = "1"
     return env
@@ -118,7 +122,8 @@ def run_adaptive_pairs(args, workloads, threads, stock):
     """Adaptive against eager mode on the same state, repetitions alternating in one process per
     workload (bench/adaptive_pairs.py): the matrix's adaptive/eager ratio without the noise
     between processes; with `stock`, stock-tuned as a third arm in the same process (jemalloc
-    preloaded, as for that mode's cells). {threads: [row per workload]}."""
+    preloaded and OpenMP's passive wait, as for that mode's cells). {threads: [row per
+    workload]}."""
     results = {}
     for t in threads:
         rows = []

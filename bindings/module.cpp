@@ -24,6 +24,7 @@
 #include "device/eager_call_cache.h"
 #include "device/list_launch.h"
 #include "device/metrics.h"
+#include "device/openmp_wait.h"
 #include "device/torch_fork_safety.h"
 #include "device/warm_start.h"
 #include "support/settings.h"
@@ -420,6 +421,13 @@ PYBIND11_MODULE(_C, m) {
   torchneuron::startMissingAutogradDeviceThread();
   torchneuron::setCacheWarningDelivery(&deliverCacheWarning);
   m.def("check_settings", &checkSettings);
+  // Applies NEURON_OPENMP_WAIT (device/openmp_wait.h) once; returns the rule's name.
+  m.def("apply_openmp_wait_rule", [] {
+    return std::string(torchneuron::openMpWaitRuleName(torchneuron::applyOpenMpWaitRule()));
+  });
+  m.def("parked_openmp_team_size", &torchneuron::parkedOpenMpTeamSize);
+  m.def("idle_openmp_workers_spin_long",
+        [] { return torchneuron::idleOpenMpWorkersSpinLong(torchneuron::applyOpenMpWaitRule()); });
   m.def("take_cache_warnings", &torchneuron::takeQueuedCacheWarnings);
   m.def("flush_store_writes", &torchneuron::flushPersistentWrites,
         py::call_guard<py::gil_scoped_release>());

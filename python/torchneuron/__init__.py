@@ -282,6 +282,15 @@ def wait_for_compiles() -> None:
     _C.wait_for_fused_compiles()
 
 
+def openmp_wait_rule() -> str:
+    """How long PyTorch's idle OpenMP workers spin in this process (``NEURON_OPENMP_WAIT``,
+    applied at import): ``short-spin`` (the device parked an idle team so they spin briefly),
+    ``passive`` (``OMP_WAIT_POLICY=passive``), ``user-set`` (``OMP_WAIT_POLICY`` or
+    ``GOMP_SPINCOUNT`` set otherwise), ``unchanged`` (``NEURON_OPENMP_WAIT=unchanged``) or
+    ``one-cpu``. docs/architecture.md, "Parallelism"."""
+    return _C.apply_openmp_wait_rule()
+
+
 def explain(windows: int = 10) -> str:
     """What the adaptive tracer saw: the most frequent windows, what ended each (the sync point
     and the op), whether it is hot, and which recording sites were pinned to op-by-op."""
@@ -292,6 +301,7 @@ _storage_compat.install()
 _dataloader_workers.install()  # device tensors in DataLoader workers: a clear error
 _autocast.install()  # torch.autocast("privateuseone"): warns once, changes nothing
 _legacy_new.install()  # Tensor.new(...) of device tensors, as on the CPU
+_C.apply_openmp_wait_rule()  # PyTorch's idle OpenMP workers spin briefly (NEURON_OPENMP_WAIT)
 _backward_engine.install()  # backward passes on the calling thread (NEURON_BACKWARD_ON_CALLER)
 
 if os.environ.get("NEURON_ADAPTIVE_EXPLAIN", "").lower() in ("1", "true", "yes", "on"):

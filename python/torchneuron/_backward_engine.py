@@ -11,12 +11,14 @@ included, runs on the thread that called ``backward()``, as a CPU pass does.
 ``queue_callback`` and ``is_checkpoint_valid`` are PyTorch's engine's: they act on the pass the
 calling thread is running, whichever engine runs it.
 
-When: ``auto`` (the default) runs a pass on the caller's thread when PyTorch's intra-op thread
-count is 1 at the pass's start, and on PyTorch's engine otherwise. At 2 threads on this 2-vCPU VM,
-passes on the caller's thread made whole training steps 1.3x-3x slower (stock's CPU steps in the
-same process too): the caller's OpenMP workers spin-wait after each compiled kernel while
-OpenBLAS's threads need the cores (with ``OMP_WAIT_POLICY=PASSIVE`` the caller's thread was as
-fast as PyTorch's engine; docs/benchmarks.md, "Where a step's backward runs"). ``1``: always the
+When: ``auto`` (the default) runs a pass on the caller's thread unless PyTorch's idle OpenMP
+workers spin long and PyTorch runs more than one intra-op thread: then on PyTorch's engine. On
+this 2-vCPU VM, at 2 threads with libgomp's default spin, passes on the caller's thread made
+whole training steps 1.3x-3x slower (stock's CPU steps in the same process too): the caller's
+OpenMP workers spin-wait after each compiled kernel while OpenBLAS's threads need the cores.
+The import's OpenMP wait rule (``NEURON_OPENMP_WAIT``, device/openmp_wait.h) makes them spin
+briefly, as ``OMP_WAIT_POLICY=passive`` does, and then the caller's thread is as fast at 2
+threads as at 1 (docs/benchmarks.md, "Where a step's backward runs"). ``1``: always the
 caller's thread; ``0``: always PyTorch's engine.
 """
 
@@ -27,7 +29,7 @@ import warnings
 import torch
 from torch.autograd.variable import Variable
 
-from . import _autograd
+from . import _C, _autograd
 
 SETTING = "NEURON_BACKWARD_ON_CALLER"
 CHOICES = ("auto", "1", "0")
@@ -36,13 +38,14 @@ CHOICES = ("auto", "1", "0")
 class CallerThreadEngine:
     """Stands in for ``torch._C._ImperativeEngine`` at ``Variable._execution_engine``."""
 
-    def __init__(self, pytorch_engine, always: bool):
+    def __init__(self, pytorch_engine, always: bool, workers_spin_long: bool):
         self.pytorch_engine = pytorch_engine
         self.always = always
+        self.workers_spin_long = workers_spin_long
 
     def runs_on_caller(self) -> bool:
         """Whether a pass started now on this thread runs on it (the setting's rule)."""
-        return self.always or torch.get_num_threads() == 1
+        return self.always or not self.workers_spin_long or torch.get_num_threads() == 1
 
     def run_backward(self, *args, **kwargs):
         if self.runs_on_caller():
@@ -68,8 +71,9 @@ def install() -> None:
     chosen = setting()
     if chosen == "0" or isinstance(Variable._execution_engine, CallerThreadEngine):
         return
-    Variable._execution_engine = CallerThreadEngine(Variable._execution_engine,
-                                                    always=chosen == "1")
+    Variable._execution_engine = CallerThreadEngine(
+        Variable._execution_engine, always=chosen == "1",
+        workers_spin_long=_C.idle_openmp_workers_spin_long())
 
 
 @contextlib.contextmanager

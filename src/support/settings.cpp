@@ -134,6 +134,15 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
   };
   readSetting(lookup, "NEURON_LAUNCH_POOL", "a launch pool ('openmp' or 'tbb')", s.launch_pool,
               "openmp", pool, s);
+  auto wait = [](const char* raw) -> std::optional<OpenMpWait> {
+    const std::string value = raw;
+    if (value == "short") return OpenMpWait::kShort;
+    if (value == "unchanged") return OpenMpWait::kUnchanged;
+    return std::nullopt;
+  };
+  readSetting(lookup, "NEURON_OPENMP_WAIT",
+              "a wait rule for OpenMP's idle workers ('short' or 'unchanged')", s.openmp_wait,
+              "short", wait, s);
   readSetting(lookup, "NEURON_WARM_START_MAX_BYTES", kBytes, s.warm_start_max_bytes,
               describeBytes(defaults.warm_start_max_bytes), bytes, s);
   auto ms = [](const char* raw) { return parseMilliseconds(raw); };

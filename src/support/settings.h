@@ -24,6 +24,8 @@ enum class FallbackMode { kWarn, kSilent, kError };
 // Whose worker threads run the parts of a parallel launch: PyTorch's OpenMP team (the one its
 // own CPU kernels use), or a TBB arena of the launcher's own.
 enum class LaunchPool { kOpenMp, kTbb };
+// How long PyTorch's idle OpenMP workers spin (device/openmp_wait.h).
+enum class OpenMpWait { kShort, kUnchanged };
 
 struct Settings {
   bool cache_enabled = true;                           // NEURON_CACHE
@@ -42,6 +44,7 @@ struct Settings {
   bool perf_map = false;        // NEURON_PERF_MAP: name linked kernels for perf (perf_map.h)
   // NEURON_LAUNCH_POOL: the threads that run a parallel launch (launcher/parallel_launch.h).
   LaunchPool launch_pool = LaunchPool::kOpenMp;
+  OpenMpWait openmp_wait = OpenMpWait::kShort; // NEURON_OPENMP_WAIT
   // One line per cache knob that was set to a value outside its type, naming the variable and
   // the value and saying which default it took instead.
   std::vector<std::string> warnings;

@@ -21,7 +21,8 @@ dev = torchneuron.device()
 @pytest.fixture(autouse=True)
 def one_intra_op_thread():
     """NEURON_BACKWARD_ON_CALLER=auto (the default) runs passes on the caller's thread at one
-    intra-op thread; the tests below run there, except where they set the count themselves."""
+    intra-op thread whatever OpenMP's wait rule; the tests below run there, except where they set
+    the count themselves."""
     saved = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -51,15 +52,18 @@ def test_pytorchs_engine_ran_it_on_its_device_thread():
     assert len(seen) == 1 and seen != {threading.get_native_id()}
 
 
-def test_by_default_passes_at_two_intra_op_threads_run_on_pytorchs_engine():
+def test_by_default_passes_at_two_threads_run_on_the_caller_unless_idle_openmp_workers_spin():
+    """The import's OpenMP wait rule (test_openmp_wait.py) decides: where idle workers spin
+    briefly, passes at 2 threads run on the caller's thread too."""
     torch.set_num_threads(2)
-    assert not _backward_engine.on_caller()
-    assert threads_of_backward(dev) != {threading.get_native_id()}
+    on_caller = not torchneuron._C.idle_openmp_workers_spin_long()
+    assert _backward_engine.on_caller() == on_caller
+    assert (threads_of_backward(dev) == {threading.get_native_id()}) == on_caller
     torch.set_num_threads(1)
     assert threads_of_backward(dev) == {threading.get_native_id()}
 
 
-def test_the_setting_chooses_the_engine_and_a_bad_value_warns():
+def test_the_setting_and_the_openmp_wait_rule_choose_the_engine_and_a_bad_value_warns():
     script = ("import threading, torch, torchneuron\n"
               "from torchneuron import _backward_engine\n"
               "torch.set_num_threads(2)\n"
@@ -67,12 +71,19 @@ def test_the_setting_chooses_the_engine_and_a_bad_value_warns():
               "t.register_hook(lambda g: seen.add(threading.get_native_id()))\n"
               "t.sum().backward()\n"
               "print(_backward_engine.on_caller(), seen == {threading.get_native_id()})\n")
-    for value, expected in (("0", "False False"), ("1", "True True"), ("auto", "False False"),
-                            ("yes", "False False")):
+    spinning = {"NEURON_OPENMP_WAIT": "unchanged"}  # libgomp's long spin: PyTorch's engine
+    for value, openmp, expected in (
+            ("0", {}, "False False"), ("1", {}, "True True"), ("1", spinning, "True True"),
+            ("auto", {}, "True True"), ("auto", spinning, "False False"),
+            ("auto", {"OMP_WAIT_POLICY": "active"}, "False False"),
+            ("auto", {"OMP_WAIT_POLICY": "passive"}, "True True"), ("yes", {}, "True True")):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NEURON_OPENMP_WAIT")}
+        env.update(NEURON_BACKWARD_ON_CALLER=value, **openmp)
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              env={**os.environ, "NEURON_BACKWARD_ON_CALLER": value}, timeout=120)
+                              env=env, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stdout.split()[-2:] == expected.split(), (value, done.stdout)
+        assert done.stdout.split()[-2:] == expected.split(), (value, openmp, done.stdout)
         warned = "NEURON_BACKWARD_ON_CALLER='yes' is not one of auto, 1, 0" in done.stderr
         assert warned == (value == "yes"), done.stderr
 

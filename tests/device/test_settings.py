@@ -59,6 +59,7 @@ BAD_KNOBS = [
     ("NEURON_WARM_START_MAX_BYTES", "1e23"),
     ("NEURON_LIST_LAUNCHES", "sometimes"),
     ("NEURON_LAUNCH_POOL", "fibers"),
+    ("NEURON_OPENMP_WAIT", "sometimes"),
     ("NEURON_HUGE_PAGES", "large"),
     ("NEURON_PERF_MAP", "maybe"),
 ]

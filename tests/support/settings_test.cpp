@@ -49,6 +49,21 @@ TEST(Settings, BooleansAcceptEveryDocumentedSpelling) {
   EXPECT_TRUE(parse({{"NEURON_PERF_MAP", "yes"}}).perf_map);
 }
 
+TEST(Settings, OpenMpWorkersWaitShortlyUnlessUnchangedIsNamed) {
+  EXPECT_EQ(parse({}).openmp_wait, OpenMpWait::kShort);
+  EXPECT_EQ(parse({{"NEURON_OPENMP_WAIT", "unchanged"}}).openmp_wait, OpenMpWait::kUnchanged);
+  EXPECT_EQ(parse({{"NEURON_OPENMP_WAIT", "short"}}).openmp_wait, OpenMpWait::kShort);
+  const Settings s = parse({{"NEURON_OPENMP_WAIT", "passive"}});
+  EXPECT_EQ(s.openmp_wait, OpenMpWait::kShort);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(
+      s.warnings[0].find(
+          "NEURON_OPENMP_WAIT=passive is not a wait rule for OpenMP's idle workers ('short' or "
+          "'unchanged'); the default (short) is used"),
+      std::string::npos)
+      << s.warnings[0];
+}
+
 TEST(Settings, TheLaunchPoolIsOpenMpUnlessTbbIsNamed) {
   EXPECT_EQ(parse({}).launch_pool, LaunchPool::kOpenMp);
   EXPECT_EQ(parse({{"NEURON_LAUNCH_POOL", "tbb"}}).launch_pool, LaunchPool::kTbb);

@@ -1,0 +1,45 @@
+#pragma once
+// How long PyTorch's idle OpenMP workers spin: the rule DESIGN.md decision 8 needs for the pools
+// that share the cores (PyTorch's OpenMP team, which also runs compiled kernels, and OpenBLAS's
+// threads).
+//
+// libgomp's workers spin-wait after each parallel region before they sleep: 300000 rounds (about
+// 4 ms of a core on this VM) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT says otherwise, and only
+// about 100 rounds while libgomp runs more threads than there are CPUs (libgomp's manual,
+// GOMP_SPINCOUNT). At 2 threads on 2 CPUs an OpenBLAS call made right after a parallel region
+// (an ATen op, a compiled kernel) shared the cores with that spinning worker: whole training
+// steps ran 2.5x-4x slower, stock PyTorch's too (docs/benchmarks.md, "OpenMP's idle workers").
+// Those variables are read once, when libgomp loads with libtorch, before this project's code
+// can set them; so the `short` rule parks one idle OpenMP team of omp_get_num_procs() threads on
+// a helper thread of its own. From then on libgomp runs more threads than CPUs whenever PyTorch
+// runs a team, and its idle workers spin briefly and sleep. The parked team's threads sleep and
+// are never woken; the helper lives as long as the process (its team dies with it).
+
+namespace torchneuron {
+
+enum class OpenMpWaitRule {
+  kShortSpin, // the parked team: idle workers spin briefly (NEURON_OPENMP_WAIT=short)
+  kPassive,   // OMP_WAIT_POLICY=passive: idle workers sleep at once; nothing to do
+  kUserSet,   // OMP_WAIT_POLICY (not passive) or GOMP_SPINCOUNT set: left to them
+  kUnchanged, // NEURON_OPENMP_WAIT=unchanged: libgomp's default spin
+  kOneCpu,    // one CPU: no team runs beside the caller, nothing spins
+};
+
+// Applies NEURON_OPENMP_WAIT once per process; later calls return the first call's rule.
+// Thread-safe. Called when the Python package is imported.
+OpenMpWaitRule applyOpenMpWaitRule();
+
+// How many threads the parked team has (0 unless the rule is kShortSpin): omp_get_num_procs(),
+// or fewer if libgomp gave fewer.
+int parkedOpenMpTeamSize();
+
+// The rule's name as the Python package reports it: "short-spin", "passive", "user-set",
+// "unchanged", "one-cpu".
+const char* openMpWaitRuleName(OpenMpWaitRule rule);
+
+// Whether, under `rule`, PyTorch's idle OpenMP workers may spin long when PyTorch runs as many
+// threads as CPUs: libgomp's default left as it is, or the user's own variables (which this
+// project does not second-guess).
+bool idleOpenMpWorkersSpinLong(OpenMpWaitRule rule);
+
+} // namespace torchneuron
