@@ -13,7 +13,7 @@ With --stock, stock PyTorch is a third arm: the same workload built on the CPU f
 seed, its repetitions in the same rotation (eager, adaptive, stock, then stock, adaptive, eager),
 so each round's stock time over each mode's time is a paired ratio too (`eager_vs_stock`,
 `adaptive_vs_stock`: medians, with their ranges). Issue 15 compares with stock-tuned, so run it
-with jemalloc preloaded (and at 2+ threads `OMP_WAIT_POLICY=PASSIVE`) as run_bench.py runs that
+with jemalloc preloaded and `OMP_WAIT_POLICY=PASSIVE` as run_bench.py runs that
 mode; the device's arms then allocate their host-side objects (Python's, tensors' metadata) from
 jemalloc too, their memory from the device's caching allocator as always, and share the wait
 policy (the device's import then parks no OpenMP team: src/device/openmp_wait.h).

@@ -55,7 +55,7 @@ print(rule, statistics.median(times))
 
 def one_process(rule, workload, threads, reps, build):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NEURON_OPENMP_WAIT")}
+           if not k.startswith(("OMP_", "GOMP_", "KMP_")) and k != "NEURON_OPENMP_WAIT"}
     env.update(OMP_NUM_THREADS=str(threads), RULE=rule, WORKLOAD=workload, REPS=str(reps),
                BENCH_DIR=HERE, NEURON_CACHE="0")
     env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")

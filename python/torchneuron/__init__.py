@@ -286,8 +286,9 @@ def openmp_wait_rule() -> str:
     """How long PyTorch's idle OpenMP workers spin in this process (``NEURON_OPENMP_WAIT``,
     applied at import): ``short-spin`` (the device parked an idle team so they spin briefly),
     ``passive`` (``OMP_WAIT_POLICY=passive``), ``user-set`` (``OMP_WAIT_POLICY`` or
-    ``GOMP_SPINCOUNT`` set otherwise), ``unchanged`` (``NEURON_OPENMP_WAIT=unchanged``) or
-    ``one-cpu``. docs/architecture.md, "Parallelism"."""
+    ``GOMP_SPINCOUNT`` set otherwise), ``unchanged`` (``NEURON_OPENMP_WAIT=unchanged``),
+    ``one-cpu``, ``other-runtime`` (not exactly one libgomp loaded) or ``partial-team`` (libgomp
+    gave the parked team fewer threads than asked). docs/architecture.md, "Parallelism"."""
     return _C.apply_openmp_wait_rule()
 
 

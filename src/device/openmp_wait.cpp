@@ -1,5 +1,6 @@
 #include "device/openmp_wait.h"
 
+#include <link.h>
 #include <omp.h>
 #include <pthread.h>
 
@@ -11,6 +12,7 @@
 #include <future>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "support/settings.h"
@@ -18,8 +20,12 @@
 namespace torchneuron {
 namespace {
 
-std::string lowered(const char* text) {
+std::string trimmedLowered(const char* text) {
   std::string value = text;
+  const auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!value.empty() && blank(value.back()))
+    value.pop_back();
+  value.erase(value.begin(), std::find_if_not(value.begin(), value.end(), blank));
   std::transform(value.begin(), value.end(), value.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return value;
@@ -56,19 +62,57 @@ int parkIdleTeam(int threads) {
   return started.get();
 }
 
+// Whether the process has exactly one OpenMP runtime loaded and it is GCC's libgomp, so that the
+// team parked here is counted by the runtime PyTorch's team runs on (a wheel's bundled
+// libgomp-<hash>.so, LLVM's libomp or Intel's libiomp5 would not be, or would not throttle).
+bool oneLibgompLoaded() {
+  struct Count {
+    int libgomp = 0;
+    int other = 0;
+  } count;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) {
+        auto* seen = static_cast<Count*>(data);
+        const std::string path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const std::string name = path.substr(path.rfind('/') + 1);
+        if (name.rfind("libgomp", 0) == 0) ++seen->libgomp;
+        if (name.rfind("libomp.so", 0) == 0 || name.rfind("libiomp", 0) == 0) ++seen->other;
+        return 0;
+      },
+      &count);
+  return count.libgomp == 1 && count.other == 0;
+}
+
 int parked_team_size = 0; // written once, before applyOpenMpWaitRule()'s static is published
 
 OpenMpWaitRule chooseAndApply() {
-  if (isSet("OMP_WAIT_POLICY")) {
-    return lowered(std::getenv("OMP_WAIT_POLICY")) == "passive" ? OpenMpWaitRule::kPassive
-                                                                : OpenMpWaitRule::kUserSet;
-  }
+  // As libgomp reads them (env.c): GOMP_SPINCOUNT wins over OMP_WAIT_POLICY; the policy's value
+  // is trimmed and compared without case. (Values set after libgomp loaded, from os.environ after
+  // `import torch`, are read here but were never libgomp's: not detectable.)
   if (isSet("GOMP_SPINCOUNT")) return OpenMpWaitRule::kUserSet;
+  if (isSet("OMP_WAIT_POLICY")) {
+    return trimmedLowered(std::getenv("OMP_WAIT_POLICY")) == "passive" ? OpenMpWaitRule::kPassive
+                                                                       : OpenMpWaitRule::kUserSet;
+  }
   if (settings().openmp_wait == OpenMpWait::kUnchanged) return OpenMpWaitRule::kUnchanged;
-  const int cpus = omp_get_num_procs();
+  // The process's CPUs now (omp_get_num_procs(): its affinity) may be fewer than libgomp counted
+  // when it loaded, never more than are online.
+  const int online = static_cast<int>(std::thread::hardware_concurrency());
+  const int cpus = std::max(omp_get_num_procs(), online);
   if (cpus < 2) return OpenMpWaitRule::kOneCpu;
-  parked_team_size = parkIdleTeam(cpus);
-  return OpenMpWaitRule::kShortSpin;
+  if (!oneLibgompLoaded()) return OpenMpWaitRule::kOtherRuntime;
+  // libgomp throttles while it runs more threads than the CPUs it counted when it loaded (the
+  // process's affinity then, at most the CPUs online). A team of one more than that many makes
+  // its count exceed them on its own: throttled from the park's first wait on, whatever affinity
+  // the process has now and however many threads PyTorch runs.
+  const int wanted = cpus + 1;
+  try {
+    parked_team_size = parkIdleTeam(wanted);
+  } catch (const std::system_error&) {
+    return OpenMpWaitRule::kUnchanged; // no thread for the helper: libgomp as it is
+  }
+  // Fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC, ...): not enough to throttle.
+  return parked_team_size >= wanted ? OpenMpWaitRule::kShortSpin : OpenMpWaitRule::kPartialTeam;
 }
 
 } // namespace
@@ -95,12 +139,17 @@ const char* openMpWaitRuleName(OpenMpWaitRule rule) {
     return "unchanged";
   case OpenMpWaitRule::kOneCpu:
     return "one-cpu";
+  case OpenMpWaitRule::kOtherRuntime:
+    return "other-runtime";
+  case OpenMpWaitRule::kPartialTeam:
+    return "partial-team";
   }
   return "unknown";
 }
 
 bool idleOpenMpWorkersSpinLong(OpenMpWaitRule rule) {
-  return rule == OpenMpWaitRule::kUserSet || rule == OpenMpWaitRule::kUnchanged;
+  return rule == OpenMpWaitRule::kUserSet || rule == OpenMpWaitRule::kUnchanged ||
+         rule == OpenMpWaitRule::kOtherRuntime || rule == OpenMpWaitRule::kPartialTeam;
 }
 
 } // namespace torchneuron

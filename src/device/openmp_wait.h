@@ -10,31 +10,37 @@
 // (an ATen op, a compiled kernel) shared the cores with that spinning worker: whole training
 // steps ran 2.5x-4x slower, stock PyTorch's too (docs/benchmarks.md, "OpenMP's idle workers").
 // Those variables are read once, when libgomp loads with libtorch, before this project's code
-// can set them; so the `short` rule parks one idle OpenMP team of omp_get_num_procs() threads on
-// a helper thread of its own. From then on libgomp runs more threads than CPUs whenever PyTorch
-// runs a team, and its idle workers spin briefly and sleep. The parked team's threads sleep and
-// are never woken; the helper lives as long as the process (its team dies with it).
+// can set them; so the `short` rule parks one idle OpenMP team on a helper thread of its own, one
+// thread more than the CPUs libgomp can have counted when it loaded (libgomp counts a new team's
+// threads but its first one). From then on libgomp runs more threads than CPUs, whatever
+// PyTorch's own team, and every idle worker, the parked ones included, spins briefly and sleeps.
+// The parked threads are never woken again; the helper lives as long as the process (its team
+// dies with it). Only where exactly one libgomp is loaded (Debian's libtorch and this project
+// share it); measured on a 2-vCPU VM only: on large machines compare NEURON_OPENMP_WAIT=unchanged
+// (every region then wakes sleeping workers, the price OMP_WAIT_POLICY=passive pays too).
 
 namespace torchneuron {
 
 enum class OpenMpWaitRule {
-  kShortSpin, // the parked team: idle workers spin briefly (NEURON_OPENMP_WAIT=short)
-  kPassive,   // OMP_WAIT_POLICY=passive: idle workers sleep at once; nothing to do
-  kUserSet,   // OMP_WAIT_POLICY (not passive) or GOMP_SPINCOUNT set: left to them
-  kUnchanged, // NEURON_OPENMP_WAIT=unchanged: libgomp's default spin
-  kOneCpu,    // one CPU: no team runs beside the caller, nothing spins
+  kShortSpin,    // the parked team: idle workers spin briefly (NEURON_OPENMP_WAIT=short)
+  kPassive,      // OMP_WAIT_POLICY=passive: idle workers sleep at once; nothing to do
+  kUserSet,      // OMP_WAIT_POLICY (not passive) or GOMP_SPINCOUNT set: left to them
+  kUnchanged,    // NEURON_OPENMP_WAIT=unchanged: libgomp's default spin
+  kOneCpu,       // one CPU online: PyTorch runs one thread, no team, nothing spins
+  kOtherRuntime, // not exactly one libgomp loaded (a wheel's own copy, libomp, libiomp5): unknown
+  kPartialTeam,  // libgomp gave the parked team fewer threads than asked: not throttled
 };
 
 // Applies NEURON_OPENMP_WAIT once per process; later calls return the first call's rule.
 // Thread-safe. Called when the Python package is imported.
 OpenMpWaitRule applyOpenMpWaitRule();
 
-// How many threads the parked team has (0 unless the rule is kShortSpin): omp_get_num_procs(),
-// or fewer if libgomp gave fewer.
+// How many threads the parked team has (0 where none was parked): one more than the CPUs
+// (omp_get_num_procs() or the CPUs online, the larger), or fewer if libgomp gave fewer.
 int parkedOpenMpTeamSize();
 
 // The rule's name as the Python package reports it: "short-spin", "passive", "user-set",
-// "unchanged", "one-cpu".
+// "unchanged", "one-cpu", "other-runtime", "partial-team".
 const char* openMpWaitRuleName(OpenMpWaitRule rule);
 
 // Whether, under `rule`, PyTorch's idle OpenMP workers may spin long when PyTorch runs as many
