@@ -4,7 +4,9 @@ over rows, its mean, layer norm's backward, amax, max and argmax over rows) and 
 bench/copies.py (transposes made contiguous, a clone) and of bench/random_draws.py (dropout's masks
 drawn with bernoulli_, dropout itself, uniform_ and kaiming_uniform_) matches the CPU before it is timed (the
 scripts raise otherwise) and reports positive times for stock and the device; and
-bench/backward_handoff.py times each part of each variant."""
+bench/backward_handoff.py times each part of each variant; bench/product_share.py finds the
+products (and convolutions) of stock's step, bench/openmp_wait.py runs stock under each OpenMP
+wait rule."""
 import json
 import os
 import subprocess
@@ -42,3 +44,30 @@ def test_backward_handoff_times_every_part_of_every_variant():
     for name, parts in steps.items():
         assert all(parts[p] > 0 for p in ("zero_grad", "forward", "step", "total")), (name, parts)
         assert (parts["backward"] > 1) == (name != "device-no-backward"), (name, parts)
+
+
+def test_product_share_finds_the_products_and_convolutions_of_stocks_step():
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "product_share.py"), "--steps", "2",
+                           "--workloads", "mlp-train,cnn-mnist-train"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["workload"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]}
+    for name, row in rows.items():
+        assert 0 < row["product_ms"] < row["step_ms"], row
+        assert row["ceiling"] == round(row["step_ms"] / row["product_ms"], 2), row
+    assert set(rows["mlp-train"]["product_ops_ms"]) <= {"aten::mm", "aten::addmm"}
+    assert "aten::convolution_backward" in rows["cnn-mnist-train"]["product_ops_ms"]
+
+
+def test_openmp_wait_runs_stock_under_each_rule():
+    build = ["--build", os.environ["NEURON_BUILD_DIR"]] if "NEURON_BUILD_DIR" in os.environ else []
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "openmp_wait.py"), "--processes",
+                           "1", "--reps", "2", "--workloads", "mlp-train"] + build,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rules = json.loads(done.stdout.strip().splitlines()[-1])["workloads"]["mlp-train"]
+    parked = "short-spin" if os.cpu_count() >= 2 else "one-cpu"
+    assert {r: rules[r]["rule_in_force"] for r in rules} == {
+        "default": "default", "passive": "passive", "parked": parked,
+        "parked-unchanged": "unchanged"}
+    assert all(rules[r]["median_ms"] > 0 for r in rules)
