@@ -83,49 +83,53 @@ bool oneLibgompLoaded() {
   return count.libgomp == 1 && count.other == 0;
 }
 
-int parked_team_size = 0; // written once, before applyOpenMpWaitRule()'s static is published
+struct Applied {
+  OpenMpWaitRule rule;
+  int parked_team_size = 0;
+};
 
-OpenMpWaitRule chooseAndApply() {
+Applied chooseAndApply() {
   // As libgomp reads them (env.c): GOMP_SPINCOUNT wins over OMP_WAIT_POLICY; the policy's value
   // is trimmed and compared without case. (Values set after libgomp loaded, from os.environ after
   // `import torch`, are read here but were never libgomp's: not detectable.)
-  if (isSet("GOMP_SPINCOUNT")) return OpenMpWaitRule::kUserSet;
+  if (isSet("GOMP_SPINCOUNT")) return {OpenMpWaitRule::kUserSet};
   if (isSet("OMP_WAIT_POLICY")) {
-    return trimmedLowered(std::getenv("OMP_WAIT_POLICY")) == "passive" ? OpenMpWaitRule::kPassive
-                                                                       : OpenMpWaitRule::kUserSet;
+    return {trimmedLowered(std::getenv("OMP_WAIT_POLICY")) == "passive" ? OpenMpWaitRule::kPassive
+                                                                        : OpenMpWaitRule::kUserSet};
   }
-  if (settings().openmp_wait == OpenMpWait::kUnchanged) return OpenMpWaitRule::kUnchanged;
+  if (settings().openmp_wait == OpenMpWait::kUnchanged) return {OpenMpWaitRule::kUnchanged};
   // The process's CPUs now (omp_get_num_procs(): its affinity) may be fewer than libgomp counted
   // when it loaded, never more than are online.
   const int online = static_cast<int>(std::thread::hardware_concurrency());
   const int cpus = std::max(omp_get_num_procs(), online);
-  if (cpus < 2) return OpenMpWaitRule::kOneCpu;
-  if (!oneLibgompLoaded()) return OpenMpWaitRule::kOtherRuntime;
+  if (cpus < 2) return {OpenMpWaitRule::kOneCpu};
+  if (!oneLibgompLoaded()) return {OpenMpWaitRule::kOtherRuntime};
   // libgomp throttles while it runs more threads than the CPUs it counted when it loaded (the
   // process's affinity then, at most the CPUs online). A team of one more than that many makes
   // its count exceed them on its own: throttled from the park's first wait on, whatever affinity
   // the process has now and however many threads PyTorch runs.
   const int wanted = cpus + 1;
+  int parked = 0;
   try {
-    parked_team_size = parkIdleTeam(wanted);
+    parked = parkIdleTeam(wanted);
   } catch (const std::system_error&) {
-    return OpenMpWaitRule::kUnchanged; // no thread for the helper: libgomp as it is
+    return {OpenMpWaitRule::kUnchanged}; // no thread for the helper: libgomp as it is
   }
   // Fewer threads than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC, ...): not enough to throttle.
-  return parked_team_size >= wanted ? OpenMpWaitRule::kShortSpin : OpenMpWaitRule::kPartialTeam;
+  return {parked >= wanted ? OpenMpWaitRule::kShortSpin : OpenMpWaitRule::kPartialTeam, parked};
+}
+
+// Applied once, at the first call, thread-safely.
+const Applied& applied() {
+  static const Applied once = chooseAndApply();
+  return once;
 }
 
 } // namespace
 
-OpenMpWaitRule applyOpenMpWaitRule() {
-  static const OpenMpWaitRule rule = chooseAndApply();
-  return rule;
-}
+OpenMpWaitRule applyOpenMpWaitRule() { return applied().rule; }
 
-int parkedOpenMpTeamSize() {
-  applyOpenMpWaitRule();
-  return parked_team_size;
-}
+int parkedOpenMpTeamSize() { return applied().parked_team_size; }
 
 const char* openMpWaitRuleName(OpenMpWaitRule rule) {
   switch (rule) {

@@ -44,8 +44,8 @@ int parkedOpenMpTeamSize();
 const char* openMpWaitRuleName(OpenMpWaitRule rule);
 
 // Whether, under `rule`, PyTorch's idle OpenMP workers may spin long when PyTorch runs as many
-// threads as CPUs: libgomp's default left as it is, or the user's own variables (which this
-// project does not second-guess).
+// threads as CPUs: libgomp's default left as it is (unchanged, a team given short), the user's
+// own variables (which this project does not second-guess), or a runtime it cannot judge.
 bool idleOpenMpWorkersSpinLong(OpenMpWaitRule rule);
 
 } // namespace torchneuron

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.utils.checkpoint as checkpoint
 import torchneuron
 from torchneuron import _backward_engine
+from test_openmp_wait import environment_without_openmp_variables
 
 dev = torchneuron.device()
 
@@ -77,8 +78,7 @@ def test_the_setting_and_the_openmp_wait_rule_choose_the_engine_and_a_bad_value_
             ("auto", {}, "True True"), ("auto", spinning, "False False"),
             ("auto", {"OMP_WAIT_POLICY": "active"}, "False False"),
             ("auto", {"OMP_WAIT_POLICY": "passive"}, "True True"), ("yes", {}, "True True")):
-        env = {k: v for k, v in os.environ.items()  # none of OpenMP's own variables
-               if not k.startswith(("OMP_", "GOMP_", "KMP_")) and k != "NEURON_OPENMP_WAIT"}
+        env = environment_without_openmp_variables()
         env.update(NEURON_BACKWARD_ON_CALLER=value, **openmp)
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                               env=env, timeout=120)

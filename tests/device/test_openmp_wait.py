@@ -50,10 +50,15 @@ print(torchneuron.openmp_wait_rule(), spent * 1000)
 """
 
 
+def environment_without_openmp_variables():
+    """This process's environment less OpenMP's own variables (they change the rule and the
+    counts) and NEURON_OPENMP_WAIT, whatever the caller's environment."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMP_", "GOMP_", "KMP_")) and k != "NEURON_OPENMP_WAIT"}
+
+
 def run(script, preexec_fn=None, **settings):
-    # None of OpenMP's own variables (they change the counts), whatever the caller's environment.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMP_", "GOMP_", "KMP_")) and k != "NEURON_OPENMP_WAIT"}
+    env = environment_without_openmp_variables()
     # No background work of the device's own (the warm start reads the cache) during the sleeps.
     env.update(OMP_NUM_THREADS="2", NEURON_CACHE="0", NEURON_WARM_START="0", **settings)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
