@@ -196,6 +196,14 @@ c10::optional<LaunchPlan> planReduction(const ReductionCall& call) {
       columns_dense &= kept.strides[i].back() == 1 || kept.strides[i].back() == 0;
     signature.column_order = columns_dense;
   }
+  // Blocked rows when one kept dimension lies between reduced ones in the first input (a batch
+  // norm's channel): its rows are short runs far apart (ReductionSignature::blocked_rows).
+  if (fusion::blockedRowsSupported(*call.op) && !signature.column_order && kept.sizes.size() == 1 &&
+      red.sizes.size() >= 2 && kept.sizes[0] > 1) {
+    const int64_t kept_stride = kept.strides[first_input][0];
+    signature.blocked_rows = red.strides[first_input].front() > kept_stride &&
+                             red.strides[first_input].back() < kept_stride;
+  }
   for (size_t i = 0; i < num_operands; ++i) {
     const bool is_input = i >= first_input;
     const bool reduce_output = !is_input && !call.op->elementOutput(i);

@@ -75,6 +75,7 @@ Hash64 ReductionSignature::key() const {
   for (InnerStride s : inner)
     h.u64(static_cast<uint64_t>(s));
   h.u64(column_order);
+  if (blocked_rows) h.str("blocked rows"); // other keys unchanged
   return h.digest();
 }
 
@@ -86,7 +87,7 @@ std::string ReductionSignature::describe() const {
   for (size_t i = 0; i < outputs.size(); ++i)
     text += std::string(i ? "," : "") + c10::toString(outputs[i]);
   return text + ") kept " + std::to_string(kept_rank) + " reduced " + std::to_string(reduced_rank) +
-         (column_order ? " column order" : "");
+         (column_order ? " column order" : "") + (blocked_rows ? " blocked rows" : "");
 }
 
 int ReductionSignature::outputRank(size_t o) const {
@@ -96,6 +97,11 @@ int ReductionSignature::outputRank(size_t o) const {
 bool columnOrderSupported(const ReductionOp& op) {
   // A window's loops are unrolled over its constant shape instead (static_window).
   return op.passes == 1 && !op.row_output && !op.needs_index && !op.static_window;
+}
+
+bool blockedRowsSupported(const ReductionOp& op) {
+  return op.row_output && op.row_stats > 0 && !op.needs_index && !op.static_window &&
+         op.store_pass < 0 && !op.pass_results;
 }
 
 std::string kernelEntryName(Hash64 key) { return "neuron_kernel_" + hexOf(key); }

@@ -69,6 +69,12 @@ struct ReductionSignature {
   // that dimension with one accumulator per column, vectorized across columns. Only for
   // single-pass reductions without element indices (columnOrderSupported).
   bool column_order = false;
+  // Blocked rows: the only kept dimension lies between reduced ones in the inputs' memory (a
+  // batch norm's channel in [N, C, H, W]), so one row's elements are short runs far apart. The
+  // kernel then walks a block of rows together, outer reduced dimensions outside the block's
+  // rows, each row's innermost run inside, with the rows' accumulators in stack buffers: the
+  // inputs are read in memory order (blockedRowsSupported).
+  bool blocked_rows = false;
 
   Hash64 key() const;
   std::string describe() const;
@@ -84,6 +90,9 @@ const ReductionSignature* internSignature(const ReductionSignature& signature, H
 
 // Whether `op` can run in column order (ReductionSignature::column_order).
 bool columnOrderSupported(const ReductionOp& op);
+// Whether `op` can run with blocked rows (ReductionSignature::blocked_rows): a row-wise op with
+// per-row results, no element index, no stored row value and no pass results of its own.
+bool blockedRowsSupported(const ReductionOp& op);
 
 // The exported symbol of the kernel with this key.
 std::string kernelEntryName(Hash64 key);

@@ -121,6 +121,10 @@ public:
       emitColumnOrder(context);
       return module(arguments);
     }
+    if (blockedRows()) {
+      emitBlockedRows(context);
+      return module(arguments);
+    }
     for (int d = 0; d < k_; ++d)
       e_.line("scf.for %i" + std::to_string(d) + " = " + lowerBound(d) + " to " + upperBound(d) +
               " step %c1 {");
@@ -140,6 +144,8 @@ public:
 
 private:
   static constexpr int kColumnTile = 64;
+  // Rows per block with blocked rows: a block's accumulators and row values in stack buffers.
+  static constexpr int kRowBlock = 64;
 
   // The input dimension whose stride class the signature records: the innermost reduced one,
   // or in column order the innermost kept one.
@@ -253,6 +259,162 @@ private:
       context.results = {passResults(context, 0, std::move(accumulated))};
       storeRowOutputs(context);
     });
+  }
+
+  // Blocked rows (ReductionSignature::blocked_rows) for a kernel of its own: a fused kernel's
+  // members and epilogues keep the row order, which computes the same values.
+  bool blockedRows() const {
+    if (!s_.blocked_rows || prologue_ != nullptr || !scratch_.empty()) return false;
+    TORCH_INTERNAL_ASSERT(blockedRowsSupported(op_) && k_ == 1 && m_ >= 2, "[fusion] ", op_.name,
+                          " cannot run with blocked rows (kept ", k_, ", reduced ", m_, ")");
+    return true;
+  }
+
+  std::string rowBufferType(const ElementType& type) const {
+    return "memref<" + std::to_string(kRowBlock) + "x" + type.mlir + ">";
+  }
+
+  // Blocked rows: the rows [%begin, %end) in blocks of kRowBlock. Per block, each pass
+  // initializes its rows' accumulators in stack buffers, then walks the reduced dimensions but
+  // the innermost, the block's rows inside them and each row's innermost run inside those (a
+  // loop with the accumulators as iter_args, vectorized as in row order); then the rows'
+  // results (finish_row) and the element writes in the same order. A batch norm over
+  // [16, 96, 56, 56] then reads its input in memory order instead of in 16 runs of 12.5 KB per
+  // channel (docs/compiled-eager.md, "Batch norm").
+  void emitBlockedRows(ReduceContext& context) {
+    // The buffers: each pass's accumulators, then the rows' finish_row values, typed by what
+    // init and (in a throwaway emitter) finish_row return.
+    std::vector<std::vector<std::string>> accumulators(static_cast<size_t>(op_.passes));
+    std::vector<std::vector<Value>> like(static_cast<size_t>(op_.passes));
+    for (int pass = 0; pass < op_.passes; ++pass) {
+      like[pass] = op_.init(context, pass);
+      for (size_t a = 0; a < like[pass].size(); ++a) {
+        accumulators[pass].push_back("%bacc" + std::to_string(pass) + "_" + std::to_string(a));
+        e_.line(accumulators[pass][a] +
+                " = memref.alloca() : " + rowBufferType(like[pass][a].type));
+      }
+    }
+    const std::vector<Value> row_like = probeRowValues(context, like);
+    std::vector<std::string> row_buffers;
+    for (size_t i = 0; i < row_like.size(); ++i) {
+      row_buffers.push_back("%brow" + std::to_string(i));
+      e_.line(row_buffers[i] + " = memref.alloca() : " + rowBufferType(row_like[i].type));
+    }
+    // Loads the results of passes [0, passes) and, with `row`, the row values, of block row `u`.
+    auto loadRow = [&](const std::string& u, int passes, bool row) {
+      context.results.clear();
+      for (int pass = 0; pass < passes; ++pass)
+        context.results.push_back(loadBuffers(accumulators[pass], like[pass], u));
+      if (row) context.row = loadBuffers(row_buffers, row_like, u);
+    };
+    auto overRows = [&](const std::string& u, const std::function<void()>& body) {
+      e_.line("scf.for " + u + " = %c0 to %width step %c1 {");
+      e_.line("%i0 = arith.addi %b, " + u + " : index");
+      body();
+      e_.line("}");
+    };
+    // The reduced loops but the innermost, named prefix<j> as in row order.
+    auto outerReduced = [&](const std::string& prefix, const std::function<void()>& body) {
+      for (int j = 0; j + 1 < m_; ++j)
+        e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to %R" + std::to_string(j) +
+                " step %c1 {");
+      body();
+      for (int j = 0; j + 1 < m_; ++j)
+        e_.line("}");
+    };
+    const std::string innermost = std::to_string(m_ - 1);
+    e_.line("%rowblock = arith.constant " + std::to_string(kRowBlock) + " : index");
+    e_.line("scf.for %b = %begin to %end step %rowblock {");
+    e_.line("%rowsleft = arith.subi %end, %b : index");
+    e_.line("%width = arith.minui %rowsleft, %rowblock : index");
+    for (int pass = 0; pass < op_.passes; ++pass) {
+      const std::string p = std::to_string(pass);
+      overRows("%bu" + p + "i",
+               [&] { storeBuffers(op_.init(context, pass), accumulators[pass], "%bu" + p + "i"); });
+      const std::string prefix = "%j" + p + "_";
+      outerReduced(prefix, [&] {
+        const std::string u = "%bu" + p + "c";
+        overRows(u, [&] {
+          loadRow(u, pass, false);
+          const std::vector<Value> start = loadBuffers(accumulators[pass], like[pass], u);
+          std::vector<std::string> carried;
+          std::vector<Value> inner;
+          for (size_t a = 0; a < start.size(); ++a) {
+            const std::string name = "%bc" + p + "_" + std::to_string(a);
+            carried.push_back(name + " = " + start[a].name);
+            inner.push_back(Value{name, start[a].type});
+          }
+          const std::string result = "%bl" + p;
+          e_.line(result + ":" + std::to_string(start.size()) + " = scf.for " + prefix + innermost +
+                  " = %c0 to %R" + innermost + " step %c1 iter_args(" + join(carried) + ") -> (" +
+                  typeList(start) + ") {");
+          const std::vector<Value> updated =
+              op_.combine(context, pass, inner, loadInputs(prefix), Value{});
+          std::vector<std::string> names;
+          for (const Value& v : updated)
+            names.push_back(v.name);
+          e_.line("scf.yield " + join(names) + " : " + typeList(updated));
+          e_.line("}");
+          std::vector<Value> accumulated;
+          for (size_t a = 0; a < updated.size(); ++a)
+            accumulated.push_back(Value{result + "#" + std::to_string(a), updated[a].type});
+          storeBuffers(accumulated, accumulators[pass], u);
+        });
+      });
+    }
+    overRows("%bur", [&] {
+      loadRow("%bur", op_.passes, false);
+      context.row = op_.finish_row(context);
+      for (int i = 0; i < op_.row_stats; ++i)
+        storeOutput(context.row[i], i, keptIndices());
+      storeBuffers(context.row, row_buffers, "%bur");
+    });
+    outerReduced("%w", [&] {
+      overRows("%buw", [&] {
+        loadRow("%buw", op_.passes, true);
+        e_.line("scf.for %w" + innermost + " = %c0 to %R" + innermost + " step %c1 {");
+        const std::vector<Value> outputs = op_.finish(context, loadInputs("%w"));
+        TORCH_INTERNAL_ASSERT(outputs.size() + op_.row_stats == s_.outputs.size(), "[fusion] ",
+                              op_.name, " yields ", outputs.size(), " element outputs");
+        for (size_t i = 0; i < outputs.size(); ++i)
+          storeOutput(outputs[i], i + op_.row_stats, allIndices("%w"));
+        e_.line("}");
+      });
+    });
+    e_.line("}"); // the blocks
+  }
+
+  // The types of finish_row's values: a run of it on placeholders of the accumulators' types,
+  // in an emitter whose text is dropped.
+  std::vector<Value> probeRowValues(const ReduceContext& context,
+                                    const std::vector<std::vector<Value>>& like) const {
+    ScalarEmitter probe("", "probe");
+    ReduceContext placeholders{probe,         context.compute,   context.wide, context.params,
+                               context.count, context.constants, like,         {},
+                               false};
+    const std::vector<Value> row = op_.finish_row(placeholders);
+    TORCH_INTERNAL_ASSERT(static_cast<int>(row.size()) == op_.row_stats, "[fusion] ", op_.name,
+                          " yields ", row.size(), " row results");
+    return row;
+  }
+
+  std::vector<Value> loadBuffers(const std::vector<std::string>& buffers,
+                                 const std::vector<Value>& like, const std::string& u) {
+    std::vector<Value> values;
+    for (size_t a = 0; a < buffers.size(); ++a) {
+      const std::string name = e_.freshName();
+      e_.line(name + " = memref.load " + buffers[a] + "[" + u +
+              "] : " + rowBufferType(like[a].type));
+      values.push_back(Value{name, like[a].type});
+    }
+    return values;
+  }
+
+  void storeBuffers(const std::vector<Value>& values, const std::vector<std::string>& buffers,
+                    const std::string& u) {
+    for (size_t a = 0; a < buffers.size(); ++a)
+      e_.line("memref.store " + values[a].name + ", " + buffers[a] + "[" + u +
+              "] : " + rowBufferType(values[a].type));
   }
 
   // What pass `pass` hands later passes and `finish`: ReductionOp::pass_results of its

@@ -357,6 +357,54 @@ TEST(ReductionSplit, ARowOfAnOpWithoutPartialsStaysOneLaunch) {
   EXPECT_EQ(plan->launches.size(), 1u);
 }
 
+// Batch norm's forward over dims (0, 2, 3) of `x`: input, weight and bias (expanded).
+ReductionCall batchNormOver(const at::Tensor& x) {
+  ReductionCall call;
+  call.op = fusion::findReductionOp("batch_norm");
+  const at::Tensor per_channel = at::ones({1, x.size(1), 1, 1}).to(kNeuronDeviceType);
+  call.inputs = {x, per_channel.expand(x.sizes()), per_channel.expand(x.sizes())};
+  call.dims = {0, 2, 3};
+  call.compute = at::kFloat;
+  call.output_dtypes.assign(static_cast<size_t>(call.op->num_outputs), at::kFloat);
+  call.params = {1e-5};
+  return call;
+}
+
+TEST(LaunchPlan, AChannelBetweenReducedDimensionsRunsInBlockedRows) {
+  // [N, C, H, W]: a channel's elements are N planes, C * H * W apart.
+  const c10::optional<LaunchPlan> plan = planReduction(
+      batchNormOver(viewOf(pendingStorage(4 * 8 * 36), {4, 8, 6, 6}, {288, 36, 6, 1})));
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->launches.size(), 1u);
+  const fusion::ReductionSignature& signature = plan->launches[0].reduction;
+  EXPECT_EQ(signature.kept_rank, 1);
+  EXPECT_EQ(signature.reduced_rank, 2); // the batch, then the merged plane
+  EXPECT_TRUE(signature.blocked_rows);
+  EXPECT_NE(signature.describe().find("blocked rows"), std::string::npos);
+}
+
+TEST(LaunchPlan, AChannelOutermostInMemoryKeepsRowOrder) {
+  // The same logical shape with channels outermost in memory: each channel one contiguous run.
+  const c10::optional<LaunchPlan> channels_outer = planReduction(
+      batchNormOver(viewOf(pendingStorage(4 * 8 * 36), {4, 8, 6, 6}, {36, 144, 6, 1})));
+  ASSERT_TRUE(channels_outer.has_value());
+  EXPECT_FALSE(channels_outer->launches[0].reduction.blocked_rows);
+  // A plain sum over the middle dimension is no row-wise op with per-row results: row order.
+  const c10::optional<LaunchPlan> sum =
+      planReduction(sumOverDim1(viewOf(pendingStorage(8 * 6 * 16), {8, 6, 16}, {96, 16, 1})));
+  ASSERT_TRUE(sum.has_value());
+  EXPECT_FALSE(sum->launches[0].reduction.blocked_rows);
+}
+
+TEST(LaunchPlan, BlockedRowsChangeTheKernelKeyOnly) {
+  const c10::optional<LaunchPlan> plan = planReduction(
+      batchNormOver(viewOf(pendingStorage(4 * 8 * 36), {4, 8, 6, 6}, {288, 36, 6, 1})));
+  ASSERT_TRUE(plan.has_value());
+  fusion::ReductionSignature rows = plan->launches[0].reduction;
+  rows.blocked_rows = false;
+  EXPECT_NE(rows.key(), plan->launches[0].reduction.key());
+}
+
 TEST(LaunchPlan, EmptyOutputPlansNoLaunch) {
   const NativeOpBinding add = bindingOf("aten::add", "Tensor");
   const at::Tensor a = viewOf(pendingStorage(0), {0, 5}, {5, 1});

@@ -66,6 +66,9 @@ SHAPES = {
     "sequence": (4, 3, 40),
     "volumes": (2, 3, 4, 3, 5),
     "one_channel": (16, 1, 3, 3),  # the batch continues the plane: one run of 144
+    # Channels between batch and plane take blocked rows (ReductionSignature::blocked_rows) in
+    # blocks of 64: three blocks, the last of 2 channels.
+    "blocks": (3, 130, 6, 6),
 }
 # Shorter runs, or none (channels innermost), take ATen's kernel: the row kernel's vectorized
 # loop would leave them to its scalar remainder (BatchNorm1d over [256, 1024] was 30x slower).
@@ -193,6 +196,22 @@ def test_expanded_running_statistics_take_atens_kernel(dev):
     for d, c in zip(running_dev, running):
         assert_same(d, c)
     assert launched_since(before)["library"] == {"aten::native_batch_norm": 1}
+
+
+def test_blocked_rows_split_over_two_threads_match_the_cpu(dev):
+    # Large enough for the launch to cut the 150 channels into parts for both threads
+    # (launcher/parallel_launch.cpp: parts of 18 here), so a kernel's blocks of channels start
+    # where a part starts, not at multiples of 64.
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        # A channel's row is 6400 elements here, and ATen sums the bias and weight gradients in
+        # float32 (about 5e-4 from the float64 sum): the tolerance covers that, not the device.
+        launched = normalize_on_both(dev, batch((4, 150, 40, 40)), training=True,
+                                     tolerance={"rtol": 1e-4, "atol": 2e-3})
+    finally:
+        torch.set_num_threads(saved)
+    assert compiled(launched) == {"aten::native_batch_norm", "aten::native_batch_norm_backward"}
 
 
 def test_parameter_gradients_alone(dev):

@@ -1,8 +1,9 @@
 // Prints a registry op's kernel for FileCheck tests:
 //   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> --
 //   <inputs...> [constants...] neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute>
-//   <kept> <reduced> <output...> -- <inputs...> [constants <value>...] [column]
-//     (column: column order, inputs contiguous in their innermost kept dimension)
+//   <kept> <reduced> <output...> -- <inputs...> [constants <value>...] [column | blocked]
+//     (column: column order, inputs contiguous in their innermost kept dimension; blocked:
+//     blocked rows, the kept dimension between reduced ones)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 //   neuron_kernel_mlir <mode> fused <rank> <member>...
 //     a fused float32 kernel (fused_kernel.h); each member is op(src,...) with src x<k> (window
@@ -152,13 +153,17 @@ int main(int argc, char** argv) {
       while (args.at(i) != "--")
         s.outputs.push_back(dtypeNamed(args.at(i++)));
       ++i;
-      while (i < args.size() && args.at(i) != "column" && args.at(i) != "constants")
+      auto order = [&](size_t at) { return args.at(at) == "column" || args.at(at) == "blocked"; };
+      while (i < args.size() && !order(i) && args.at(i) != "constants")
         s.inputs.push_back(dtypeNamed(args.at(i++)));
       if (i < args.size() && args.at(i) == "constants")
-        for (++i; i < args.size() && args.at(i) != "column"; ++i)
+        for (++i; i < args.size() && !order(i); ++i)
           s.constants.push_back(std::stoll(args.at(i)));
       s.inner.assign(s.outputs.size() + s.inputs.size(), InnerStride::kContiguous);
-      s.column_order = i < args.size(); // inputs contiguous along their innermost kept dim
+      // column: inputs contiguous along their innermost kept dim; blocked: that dim between
+      // reduced ones.
+      s.column_order = i < args.size() && args.at(i) == "column";
+      s.blocked_rows = i < args.size() && args.at(i) == "blocked";
       std::cout << emit(mode, buildReductionKernel(s));
     } else if (form == "fused") {
       std::cout << emit(mode, buildFusedElementwiseKernel(fusedSignature(args, i - 1)));
