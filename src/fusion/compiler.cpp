@@ -1,4 +1,5 @@
 #include "fusion/compiler.h"
+#include "fusion/streaming_vector_width.h"
 #include "fusion/unmasked_selects.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
@@ -497,6 +498,7 @@ LoweredModule lowerKernel(const std::string& mlir_module, const std::string& ent
   }
   addSlotEntryPoint(llvm_module, entry);
   llvm_module.getFunction(entry)->addFnAttr(kRealignedStack);
+  preferHalfWidthVectorsForStreaming(llvm_module, entry);
   std::string verify_errors;
   llvm::raw_string_ostream verify_stream(verify_errors);
   if (llvm::verifyModule(llvm_module, &verify_stream)) fail("invalid LLVM IR", verify_errors);

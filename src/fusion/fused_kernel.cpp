@@ -1,4 +1,5 @@
 #include "fusion/fused_kernel.h"
+#include "fusion/streaming_vector_width.h"
 
 #include <stdexcept>
 
@@ -286,7 +287,8 @@ std::string buildFusedElementwiseKernel(const FusedElementwiseSignature& s) {
   // runtime overlap check per pair of operands, which a long chain reading many numbers exceeds
   // (its vectorizer then keeps the scalar loop).
   text += "  func.func @kernel(" + arguments + ") attributes {passthrough = [\"" +
-          std::string(kNoAliasMemrefs) + "\"]} {\n" + prologue + scalars.body();
+          std::string(kNoAliasMemrefs) + "\", \"" + std::string(kElementwiseKernel) + "\"]} {\n" +
+          prologue + scalars.body();
   text += "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" +
           parallelIterators(s.rank) + "]}\n";
   if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";

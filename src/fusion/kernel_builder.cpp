@@ -1,4 +1,5 @@
 #include "fusion/kernel_builder.h"
+#include "fusion/streaming_vector_width.h"
 
 #include <c10/util/Exception.h>
 
@@ -91,7 +92,8 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
     text += "  " + declaration + "\n";
   for (const std::string& declaration : body.declarations())
     text += "  " + declaration + "\n";
-  text += "  func.func @kernel(" + arguments + ") {\n" + prologue + scalars.body();
+  text += "  func.func @kernel(" + arguments + ") attributes {passthrough = [\"" +
+          std::string(kElementwiseKernel) + "\"]} {\n" + prologue + scalars.body();
   text +=
       "    linalg.generic {indexing_maps = [" + maps + "], iterator_types = [" + iterators + "]}\n";
   if (!ins.empty()) text += "        ins(" + ins + " : " + in_types + ")\n";
