@@ -143,9 +143,10 @@ public:
   }
 
 private:
-  static constexpr int kColumnTile = 64;
+  static constexpr int kStackBuffer = 64;
+  static constexpr int kColumnTile = kStackBuffer;
   // Rows per block with blocked rows: a block's accumulators and row values in stack buffers.
-  static constexpr int kRowBlock = 64;
+  static constexpr int kRowBlock = kStackBuffer;
 
   // The input dimension whose stride class the signature records: the innermost reduced one,
   // or in column order the innermost kept one.
@@ -155,8 +156,10 @@ private:
   std::string lowerBound(int d) const { return d == 0 ? "%begin" : "%c0"; }
   std::string upperBound(int d) const { return d == 0 ? "%end" : "%K" + std::to_string(d); }
 
-  std::string accumulatorType(const ElementType& type) const {
-    return "memref<" + std::to_string(kColumnTile) + "x" + type.mlir + ">";
+  // A column tile's accumulators and a row block's accumulators and row values: one value per
+  // column or row, on the stack.
+  std::string stackBufferType(const ElementType& type) const {
+    return "memref<" + std::to_string(kStackBuffer) + "x" + type.mlir + ">";
   }
 
   // A reduction's outputs for the current kept index, from `finish`.
@@ -198,7 +201,7 @@ private:
     std::vector<std::string> buffers;
     for (size_t a = 0; a < init.size(); ++a) {
       buffers.push_back("%acc" + std::to_string(a));
-      e_.line(buffers[a] + " = memref.alloca() : " + accumulatorType(init[a].type));
+      e_.line(buffers[a] + " = memref.alloca() : " + stackBufferType(init[a].type));
     }
     e_.line("%tile = arith.constant " + std::to_string(kColumnTile) + " : index");
     for (int d = 0; d < inner; ++d)
@@ -234,28 +237,20 @@ private:
       body();
       e_.line("}");
     };
-    overColumns("%u0", [&] {
-      const std::vector<Value> fresh = op_.init(context, 0);
-      for (size_t a = 0; a < fresh.size(); ++a)
-        e_.line("memref.store " + fresh[a].name + ", " + buffers[a] +
-                "[%u0] : " + accumulatorType(fresh[a].type));
-    });
+    overColumns("%u0", [&] { storeBuffers(op_.init(context, 0), buffers, "%u0"); });
     const std::string prefix = "%j0_";
     for (int j = 0; j < m_; ++j)
       e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to %R" + std::to_string(j) +
               " step %c1 {");
     overColumns("%u1", [&] {
-      std::vector<Value> accumulators = loadAccumulators(buffers, init, "%u1");
+      std::vector<Value> accumulators = loadBuffers(buffers, init, "%u1");
       const std::vector<Value> x = loadInputs(prefix);
-      const std::vector<Value> updated = op_.combine(context, 0, accumulators, x, Value{});
-      for (size_t a = 0; a < updated.size(); ++a)
-        e_.line("memref.store " + updated[a].name + ", " + buffers[a] +
-                "[%u1] : " + accumulatorType(updated[a].type));
+      storeBuffers(op_.combine(context, 0, accumulators, x, Value{}), buffers, "%u1");
     });
     for (int j = 0; j < m_; ++j)
       e_.line("}");
     overColumns("%u2", [&] {
-      std::vector<Value> accumulated = loadAccumulators(buffers, init, "%u2");
+      std::vector<Value> accumulated = loadBuffers(buffers, init, "%u2");
       context.results = {passResults(context, 0, std::move(accumulated))};
       storeRowOutputs(context);
     });
@@ -268,10 +263,6 @@ private:
     TORCH_INTERNAL_ASSERT(blockedRowsSupported(op_) && k_ == 1 && m_ >= 2, "[fusion] ", op_.name,
                           " cannot run with blocked rows (kept ", k_, ", reduced ", m_, ")");
     return true;
-  }
-
-  std::string rowBufferType(const ElementType& type) const {
-    return "memref<" + std::to_string(kRowBlock) + "x" + type.mlir + ">";
   }
 
   // Blocked rows: the rows [%begin, %end) in blocks of kRowBlock. Per block, each pass
@@ -291,14 +282,14 @@ private:
       for (size_t a = 0; a < like[pass].size(); ++a) {
         accumulators[pass].push_back("%bacc" + std::to_string(pass) + "_" + std::to_string(a));
         e_.line(accumulators[pass][a] +
-                " = memref.alloca() : " + rowBufferType(like[pass][a].type));
+                " = memref.alloca() : " + stackBufferType(like[pass][a].type));
       }
     }
     const std::vector<Value> row_like = probeRowValues(context, like);
     std::vector<std::string> row_buffers;
     for (size_t i = 0; i < row_like.size(); ++i) {
       row_buffers.push_back("%brow" + std::to_string(i));
-      e_.line(row_buffers[i] + " = memref.alloca() : " + rowBufferType(row_like[i].type));
+      e_.line(row_buffers[i] + " = memref.alloca() : " + stackBufferType(row_like[i].type));
     }
     // Loads the results of passes [0, passes) and, with `row`, the row values, of block row `u`.
     auto loadRow = [&](const std::string& u, int passes, bool row) {
@@ -350,15 +341,7 @@ private:
                   typeList(start) + ") {");
           const std::vector<Value> updated =
               op_.combine(context, pass, inner, loadInputs(prefix), Value{});
-          std::vector<std::string> names;
-          for (const Value& v : updated)
-            names.push_back(v.name);
-          e_.line("scf.yield " + join(names) + " : " + typeList(updated));
-          e_.line("}");
-          std::vector<Value> accumulated;
-          for (size_t a = 0; a < updated.size(); ++a)
-            accumulated.push_back(Value{result + "#" + std::to_string(a), updated[a].type});
-          storeBuffers(accumulated, accumulators[pass], u);
+          storeBuffers(closeIterLoop(updated, result), accumulators[pass], u);
         });
       });
     }
@@ -398,13 +381,27 @@ private:
     return row;
   }
 
+  // Ends an scf.for with iter_args whose body computed `updated`, its results named `result`
+  // (result#0, ...): those results, of the same types.
+  std::vector<Value> closeIterLoop(const std::vector<Value>& updated, const std::string& result) {
+    std::vector<std::string> names;
+    for (const Value& v : updated)
+      names.push_back(v.name);
+    e_.line("scf.yield " + join(names) + " : " + typeList(updated));
+    e_.line("}");
+    std::vector<Value> results;
+    for (size_t a = 0; a < updated.size(); ++a)
+      results.push_back(Value{result + "#" + std::to_string(a), updated[a].type});
+    return results;
+  }
+
   std::vector<Value> loadBuffers(const std::vector<std::string>& buffers,
                                  const std::vector<Value>& like, const std::string& u) {
     std::vector<Value> values;
     for (size_t a = 0; a < buffers.size(); ++a) {
       const std::string name = e_.freshName();
       e_.line(name + " = memref.load " + buffers[a] + "[" + u +
-              "] : " + rowBufferType(like[a].type));
+              "] : " + stackBufferType(like[a].type));
       values.push_back(Value{name, like[a].type});
     }
     return values;
@@ -414,7 +411,7 @@ private:
                     const std::string& u) {
     for (size_t a = 0; a < buffers.size(); ++a)
       e_.line("memref.store " + values[a].name + ", " + buffers[a] + "[" + u +
-              "] : " + rowBufferType(values[a].type));
+              "] : " + stackBufferType(values[a].type));
   }
 
   // What pass `pass` hands later passes and `finish`: ReductionOp::pass_results of its
@@ -423,18 +420,6 @@ private:
                                  std::vector<Value> accumulated) const {
     if (!op_.pass_results) return accumulated;
     return op_.pass_results(context, pass, accumulated);
-  }
-
-  std::vector<Value> loadAccumulators(const std::vector<std::string>& buffers,
-                                      const std::vector<Value>& like, const std::string& u) {
-    std::vector<Value> values;
-    for (size_t a = 0; a < buffers.size(); ++a) {
-      const std::string name = e_.freshName();
-      e_.line(name + " = memref.load " + buffers[a] + "[" + u +
-              "] : " + accumulatorType(like[a].type));
-      values.push_back(Value{name, like[a].type});
-    }
-    return values;
   }
 
   size_t paramCount() const { return static_cast<size_t>(op_.num_params); }
@@ -570,15 +555,7 @@ private:
       updated = op_.combine(context, pass, accumulators, x, index);
     }
     for (int j = m_ - 1; j >= 0; --j) {
-      std::vector<std::string> names;
-      for (const Value& v : updated)
-        names.push_back(v.name);
-      e_.line("scf.yield " + join(names) + " : " + typeList(updated));
-      e_.line("}");
-      std::vector<Value> results;
-      for (size_t a = 0; a < n; ++a)
-        results.push_back(Value{loop_results[j] + "#" + std::to_string(a), updated[a].type});
-      updated = results;
+      updated = closeIterLoop(updated, loop_results[j]);
     }
     return updated;
   }
