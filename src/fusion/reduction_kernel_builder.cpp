@@ -271,7 +271,7 @@ private:
   // loop with the accumulators as iter_args, vectorized as in row order); then the rows'
   // results (finish_row) and the element writes in the same order. A batch norm over
   // [16, 96, 56, 56] then reads its input in memory order instead of in 16 runs of 12.5 KB per
-  // channel (docs/compiled-eager.md, "Batch norm").
+  // channel (docs/compiled-eager.md, "Blocked rows").
   void emitBlockedRows(ReduceContext& context) {
     // The buffers: each pass's accumulators, then the rows' finish_row values, typed by what
     // init and (in a throwaway emitter) finish_row return.
@@ -328,17 +328,9 @@ private:
         overRows(u, [&] {
           loadRow(u, pass, false);
           const std::vector<Value> start = loadBuffers(accumulators[pass], like[pass], u);
-          std::vector<std::string> carried;
-          std::vector<Value> inner;
-          for (size_t a = 0; a < start.size(); ++a) {
-            const std::string name = "%bc" + p + "_" + std::to_string(a);
-            carried.push_back(name + " = " + start[a].name);
-            inner.push_back(Value{name, start[a].type});
-          }
           const std::string result = "%bl" + p;
-          e_.line(result + ":" + std::to_string(start.size()) + " = scf.for " + prefix + innermost +
-                  " = %c0 to %R" + innermost + " step %c1 iter_args(" + join(carried) + ") -> (" +
-                  typeList(start) + ") {");
+          const std::vector<Value> inner =
+              openIterLoop(result, prefix + innermost, "%R" + innermost, start, "%bc" + p + "_");
           const std::vector<Value> updated =
               op_.combine(context, pass, inner, loadInputs(prefix), Value{});
           storeBuffers(closeIterLoop(updated, result), accumulators[pass], u);
@@ -379,6 +371,23 @@ private:
     TORCH_INTERNAL_ASSERT(static_cast<int>(row.size()) == op_.row_stats, "[fusion] ", op_.name,
                           " yields ", row.size(), " row results");
     return row;
+  }
+
+  // Opens `result:N = scf.for <induction> = 0 to <upper>` carrying `start` as iter_args named
+  // <carried><a>; returns those (the loop body's accumulators). closeIterLoop ends it.
+  std::vector<Value> openIterLoop(const std::string& result, const std::string& induction,
+                                  const std::string& upper, const std::vector<Value>& start,
+                                  const std::string& carried) {
+    std::vector<std::string> bindings;
+    std::vector<Value> inner;
+    for (size_t a = 0; a < start.size(); ++a) {
+      const std::string name = carried + std::to_string(a);
+      bindings.push_back(name + " = " + start[a].name);
+      inner.push_back(Value{name, start[a].type});
+    }
+    e_.line(result + ":" + std::to_string(start.size()) + " = scf.for " + induction + " = %c0 to " +
+            upper + " step %c1 iter_args(" + join(bindings) + ") -> (" + typeList(start) + ") {");
+    return inner;
   }
 
   // Ends an scf.for with iter_args whose body computed `updated`, its results named `result`
@@ -523,23 +532,12 @@ private:
     std::vector<Value> accumulators = op_.init(context, pass);
     const std::string tag = "%P" + std::to_string(pass) + "_";
     const std::string prefix = "%j" + std::to_string(pass) + "_";
-    const size_t n = accumulators.size();
     std::vector<std::string> loop_results;
     for (int j = 0; j < m_; ++j) {
       const std::string result = tag + std::to_string(j);
-      std::vector<std::string> carried;
-      std::vector<Value> inner;
-      for (size_t a = 0; a < n; ++a) {
-        const std::string name = tag + "a" + std::to_string(j) + "_" + std::to_string(a);
-        carried.push_back(name + " = " + accumulators[a].name);
-        inner.push_back(Value{name, accumulators[a].type});
-      }
-      const std::string upper = "%R" + std::to_string(j);
-      e_.line(result + ":" + std::to_string(n) + " = scf.for " + prefix + std::to_string(j) +
-              " = %c0 to " + upper + " step %c1 iter_args(" + join(carried) + ") -> (" +
-              typeList(accumulators) + ") {");
+      accumulators = openIterLoop(result, prefix + std::to_string(j), "%R" + std::to_string(j),
+                                  accumulators, tag + "a" + std::to_string(j) + "_");
       loop_results.push_back(result);
-      accumulators = inner;
     }
     const std::vector<Value> x = loadInputs(prefix, pass == 0);
     std::vector<Value> updated;
