@@ -1,4 +1,5 @@
 #include "fusion/compiler.h"
+#include "fusion/non_temporal_stores.h"
 #include "fusion/streaming_vector_width.h"
 #include "fusion/unmasked_selects.h"
 
@@ -52,7 +53,7 @@ namespace torchneuron::fusion {
 const char* const kLoweringPipeline =
     "convert-linalg-to-loops, expand-strided-metadata, lower-affine,"
     " arith-expand{include-bf16=true}, convert-scf-to-cf, convert-math-to-llvm,"
-    " convert-math-to-libm, convert-arith-to-llvm, finalize-memref-to-llvm,"
+    " convert-math-to-libm, convert-vector-to-llvm, convert-arith-to-llvm, finalize-memref-to-llvm,"
     " convert-cf-to-llvm, convert-func-to-llvm, convert-index-to-llvm,"
     " reconcile-unrealized-casts";
 
@@ -302,6 +303,7 @@ mlir::OwningOpRef<mlir::ModuleOp> parseAndLower(CompilerState& s, const std::str
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, &context);
   if (!module) fail("kernel MLIR does not parse", diagnostics);
+  addNonTemporalStreamingLoops(*module);
   mlir::PassManager pm(&context);
   addLoweringPasses(pm, options.lowering_pipeline);
   if (mlir::failed(pm.run(*module))) fail("lowering to the LLVM dialect failed", diagnostics);
@@ -458,9 +460,10 @@ CodegenDescription describeCodegen(const CodegenOptions& options) {
   addLoweringPasses(lowering, options.lowering_pipeline);
   llvm::raw_string_ostream lowering_text(description.lowering_pipeline);
   lowering.printAsTextualPipeline(lowering_text);
-  description.optimization_pipeline = OptimizationPipeline(s, options).print() +
-                                      "; unmasked selected loads; realigned stack; codegen O" +
-                                      std::to_string(options.optimization_level);
+  description.optimization_pipeline =
+      OptimizationPipeline(s, options).print() +
+      "; non-temporal streaming stores; unmasked selected loads; realigned stack; codegen O" +
+      std::to_string(options.optimization_level);
   description.vector_math = options.vector_math ? s.vector_math.describe() : "none";
   return description;
 }
@@ -490,6 +493,7 @@ LoweredModule lowerKernel(const std::string& mlir_module, const std::string& ent
   llvm::Module& llvm_module = *lowered->module;
   llvm_module.setTargetTriple(s.host.triple);
   llvm_module.setDataLayout(machine.createDataLayout());
+  alignNonTemporalStores(llvm_module);
   for (llvm::Function& function : llvm_module) {
     if (function.isDeclaration()) continue;
     function.addFnAttr("target-cpu", s.host.cpu);

@@ -3,6 +3,7 @@
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 
 namespace torchneuron::fusion {
@@ -43,6 +44,7 @@ bool inlineIntrinsic(llvm::Intrinsic::ID id) {
   case llvm::Intrinsic::lifetime_end:
   case llvm::Intrinsic::stacksave:
   case llvm::Intrinsic::stackrestore:
+  case llvm::Intrinsic::x86_sse_sfence: // after non-temporal stores (non_temporal_stores.h)
     return true;
   default:
     return false;
