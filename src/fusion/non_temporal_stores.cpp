@@ -35,16 +35,22 @@ bool markedElementwise(mlir::func::FuncOp function) {
   return false;
 }
 
-// Scalars the body may compute on: integers and f32/f64 (16-bit floats are computed through
-// conversions this rewrite does not vouch for on vectors).
+// Scalars the body may compute on: integers and f32/f64. No f16 type (bfloat16 tensors are
+// stored as i16 bits and computed in f32 through integer operations, which qualify).
 bool scalarOnVectors(mlir::Type type) {
   return type.isF32() || type.isF64() ||
          (type.isSignlessInteger() && type.getIntOrFloatBitWidth() <= 64);
 }
 
+// Elements of a byte or more: a vector of i1 in memory would be bit-packed (bools are stored as
+// i8 bytes).
+bool byteElements(mlir::MemRefType memref) {
+  return scalarOnVectors(memref.getElementType()) && memref.getElementTypeBitWidth() >= 8;
+}
+
 bool unitStrideVector(mlir::Type type) {
   auto memref = mlir::dyn_cast<mlir::MemRefType>(type);
-  if (!memref || memref.getRank() != 1 || !scalarOnVectors(memref.getElementType())) return false;
+  if (!memref || memref.getRank() != 1 || !byteElements(memref)) return false;
   llvm::SmallVector<int64_t, 1> strides;
   int64_t offset = 0;
   return mlir::succeeded(mlir::getStridesAndOffset(memref, strides, offset)) && strides[0] == 1;
@@ -53,8 +59,7 @@ bool unitStrideVector(mlir::Type type) {
 // An input read at one element for all (a 0-dim tensor operand): loaded once, broadcast.
 bool scalarInput(mlir::Type type, mlir::AffineMap map) {
   auto memref = mlir::dyn_cast<mlir::MemRefType>(type);
-  return memref && memref.getRank() == 0 && map.getNumResults() == 0 &&
-         scalarOnVectors(memref.getElementType());
+  return memref && memref.getRank() == 0 && map.getNumResults() == 0 && byteElements(memref);
 }
 
 // An op of the body that becomes vector instructions when its operands are vectors: no library

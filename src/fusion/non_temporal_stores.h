@@ -40,7 +40,10 @@ constexpr int64_t kNonTemporalStoreBytes = 64;
 // boundary of the output, then a loop of vector loads, the body on vectors and non-temporal
 // 64-byte `vector.store`s, then the generic over the rest. The other branch is the original
 // generic. Returns how many kernels were rewritten; a kernel that does not qualify is left
-// unchanged.
+// unchanged. The vector loop reads each vector's inputs before storing it, with no check that
+// an input overlaps the output elsewhere: an output may be an input itself (an in-place op), but
+// never overlap one partially, which the device refuses before any launch as ATen does (and
+// fused kernels' operands never alias by contract). A 0-dim input is read once, before the loop.
 int addNonTemporalStreamingLoops(mlir::ModuleOp module);
 
 // In the translated module: gives every non-temporal store its own size as alignment (the

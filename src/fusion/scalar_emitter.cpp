@@ -97,6 +97,15 @@ Value ScalarEmitter::convert(const Value& value, const ElementType& to) {
   if ((from.isFloat() && from.bits == 16) || (to.isFloat() && to.bits == 16))
     return convert(convert(value, f32), to);
   if (from.isFloat()) {
+    // To 8 and 16 bits as C++'s static_cast compiles on x86 (ATen's conversion): to a 32-bit
+    // integer, then its low bits, so out-of-range values wrap (40000.f to int16: -25536; NaN and
+    // inf: 0). A direct conversion is poison out of range, and LLVM then chose saturating
+    // instructions where it vectorized a short loop 4 wide (32767).
+    if (to.bits < 32) {
+      const ElementType i32{NumberKind::kSigned, 32, "i32"};
+      const Value wide = emit("arith.fptosi " + value.name + " : " + from.mlir + " to i32", i32);
+      return emit("arith.trunci " + wide.name + " : i32 to " + to.mlir, to);
+    }
     return emit((to.kind == NumberKind::kUnsigned ? "arith.fptoui " : "arith.fptosi ") +
                     value.name + types,
                 to);

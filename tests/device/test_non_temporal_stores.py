@@ -104,3 +104,22 @@ def test_fused_chains_in_adaptive_mode_match_the_cpu(dev):
 def test_zero_dim_operands_are_read_once_for_every_element(dev):
     on_both(dev, lambda x, s: x * s - s, data(N), torch.tensor(2.5))
     on_both(dev, lambda x, s: torch.maximum(x, s), data(N), torch.tensor(0.125))
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int8, torch.uint8])
+def test_out_of_range_float_conversions_wrap_as_on_the_cpu(dev, dtype):
+    """A conversion to 8 or 16 bits goes through 32 (ATen's static_cast): 40000.0 to int16 is
+    -25536, NaN and inf are 0. Found by review: the head loop, vectorized 4 wide, saturated."""
+    count = (32 << 20) // torch.empty(0, dtype=dtype).element_size() + 5
+    x = torch.tensor([40000.0, 32768.0, -40000.0, float("nan"), float("inf"), -1.0, 300.0])
+    x = x.repeat(count // 7 + 1)[:count]
+    buffer = torch.zeros(count + 64, dtype=dtype).to(dev)
+    out = buffer[1:1 + count]  # a head of up to 63 elements before the first line
+    out.copy_(x.to(dev))
+    assert_same(out, x.to(dtype), rtol=0, atol=0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert_same(x.to(dev).to(dtype), x.to(dtype), rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(saved)
