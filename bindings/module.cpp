@@ -23,6 +23,7 @@
 #include "device/device.h"
 #include "device/eager_call_cache.h"
 #include "device/list_launch.h"
+#include "device/lstm_sequence.h"
 #include "device/metrics.h"
 #include "device/openmp_wait.h"
 #include "device/torch_fork_safety.h"
@@ -477,6 +478,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("adaptive_unbacked", &torchneuron::tracer::adaptiveUnbacked);
   m.def("set_list_launches", &torchneuron::setListLaunches, py::arg("enabled"));
   m.def("list_launches_enabled", &torchneuron::listLaunchesEnabled);
+  m.def("set_fused_lstm", &torchneuron::setFusedLstm, py::arg("enabled"));
+  m.def("fused_lstm_enabled", &torchneuron::fusedLstmEnabled);
   m.def("wait_for_fused_compiles", &torchneuron::tracer::waitForFusedCompiles,
         py::call_guard<py::gil_scoped_release>());
   m.def("wait_for_background_compiles", &torchneuron::waitForBackgroundCompiles,

@@ -63,6 +63,7 @@ __all__ = [
     "set_adaptive", "adaptive_enabled", "adaptive", "explain", "set_adaptive_debug",
     "set_adaptive_fusion", "set_adaptive_min_bytes", "adaptive_min_bytes",
     "set_adaptive_unbacked", "adaptive_unbacked", "set_list_launches", "list_launches_enabled",
+    "set_fused_lstm", "fused_lstm_enabled",
     "wait_for_fused_compiles", "wait_for_compiles",
 ]
 
@@ -261,6 +262,20 @@ def set_list_launches(enabled: bool) -> None:
 def list_launches_enabled() -> bool:
     """Whether eager ``_foreach_*`` calls run as list launches (``set_list_launches``)."""
     return _C.list_launches_enabled()
+
+
+def set_fused_lstm(enabled: bool) -> None:
+    """Whether an LSTM layer's direction on the device runs as one autograd node with fused cell
+    kernels (``NEURON_FUSED_LSTM``, on by default) or, off, op by op as ATen's CPU cell (which
+    also differentiates twice)."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"[lstm] set_fused_lstm expects a bool, got {type(enabled).__name__}")
+    _C.set_fused_lstm(enabled)
+
+
+def fused_lstm_enabled() -> bool:
+    """Whether LSTM layers run with fused cells (``set_fused_lstm``)."""
+    return _C.fused_lstm_enabled()
 
 
 def adaptive_min_bytes() -> int:

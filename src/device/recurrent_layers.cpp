@@ -14,8 +14,11 @@
 #include <ATen/ops/tanh.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "device/lstm_sequence.h"
 
 namespace torchneuron {
 namespace {
@@ -101,12 +104,21 @@ struct ReluCell {
 };
 
 // One direction over the sequence (time first): the input projection of every step in one linear,
-// then the cell step by step, last step first when `reversed`; the outputs in time order.
+// then the cell step by step, last step first when `reversed`; the outputs in time order. An LSTM
+// without projections runs its steps as one node with fused cells where lstm_sequence.h covers
+// the call.
 template <class Cell>
 std::pair<Tensor, typename Cell::State> runDirection(const Tensor& sequence,
                                                      typename Cell::State state,
                                                      const DirectionWeights& w, bool reversed) {
-  std::vector<Tensor> steps = w.inputProjection(sequence).unbind(0);
+  const Tensor projected = w.inputProjection(sequence);
+  if constexpr (std::is_same_v<Cell, LstmCell>) {
+    if (!w.w_hr.defined())
+      if (auto fused =
+              fusedLstmDirection(projected, state.first, state.second, w.w_hh, w.b_hh, reversed))
+        return {std::get<0>(*fused), {std::get<1>(*fused), std::get<2>(*fused)}};
+  }
+  std::vector<Tensor> steps = projected.unbind(0);
   if (reversed) std::reverse(steps.begin(), steps.end());
   std::vector<Tensor> outputs;
   outputs.reserve(steps.size());

@@ -122,6 +122,8 @@ Settings parseSettings(const std::function<const char*(const char*)>& lookup) {
               "1: recurring eager calls replay their plans", boolean, s);
   readSetting(lookup, "NEURON_LIST_LAUNCHES", kBoolean, s.list_launches,
               "1: list calls run as one compiled launch", boolean, s);
+  readSetting(lookup, "NEURON_FUSED_LSTM", kBoolean, s.fused_lstm,
+              "1: LSTM layers run with fused cells", boolean, s);
   readSetting(lookup, "NEURON_HUGE_PAGES", kBoolean, s.huge_pages,
               "1: large device blocks ask for huge pages", boolean, s);
   readSetting(lookup, "NEURON_PERF_MAP", kBoolean, s.perf_map,

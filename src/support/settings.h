@@ -40,6 +40,7 @@ struct Settings {
   bool deterministic = false;   // NEURON_DETERMINISTIC: wait for every compile (reproducible runs)
   bool eager_call_cache = true; // NEURON_EAGER_CALL_CACHE: replay recurring eager calls' plans
   bool list_launches = true;    // NEURON_LIST_LAUNCHES: a _foreach_* call as one compiled launch
+  bool fused_lstm = true;       // NEURON_FUSED_LSTM: an LSTM direction as one node, fused cells
   bool huge_pages = true;       // NEURON_HUGE_PAGES: large device blocks on huge pages
   bool perf_map = false;        // NEURON_PERF_MAP: name linked kernels for perf (perf_map.h)
   // NEURON_LAUNCH_POOL: the threads that run a parallel launch (launcher/parallel_launch.h).

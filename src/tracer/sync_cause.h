@@ -17,6 +17,7 @@ enum class SyncCause : uint8_t {
   kOpLimit,     // NEURON_ADAPTIVE_WINDOW ops recorded
   kByteLimit,   // NEURON_ADAPTIVE_WINDOW_BYTES of pending results
   kBackward,    // the end of a backward pass that traced ops
+  kEagerRegion, // device code that launches on memory directly (EagerRegion, tracer.h)
   kCount,
 };
 
@@ -44,6 +45,8 @@ constexpr const char* syncCauseName(SyncCause cause) {
     return "byte_limit";
   case SyncCause::kBackward:
     return "backward";
+  case SyncCause::kEagerRegion:
+    return "eager_region";
   case SyncCause::kCount:
     break;
   }

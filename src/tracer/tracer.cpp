@@ -41,6 +41,7 @@ std::atomic<bool> launches_recorded{false};
 thread_local bool deferring = false;
 thread_local bool unbacked_results = false;
 thread_local bool in_library_step = false;
+thread_local bool in_eager_region = false;
 thread_local bool running_window = false;
 std::atomic<bool> debugging{false};
 } // namespace detail
@@ -840,6 +841,16 @@ void recordHostStep(std::function<void()> step, at::ArrayRef<at::Tensor> inputs,
   ++tracer.counters.launches_recorded;
   detail::window_open.store(true, std::memory_order_release);
   detail::launches_recorded.store(true, std::memory_order_release);
+}
+
+EagerRegion::EagerRegion() : outermost_(!detail::in_eager_region) {
+  if (!outermost_) return;
+  sync(SyncCause::kEagerRegion);
+  detail::in_eager_region = true;
+}
+
+EagerRegion::~EagerRegion() {
+  if (outermost_) detail::in_eager_region = false;
 }
 
 EagerLibraryStep::EagerLibraryStep()

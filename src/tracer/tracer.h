@@ -39,11 +39,31 @@ extern thread_local bool unbacked_results;  // ... of a window that will run fus
 extern thread_local bool in_library_step;   // this thread runs a library op traced in a window
 extern thread_local bool running_window;    // this thread runs the window's recorded steps
 extern std::atomic<bool> debugging;         // NEURON_ADAPTIVE_DEBUG is on
+extern thread_local bool in_eager_region;   // this thread is inside an EagerRegion
 void syncSlow(SyncCause cause, const c10::OperatorHandle* op);
 void runRecordedLaunchesSlow();
 } // namespace detail
 
-inline bool adaptiveEnabled() { return detail::adaptive_on.load(std::memory_order_relaxed); }
+// Adaptive mode is on and this thread is not in an EagerRegion.
+inline bool adaptiveEnabled() {
+  return detail::adaptive_on.load(std::memory_order_relaxed) && !detail::in_eager_region;
+}
+
+// Device code that launches kernels on memory it reads and writes itself, not through plans a
+// window could record (device/lstm_sequence.h): it begins with a sync point (the window runs,
+// so the memory it reads is current) and, while it lives, this thread's device calls run
+// eagerly, as with adaptive mode off (what they write is current when the code reads it).
+// Nested regions join the outermost.
+class EagerRegion {
+public:
+  EagerRegion();
+  ~EagerRegion();
+  EagerRegion(const EagerRegion&) = delete;
+  EagerRegion& operator=(const EagerRegion&) = delete;
+
+private:
+  bool outermost_;
+};
 
 // Reads NEURON_ADAPTIVE_* (at import); throws std::invalid_argument naming a malformed value.
 void configureFromEnvironment();
