@@ -1,10 +1,16 @@
 #include "device/lstm_sequence.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/sigmoid_backward.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/tanh_backward.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -226,6 +232,43 @@ StepRows stepRows(int64_t t, bool reversed) {
   return reversed ? StepRows{t + 1, t} : StepRows{t, t + 1};
 }
 
+// The kernel `cell` when it is loaded, else loaded (or compiled) now; null if it failed.
+KernelHandle loadedNow(const CellKernel& cell) {
+  KernelHandle kernel = loadedKernel(cell.key);
+  if (kernel == nullptr)
+    kernel = kernelFor(cell.key,
+                       [&cell] { return fusion::buildFusedElementwiseKernel(cell.signature); });
+  return kernel->function != nullptr ? kernel : nullptr;
+}
+
+// The backward with ATen ops, for gradients that have no storage a kernel could read (batched
+// gradients: autograd.grad(is_grads_batched=True), jacobian(vectorize=True), whose batching
+// rules keep the batch out of sight): the same formulas as backwardCell, step by step. Returns
+// d_gates [T, B, 4H], dh0, dc0.
+std::tuple<Tensor, Tensor, Tensor> backwardWithOps(const Tensor& gates, const Tensor& cs,
+                                                   const Tensor& w_hh, bool reversed, Tensor dy,
+                                                   Tensor dh, Tensor dc) {
+  const int64_t steps = gates.size(0);
+  std::vector<Tensor> d_gates(static_cast<size_t>(steps));
+  for (int64_t k = steps - 1; k >= 0; --k) {
+    const int64_t t = reversed ? steps - 1 - k : k;
+    const StepRows rows = stepRows(t, reversed);
+    const std::array<Tensor, 4> a = chunks(gates.select(0, t));
+    const Tensor i = a[0].sigmoid(), f = a[1].sigmoid(), g = a[2].tanh(), o = a[3].sigmoid();
+    const Tensor tanh_c = cs.select(0, rows.after).tanh();
+    const Tensor dh_total = dy.select(0, t) + dh;
+    const Tensor d_c = dc + at::tanh_backward(dh_total * o, tanh_c);
+    const Tensor step = at::cat(
+        {at::sigmoid_backward(d_c * g, i), at::sigmoid_backward(d_c * cs.select(0, rows.before), f),
+         at::tanh_backward(d_c * i, g), at::sigmoid_backward(dh_total * tanh_c, o)},
+        -1);
+    dc = d_c * f;
+    dh = at::matmul(step, w_hh);
+    d_gates[static_cast<size_t>(t)] = step;
+  }
+  return {at::stack(d_gates, 0), dh, dc};
+}
+
 struct LstmDirection : public torch::autograd::Function<LstmDirection> {
   // Inputs: projected [T, B, 4H], h0, c0 [B, H], w_hh [4H, H], b_hh [4H] (or, without biases,
   // an empty tensor: PyTorch 1.13's C++ functions take no undefined input).
@@ -233,7 +276,7 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const Tensor& projected, const Tensor& h0,
                                                 const Tensor& c0, const Tensor& w_hh,
-                                                const Tensor& b_hh, bool reversed,
+                                                const Tensor& b_hh, bool has_bias, bool reversed,
                                                 const KernelHandle& kernel) {
     const int64_t steps = projected.size(0), batch = projected.size(1),
                   hidden = projected.size(2) / 4;
@@ -251,7 +294,7 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
       const StepRows rows = stepRows(t, reversed);
       const Tensor step_gates = gates.select(0, t);
       const Tensor h_before = hs.select(0, rows.before);
-      product(step_gates, b_hh.numel() != 0 ? b_hh : Tensor(), h_before, w_hh_t);
+      product(step_gates, has_bias ? b_hh : Tensor(), h_before, w_hh_t);
       const std::array<Tensor, 4> a = chunks(step_gates);
       const std::array<Tensor, 4> xw = chunks(projected.select(0, t));
       const Tensor c_before = cs.select(0, rows.before), c_after = cs.select(0, rows.after),
@@ -259,9 +302,11 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
       cell.launch(kernel, {&a[0], &a[1], &a[2], &a[3], &c_after, &h_after},
                   {&xw[0], &xw[1], &xw[2], &xw[3], &c_before});
     }
-    ctx->save_for_backward({gates, hs, cs, w_hh});
+    // h0 and c0 are saved only for their version counters: changed in place before backward,
+    // they raise autograd's error as the op-by-op cell's saved states do.
+    ctx->save_for_backward({gates, hs, cs, w_hh, h0, c0});
     ctx->saved_data["reversed"] = reversed;
-    ctx->saved_data["has_bias"] = b_hh.numel() != 0;
+    ctx->saved_data["has_bias"] = has_bias;
     const int64_t end = reversed ? 0 : steps;
     return {hs.narrow(0, reversed ? 0 : 1, steps).clone(), hs.select(0, end).clone(),
             cs.select(0, end).clone()};
@@ -279,47 +324,56 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
     const bool reversed = ctx->saved_data["reversed"].toBool();
     const int64_t steps = gates.size(0), batch = gates.size(1), hidden = gates.size(2) / 4;
     const auto options = gates.options();
-    const KernelHandle kernel = cellKernel(gates.scalar_type(), true).ready();
-    const CellKernel& cell = cellKernel(gates.scalar_type(), true);
-    // The forward kernel was ready, so the backward one is compiled on this thread if it is not
-    // (both were looked up before the forward ran; see fusedLstmDirection).
-    const KernelHandle backward_kernel = kernel != nullptr ? kernel : kernelFor(cell.key, [&cell] {
-      return fusion::buildFusedElementwiseKernel(cell.signature);
-    });
-    TORCH_CHECK(
-        backward_kernel->function != nullptr,
-        "[lstm] the fused LSTM cell's backward kernel did not compile: ", backward_kernel->failure);
-
-    const Tensor dy =
-        grads[0].defined() ? grads[0].contiguous() : at::zeros({steps, batch, hidden}, options);
-    Tensor dh = grads[1].defined() ? grads[1].contiguous() : at::zeros({batch, hidden}, options);
-    Tensor dc = grads[2].defined() ? grads[2].contiguous() : at::zeros({batch, hidden}, options);
-    Tensor d_gates = at::empty({steps, batch, 4 * hidden}, options);
-    // Each step's dh and dc into the other of two buffers.
-    const Tensor dh_buffers = at::empty({2, batch, hidden}, options);
-    const Tensor dc_buffers = at::empty({2, batch, hidden}, options);
-    for (int64_t k = steps - 1; k >= 0; --k) {
-      const int64_t t = reversed ? steps - 1 - k : k;
-      const StepRows rows = stepRows(t, reversed);
-      const std::array<Tensor, 4> a = chunks(gates.select(0, t));
-      const Tensor step_d_gates = d_gates.select(0, t);
-      const std::array<Tensor, 4> da = chunks(step_d_gates);
-      const Tensor c_before = cs.select(0, rows.before), c_after = cs.select(0, rows.after);
-      const Tensor dy_t = dy.select(0, t);
-      const Tensor dc_before = dc_buffers.select(0, k % 2), dh_before = dh_buffers.select(0, k % 2);
-      cell.launch(backward_kernel, {&dc_before, &da[0], &da[1], &da[2], &da[3]},
-                  {&a[0], &a[1], &a[2], &a[3], &c_before, &c_after, &dy_t, &dh, &dc});
-      product(dh_before, Tensor(), step_d_gates, w_hh);
-      dh = dh_before;
-      dc = dc_before;
+    const Tensor dy = grads[0].defined() ? grads[0] : at::zeros({steps, batch, hidden}, options);
+    Tensor dh = grads[1].defined() ? grads[1] : at::zeros({batch, hidden}, options);
+    Tensor dc = grads[2].defined() ? grads[2] : at::zeros({batch, hidden}, options);
+    const bool stored = dy.has_storage() && dh.has_storage() && dc.has_storage();
+    Tensor d_gates;
+    if (!stored) {
+      std::tie(d_gates, dh, dc) = backwardWithOps(gates, cs, w_hh, reversed, dy, dh, dc);
+    } else {
+      // Loaded when the forward ran (fusedLstmDirection), unless the memory tier evicted it.
+      const CellKernel& cell = cellKernel(gates.scalar_type(), true);
+      const KernelHandle kernel = loadedNow(cell);
+      TORCH_CHECK(kernel != nullptr,
+                  "[lstm] the fused LSTM cell's backward kernel is not available; set "
+                  "NEURON_FUSED_LSTM=0 to run LSTM cells op by op");
+      const Tensor dy_rows = dy.contiguous();
+      dh = dh.contiguous();
+      dc = dc.contiguous();
+      d_gates = at::empty({steps, batch, 4 * hidden}, options);
+      // Each step's dh and dc into the other of two buffers.
+      const Tensor dh_buffers = at::empty({2, batch, hidden}, options);
+      const Tensor dc_buffers = at::empty({2, batch, hidden}, options);
+      for (int64_t k = steps - 1; k >= 0; --k) {
+        const int64_t t = reversed ? steps - 1 - k : k;
+        const StepRows rows = stepRows(t, reversed);
+        const std::array<Tensor, 4> a = chunks(gates.select(0, t));
+        const Tensor step_d_gates = d_gates.select(0, t);
+        const std::array<Tensor, 4> da = chunks(step_d_gates);
+        const Tensor c_before = cs.select(0, rows.before), c_after = cs.select(0, rows.after);
+        const Tensor dy_t = dy_rows.select(0, t);
+        const Tensor dc_before = dc_buffers.select(0, k % 2),
+                     dh_before = dh_buffers.select(0, k % 2);
+        cell.launch(kernel, {&dc_before, &da[0], &da[1], &da[2], &da[3]},
+                    {&a[0], &a[1], &a[2], &a[3], &c_before, &c_after, &dy_t, &dh, &dc});
+        product(dh_before, Tensor(), step_d_gates, w_hh);
+        dh = dh_before;
+        dc = dc_before;
+      }
     }
-    const Tensor flat_d_gates = d_gates.view({steps * batch, 4 * hidden});
-    const Tensor h_before_each =
-        hs.narrow(0, reversed ? 1 : 0, steps).reshape({steps * batch, hidden});
-    Tensor d_w_hh = at::empty({4 * hidden, hidden}, options);
-    product(d_w_hh, Tensor(), flat_d_gates.t(), h_before_each);
-    Tensor d_b_hh = ctx->saved_data["has_bias"].toBool() ? at::sum(flat_d_gates, 0) : Tensor();
-    return {d_gates, dh.clone(), dc.clone(), d_w_hh, d_b_hh, Tensor(), Tensor()};
+    const Tensor h_before_each = hs.narrow(0, reversed ? 1 : 0, steps);
+    Tensor d_w_hh, d_b_hh;
+    if (stored) {
+      d_w_hh = at::empty({4 * hidden, hidden}, options);
+      product(d_w_hh, Tensor(), d_gates.view({steps * batch, 4 * hidden}).t(),
+              h_before_each.reshape({steps * batch, hidden}));
+    } else { // batched gradients: ATen's batching rules see them as [T, B, 4H]
+      d_w_hh = at::matmul(d_gates.reshape({steps * batch, 4 * hidden}).t(),
+                          h_before_each.reshape({steps * batch, hidden}));
+    }
+    if (ctx->saved_data["has_bias"].toBool()) d_b_hh = d_gates.sum(at::IntArrayRef{0, 1});
+    return {d_gates, dh.clone(), dc.clone(), d_w_hh, d_b_hh, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -355,15 +409,24 @@ fusedLstmDirection(const Tensor& projected, const Tensor& h0, const Tensor& c0, 
   if (b_hh.defined() &&
       (!sameKind(b_hh, projected) || b_hh.dim() != 1 || b_hh.size(0) != 4 * hidden))
     return c10::nullopt;
-  // Both kernels before anything runs: a backward kernel that is still compiling is compiled by
-  // the backward pass itself.
+  // Forward-mode AD (dual tensors) needs a jvp, which 1.13's C++ functions cannot have.
+  bool needs_backward = false;
+  for (const Tensor* t : {&projected, &h0, &c0, &w_hh, &b_hh}) {
+    if (!t->defined()) continue;
+    if (t->_fw_grad(/*level=*/0).defined()) return c10::nullopt;
+    needs_backward = needs_backward || t->requires_grad();
+  }
+  needs_backward = needs_backward && c10::GradMode::is_enabled();
+  // The kernels this call needs, before anything runs: a call whose kernel is not ready runs
+  // op by op (a failed compile; or a cold start, the kernel queued on the background compiler).
   const KernelHandle forward_kernel = cellKernel(dtype, false).ready();
-  cellKernel(dtype, true).ready();
-  if (forward_kernel == nullptr) return c10::nullopt;
+  const bool backward_ready = !needs_backward || cellKernel(dtype, true).ready() != nullptr;
+  if (forward_kernel == nullptr || !backward_ready) return c10::nullopt;
   const tracer::EagerRegion eager; // the projection may be pending in a window
+  const bool has_bias = b_hh.defined();
   const torch::autograd::variable_list outputs = LstmDirection::apply(
-      projected.contiguous(), h0, c0, w_hh,
-      b_hh.defined() ? b_hh : at::empty({0}, projected.options()), reversed, forward_kernel);
+      projected.contiguous(), h0, c0, w_hh, has_bias ? b_hh : at::empty({0}, projected.options()),
+      has_bias, reversed, forward_kernel);
   return std::make_tuple(outputs[0], outputs[1], outputs[2]);
 }
 

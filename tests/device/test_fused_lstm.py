@@ -174,3 +174,45 @@ def test_a_cold_start_runs_op_by_op_while_the_cells_compile(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "4", "True"], done.stdout + done.stderr
+
+
+def test_batched_gradients_take_aten_ops_and_match_the_cpu(dev):
+    """autograd.grad(is_grads_batched=True) (jacobian(vectorize=True)) hands backward gradients
+    without storage: the node computes with ATen ops then. Found by review."""
+    layer = lstm(input_size=3, hidden_size=4)
+    x, v = inputs(2, 2, 3), torch.randn(5, 2, 2, 4)
+
+    def vjps(module, device):
+        xs = x.clone().to(device).requires_grad_()
+        out, _ = module(xs)
+        return torch.autograd.grad(out, xs, v.clone().to(device), is_grads_batched=True)[0]
+
+    assert_same(vjps(copy.deepcopy(layer).to(dev), dev), vjps(layer, "cpu"), **TOL)
+
+
+def test_forward_mode_gradients_run_op_by_op(dev):
+    """Dual tensors need a jvp, which 1.13's C++ functions cannot have: the call runs op by op.
+    Found by review."""
+    import torch.autograd.forward_ad as forward_ad
+    layer = lstm(input_size=3, hidden_size=4)
+    x, tangent = inputs(2, 2, 3), torch.randn(2, 2, 3)
+
+    def jvp(module, device):
+        with forward_ad.dual_level():
+            out, _ = module(forward_ad.make_dual(x.clone().to(device), tangent.clone().to(device)))
+            return forward_ad.unpack_dual(out).tangent
+
+    assert_same(jvp(copy.deepcopy(layer).to(dev), dev), jvp(layer, "cpu"), **TOL)
+
+
+@pytest.mark.parametrize("device", ["cpu", "device"])
+def test_a_state_changed_in_place_before_backward_raises_as_on_the_cpu(dev, device):
+    """Carrying the state in place (h.copy_(h_n)) before backward is autograd's error, as on the
+    CPU: the node saves h0 and c0 for their version counters. Found by review."""
+    device = dev if device == "device" else "cpu"
+    layer = lstm(input_size=4, hidden_size=6).to(device)
+    h, c = (t[0:1].clone().to(device) for t in state(1, 3, 6))
+    out, (h_n, c_n) = layer(inputs(5, 3, 4).to(device), (h, c))
+    h.copy_(h_n.detach())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (out ** 2).sum().backward()
