@@ -156,13 +156,14 @@ struct CellKernel {
         scalars.push_back(floatSlot(param.fallback));
   }
 
-  // The loaded kernel, or null: it failed to compile, or it is compiling in the background
-  // while interim launches are on (queued by the first such call).
-  KernelHandle ready() const {
+  // The loaded kernel (loaded or compiled now if it is not), or null: it failed to compile, or,
+  // `may_queue`, it is compiling in the background while interim launches are on (queued by the
+  // first such call).
+  KernelHandle ready(bool may_queue = true) const {
     KernelHandle kernel = loadedKernel(key);
     if (kernel == nullptr) {
       const auto build = [this] { return fusion::buildFusedElementwiseKernel(signature); };
-      if (interimLaunchesEnabled() && !backgroundCompileThrew(key)) {
+      if (may_queue && interimLaunchesEnabled() && !backgroundCompileThrew(key)) {
         if (!compilingInBackground(key) && compileInBackground(key, build())) return nullptr;
         if (compilingInBackground(key)) return nullptr;
       }
@@ -230,15 +231,6 @@ struct StepRows {
 };
 StepRows stepRows(int64_t t, bool reversed) {
   return reversed ? StepRows{t + 1, t} : StepRows{t, t + 1};
-}
-
-// The kernel `cell` when it is loaded, else loaded (or compiled) now; null if it failed.
-KernelHandle loadedNow(const CellKernel& cell) {
-  KernelHandle kernel = loadedKernel(cell.key);
-  if (kernel == nullptr)
-    kernel = kernelFor(cell.key,
-                       [&cell] { return fusion::buildFusedElementwiseKernel(cell.signature); });
-  return kernel->function != nullptr ? kernel : nullptr;
 }
 
 // The backward with ATen ops, for gradients that have no storage a kernel could read (batched
@@ -334,7 +326,7 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
     } else {
       // Loaded when the forward ran (fusedLstmDirection), unless the memory tier evicted it.
       const CellKernel& cell = cellKernel(gates.scalar_type(), true);
-      const KernelHandle kernel = loadedNow(cell);
+      const KernelHandle kernel = cell.ready(/*may_queue=*/false);
       TORCH_CHECK(kernel != nullptr,
                   "[lstm] the fused LSTM cell's backward kernel is not available; set "
                   "NEURON_FUSED_LSTM=0 to run LSTM cells op by op");

@@ -194,19 +194,14 @@ private:
   void emitVectorLoop(mlir::OpBuilder& b, Value begin, Value end) {
     mlir::Block& body = *generic_.getBody();
     mlir::IRMapping values;
-    // Values the body reads from outside it (the kernel's scalars), broadcast once.
-    for (mlir::Operation& op : body.without_terminator())
+    // Values the body or its yield reads from outside it (the kernel's scalars), broadcast once.
+    for (mlir::Operation& op : body)
       for (Value operand : op.getOperands())
         if (operand.getParentBlock() != &body && !values.contains(operand))
           values.map(operand,
                      b.create<mlir::vector::BroadcastOp>(loc_, vectorOf(operand.getType()), operand)
                          .getResult());
     mlir::Operation* yield = body.getTerminator();
-    for (Value result : yield->getOperands())
-      if (result.getParentBlock() != &body && !values.contains(result))
-        values.map(result,
-                   b.create<mlir::vector::BroadcastOp>(loc_, vectorOf(result.getType()), result)
-                       .getResult());
 
     // 0-dim inputs, read once and broadcast.
     for (unsigned k = 0; k < generic_.getNumDpsInputs(); ++k) {
