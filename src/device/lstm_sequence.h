@@ -18,9 +18,11 @@
 // Not covered (the caller runs the cell op by op): projections, dtypes other than float and
 // double, parameters of another dtype or device, a cell kernel that failed to compile, one still
 // compiling in the background while interim launches are on (it is queued; a later call takes
-// it), and NEURON_FUSED_LSTM=0. The node has no double backward: a backward pass with
-// create_graph=True through it raises an error that names NEURON_FUSED_LSTM=0, under which the
-// op-by-op cell gives one.
+// it), dual tensors (forward-mode AD: 1.13's C++ functions have no jvp), and NEURON_FUSED_LSTM=0.
+// The node has no double backward: a backward pass with create_graph=True through it raises an
+// error that names NEURON_FUSED_LSTM=0, under which the op-by-op cell gives one. Gradients
+// without storage (batched: is_grads_batched, vectorized jacobians) take the same backward
+// written with ATen ops.
 
 #include <ATen/core/Tensor.h>
 
