@@ -225,12 +225,13 @@ std::array<Tensor, 4> chunks(const Tensor& gates) {
           gates.narrow(1, 3 * h, h)};
 }
 
-// Where step t's states live in the [T + 1, B, H] buffers: the state before the step and after.
-struct StepRows {
-  int64_t before, after;
+// The k-th step a direction takes: its time t, and where its states live in the [T + 1, B, H]
+// buffers (the state before the step and after).
+struct Step {
+  int64_t t, before, after;
 };
-StepRows stepRows(int64_t t, bool reversed) {
-  return reversed ? StepRows{t + 1, t} : StepRows{t, t + 1};
+Step stepAt(int64_t k, int64_t steps, bool reversed) {
+  return reversed ? Step{steps - 1 - k, steps - k, steps - 1 - k} : Step{k, k, k + 1};
 }
 
 // The backward with ATen ops, for gradients that have no storage a kernel could read (batched
@@ -243,8 +244,8 @@ std::tuple<Tensor, Tensor, Tensor> backwardWithOps(const Tensor& gates, const Te
   const int64_t steps = gates.size(0);
   std::vector<Tensor> d_gates(static_cast<size_t>(steps));
   for (int64_t k = steps - 1; k >= 0; --k) {
-    const int64_t t = reversed ? steps - 1 - k : k;
-    const StepRows rows = stepRows(t, reversed);
+    const Step rows = stepAt(k, steps, reversed);
+    const int64_t t = rows.t;
     const std::array<Tensor, 4> a = chunks(gates.select(0, t));
     const Tensor i = a[0].sigmoid(), f = a[1].sigmoid(), g = a[2].tanh(), o = a[3].sigmoid();
     const Tensor tanh_c = cs.select(0, rows.after).tanh();
@@ -282,8 +283,8 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
     const Tensor w_hh_t = w_hh.t();
     const CellKernel& cell = cellKernel(projected.scalar_type(), false);
     for (int64_t k = 0; k < steps; ++k) {
-      const int64_t t = reversed ? steps - 1 - k : k;
-      const StepRows rows = stepRows(t, reversed);
+      const Step rows = stepAt(k, steps, reversed);
+      const int64_t t = rows.t;
       const Tensor step_gates = gates.select(0, t);
       const Tensor h_before = hs.select(0, rows.before);
       product(step_gates, has_bias ? b_hh : Tensor(), h_before, w_hh_t);
@@ -338,8 +339,8 @@ struct LstmDirection : public torch::autograd::Function<LstmDirection> {
       const Tensor dh_buffers = at::empty({2, batch, hidden}, options);
       const Tensor dc_buffers = at::empty({2, batch, hidden}, options);
       for (int64_t k = steps - 1; k >= 0; --k) {
-        const int64_t t = reversed ? steps - 1 - k : k;
-        const StepRows rows = stepRows(t, reversed);
+        const Step rows = stepAt(k, steps, reversed);
+        const int64_t t = rows.t;
         const std::array<Tensor, 4> a = chunks(gates.select(0, t));
         const Tensor step_d_gates = d_gates.select(0, t);
         const std::array<Tensor, 4> da = chunks(step_d_gates);
