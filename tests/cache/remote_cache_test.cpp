@@ -272,10 +272,11 @@ void checkLeases(RemoteBackend& a, RemoteBackend& b, const std::string& key) {
   ASSERT_EQ(a.releaseLease(key, "token-a").outcome, RemoteOutcome::kOk);
   EXPECT_EQ(b.leaseHeld(key).outcome, RemoteOutcome::kAbsent);
 
-  // Renewed: a lease of 300 ms renewed for 10 s outlives its first 300 ms.
-  ASSERT_EQ(a.acquireLease(key, "token-a", milliseconds(300)).outcome, RemoteOutcome::kOk);
+  // Renewed: a lease of 1 s renewed for 10 s outlives its first second (the renewal must come
+  // within that second: a margin for a loaded machine, where 300 ms had been the lease).
+  ASSERT_EQ(a.acquireLease(key, "token-a", milliseconds(1000)).outcome, RemoteOutcome::kOk);
   ASSERT_EQ(a.renewLease(key, "token-a", milliseconds(10000)).outcome, RemoteOutcome::kOk);
-  std::this_thread::sleep_for(milliseconds(400));
+  std::this_thread::sleep_for(milliseconds(1200));
   EXPECT_EQ(b.acquireLease(key, "token-b", milliseconds(10000)).outcome, RemoteOutcome::kHeld);
   ASSERT_EQ(a.releaseLease(key, "token-a").outcome, RemoteOutcome::kOk);
 
@@ -386,7 +387,12 @@ TEST(RemoteCacheSingleFlight, AWaiterGetsTheEntryItsHolderPublishes) {
   ASSERT_TRUE(first.lease);
   std::optional<std::vector<char>> seen;
   std::thread waiting([&] { seen = waiter->claim(key).entry; });
-  std::this_thread::sleep_for(milliseconds(100)); // the waiter finds the lease held
+  // Published only once the waiter found the lease held: after a fixed sleep instead, a waiter
+  // thread that started late on a loaded machine would claim after the publish, never waiting.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waiter->stats().lease_waits == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(waiter->stats().lease_waits, 1) << "the waiter never found the lease held";
   holder->publishLater(key, value, std::move(first.lease));
   waiting.join();
   ASSERT_TRUE(seen);
@@ -404,10 +410,11 @@ TEST(RemoteCacheSingleFlight, AWaiterGetsTheEntryItsHolderPublishes) {
 TEST(RemoteCacheSingleFlight, ARenewedLeaseOutlivesItsTimeAndAWaiterGivesUpAtItsBound) {
   collectWarnings();
   const std::string root = testing::makeTestDirectory("neuron-remote-bound-");
-  // The holder's keeper renews every 500 ms a lease of 1.5 s, for twice that long.
+  // The holder's keeper renews every second a lease of 3 s (a stall of its thread under 2 s
+  // changes nothing), for twice that long.
   RemoteCache::Options short_lease;
-  short_lease.lease_ttl = milliseconds(1500);
-  short_lease.wait_limit = milliseconds(3000);
+  short_lease.lease_ttl = milliseconds(3000);
+  short_lease.wait_limit = milliseconds(6000);
   auto holder = cacheOn(sharedDirectory(root), 7, short_lease);
   auto waiter = cacheOn(sharedDirectory(root), 7, short_lease);
   const std::string key = "00000000000000000000000000000005";
@@ -418,8 +425,8 @@ TEST(RemoteCacheSingleFlight, ARenewedLeaseOutlivesItsTimeAndAWaiterGivesUpAtIts
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_FALSE(claim.lease);
   EXPECT_FALSE(claim.entry);
-  EXPECT_GE(waited, milliseconds(3000));
-  EXPECT_LT(waited, milliseconds(6000));
+  EXPECT_GE(waited, milliseconds(6000));
+  EXPECT_LT(waited, milliseconds(12000));
   EXPECT_EQ(waiter->stats().wait_timeouts, 1);
   EXPECT_EQ(warningsContaining("compiling here too"), 1);
   held.lease.reset(); // released: the next claim gets the lease at once
