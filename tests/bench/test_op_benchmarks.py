@@ -6,7 +6,7 @@ drawn with bernoulli_, dropout itself, uniform_ and kaiming_uniform_) matches th
 scripts raise otherwise) and reports positive times for stock and the device; and
 bench/backward_handoff.py times each part of each variant; bench/product_share.py finds the
 products (and convolutions) of stock's step, bench/openmp_wait.py runs stock under each OpenMP
-wait rule."""
+wait rule, and bench/scalar_operands.py checks and times each op with a number operand."""
 import json
 import os
 import subprocess
@@ -71,3 +71,16 @@ def test_openmp_wait_runs_stock_under_each_rule():
         "default": "default", "passive": "passive", "parked": parked,
         "parked-unchanged": "unchanged"}
     assert all(rules[r]["median_ms"] > 0 for r in rules)
+
+
+def test_scalar_operand_benchmark_checks_and_times_every_op():
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "scalar_operands.py"), "--rounds",
+                           "1", "--sizes", "65536,1037"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert sorted({(line["op"], line["elements"]) for line in lines}) == sorted(
+        (op, size) for op in ["mul_(0.999)", "x / 1.5", "x * 0.5", "x + 1", "div_(1.0001)"]
+        for size in (65536, 1037))
+    for line in lines:
+        assert line["stock_us"] > 0 and line["device_us"] > 0, line
