@@ -54,7 +54,9 @@ std::string buildElementwiseKernel(const ElementwiseSignature& s) {
   // it, and the JIT left such loops scalar or 4 lanes wide, at the float64 a number converts
   // from (`x / 1.5`, `buf.mul_(momentum)`: 1.2x-1.9x ATen's time on 64K-1M elements,
   // bench/scalar_operands.py). No store of the loop can change the value: a 0-dim input inside
-  // the output's memory is a partial overlap, which the routing point rejects as ATen does.
+  // the output's memory is a partial overlap, which the routing point rejects as ATen does, and
+  // a size-1 view of the output expanded over it (ATen's TOO_HARD) goes to the CPU
+  // (device/elementwise_plan.cpp).
   auto hoisted = [&](size_t i) { return s.rank >= 1 && operandRank(s.rank, s.inner[i]) == 0; };
   for (size_t i : memrefs)
     if (i > 0 && hoisted(i))
