@@ -6,7 +6,8 @@ drawn with bernoulli_, dropout itself, uniform_ and kaiming_uniform_) matches th
 scripts raise otherwise) and reports positive times for stock and the device; and
 bench/backward_handoff.py times each part of each variant; bench/product_share.py finds the
 products (and convolutions) of stock's step, bench/openmp_wait.py runs stock under each OpenMP
-wait rule, and bench/scalar_operands.py checks and times each op with a number operand."""
+wait rule, bench/scalar_operands.py checks and times each op with a number operand, and
+bench/special_inputs.py each vector math function on inputs outside its ordinary range."""
 import json
 import os
 import subprocess
@@ -82,5 +83,15 @@ def test_scalar_operand_benchmark_checks_and_times_every_op():
     assert sorted({(line["op"], line["elements"]) for line in lines}) == sorted(
         (op, size) for op in ["mul_(0.999)", "x / 1.5", "x * 0.5", "x + 1", "div_(1.0001)"]
         for size in (65536, 1037))
+    for line in lines:
+        assert line["stock_us"] > 0 and line["device_us"] > 0, line
+
+
+def test_special_input_benchmark_checks_and_times_every_case():
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "special_inputs.py"), "--rounds",
+                           "1", "--elements", "1037"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert len(lines) == 12 and len({line["case"] for line in lines}) == 12, lines
     for line in lines:
         assert line["stock_us"] > 0 and line["device_us"] > 0, line
