@@ -1,0 +1,76 @@
+"""Vector math on inputs outside a function's ordinary range (src/fusion/unary_ops.cpp,
+guardedLog): `log`, `log2` and `log10` pass only positive finite lanes to glibc's vector
+function and select the results of zeros, negatives, infinities and NaN after it. Each case
+checks the device against the CPU: the special values exactly where they fall (vector body and
+tail), ordinary values within float rounding, in every float dtype the CPU computes, in place,
+and in adaptive mode inside a fused chain."""
+
+import pytest
+import torch
+import torchneuron
+
+from conftest import assert_same, launched_since, launches_now
+
+SPECIALS = [0.0, -0.0, -1.0, -1e-30, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40,
+            3.4e38, 1.0, 2.0, 0.5, 1e-30]
+FUNCTIONS = [torch.log, torch.log2, torch.log10]
+
+
+def mixed(count, dtype):
+    """`count` values cycling through SPECIALS between ordinary positive ones."""
+    g = torch.Generator().manual_seed(count)
+    values = torch.rand(count, generator=g, dtype=torch.float64) * 10 + 0.01
+    specials = torch.tensor(SPECIALS, dtype=torch.float64)
+    positions = torch.randperm(count, generator=g)[:count // 2]
+    values[positions] = specials[torch.arange(len(positions)) % len(SPECIALS)]
+    return values.to(dtype)
+
+
+def on_both(dev, fn, x):
+    before = launches_now()
+    got = fn(x.to(dev))
+    assert launched_since(before)["fallback"] == {}
+    want = fn(x)
+    assert_same(got, want, equal_nan=True)
+    # The special results exactly: the same infinities and NaNs at the same places.
+    got = got.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.isinf() & (got > 0), want.isinf() & (want > 0))
+    assert torch.equal(got.isinf() & (got < 0), want.isinf() & (want < 0))
+
+
+@pytest.mark.parametrize("count", [1, 14, 15, 16, 17, 31, 33, 1000, 4099])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
+def test_logarithms_of_special_values_match_the_cpu(dev, fn, dtype, count):
+    on_both(dev, fn, mixed(count, dtype))
+
+
+def test_every_special_value_alone_matches_the_cpu(dev):
+    for value in SPECIALS:
+        for fn in FUNCTIONS:
+            on_both(dev, fn, torch.full((37,), value))
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
+def test_in_place_logarithms_match_the_cpu(dev, fn):
+    in_place = {torch.log: torch.Tensor.log_, torch.log2: torch.Tensor.log2_,
+                torch.log10: torch.Tensor.log10_}[fn]
+    on_both(dev, lambda t: in_place(t.clone()), mixed(1000, torch.float32))
+
+
+def test_integer_inputs_compute_in_float_as_on_the_cpu(dev):
+    x = torch.tensor([-3, -1, 0, 1, 2, 1000] * 7)
+    for fn in FUNCTIONS:
+        on_both(dev, fn, x)
+
+
+def test_a_fused_chain_with_a_logarithm_matches_the_cpu(dev):
+    x = mixed(70000, torch.float32)
+    expected = (torch.log(x * 2.0) + 1.0) * 0.5
+    d = x.to(dev)
+    with torchneuron.adaptive(True):
+        for _ in range(4):  # cold, hot, then replayed as fused kernels
+            got = (torch.log(d * 2.0) + 1.0) * 0.5
+        torchneuron.synchronize()
+    assert_same(got, expected, equal_nan=True)
