@@ -44,21 +44,21 @@ Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like
 // A logarithm whose vector call sees only positive finite lanes: glibc's vector log hands a
 // vector holding a zero, a negative, an infinity or a NaN to its scalar function lane by lane,
 // which made `log` of a tensor half zeros cost 5x stock's time (bench/special_inputs.py). Those
-// lanes pass 1 instead, and their results are selected after the call, as the function defines
-// them: -inf for a zero of either sign, NaN for a negative, the input itself for +inf and NaN.
+// lanes pass 1 instead, and their results are selected after the call: -inf for a zero of
+// either sign, +inf for +inf, and for a negative or a NaN the quiet NaN ATen's kernel returns
+// (0x7fc00000 as float32; a signalling NaN passed through would stay signalling).
 UnaryFn guardedLog(const std::string& op) {
   return [op](ScalarEmitter& e, const Value& x) {
     const Value zero = e.constantLike(0, x.type);
     const Value infinity = e.floatConstant(std::numeric_limits<double>::infinity(), x.type);
-    const Value ordinary =
-        e.binary("arith.andi", e.compare("ogt", x, zero), e.compare("olt", x, infinity));
+    const Value positive = e.compare("ogt", x, zero);
+    const Value ordinary = e.binary("arith.andi", positive, e.compare("olt", x, infinity));
     const Value result = e.unary(op, e.select(ordinary, x, one(e, x)));
-    const Value negative =
-        e.select(e.compare("olt", x, zero),
-                 e.floatConstant(std::numeric_limits<double>::quiet_NaN(), x.type), x);
+    const Value nan = e.floatConstant(std::numeric_limits<double>::quiet_NaN(), x.type);
     const Value special =
         e.select(e.compare("oeq", x, zero),
-                 e.floatConstant(-std::numeric_limits<double>::infinity(), x.type), negative);
+                 e.floatConstant(-std::numeric_limits<double>::infinity(), x.type),
+                 e.select(positive, x, nan));
     return e.select(ordinary, result, special);
   };
 }

@@ -59,6 +59,20 @@ def test_in_place_logarithms_match_the_cpu(dev, fn):
     on_both(dev, lambda t: in_place(t.clone()), mixed(1000, torch.float32))
 
 
+def test_a_nan_or_negative_input_gives_a_quiet_nan(dev):
+    """A signalling NaN (exponent all ones, quiet bit clear) must come back quiet, as IEEE 754 and
+    ATen's kernel have it; negatives give a NaN too."""
+    bits = [0x7F800001, 0x7F812345, 0xFF812345, 0x7FC12345, 0xBF800000, 0x80812345]
+    # signalling NaNs (a negative one too), a quiet one, -1.0, a tiny negative
+    bits = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in bits], dtype=torch.int32)
+    x = bits.view(torch.float32)
+    for fn in FUNCTIONS:
+        got = fn(x.to(dev)).cpu()
+        assert bool(got.isnan().all()), (fn.__name__, got)
+        quiet = got.view(torch.int32) & 0x00400000
+        assert bool((quiet != 0).all()), (fn.__name__, [hex(b) for b in got.view(torch.int32).tolist()])
+
+
 def test_integer_inputs_compute_in_float_as_on_the_cpu(dev):
     x = torch.tensor([-3, -1, 0, 1, 2, 1000] * 7)
     for fn in FUNCTIONS:

@@ -14,8 +14,10 @@
 // CHECK: %[[ONE:.*]] = arith.constant 0x3F800000 : f32
 // CHECK-NEXT: %[[SAFE:.*]] = arith.select %[[ORDINARY]], %in0, %[[ONE]] : f32
 // CHECK-NEXT: %[[LOG:.*]] = math.log %[[SAFE]] : f32
-// CHECK: arith.cmpf olt, %in0, %[[ZERO]]
-// CHECK: %[[MINUS_INF:.*]] = arith.constant 0xFF800000 : f32
+// The other lanes: the quiet NaN for negatives and NaN, +inf for +inf, -inf for zeros.
+// CHECK: %[[NAN:.*]] = arith.constant 0x7FC00000 : f32
+// CHECK-NEXT: arith.select %[[POSITIVE]], %in0, %[[NAN]] : f32
+// CHECK: arith.constant 0xFF800000 : f32
 // CHECK: arith.cmpf oeq, %in0, %[[ZERO]]
 // CHECK: %[[RESULT:.*]] = arith.select %[[ORDINARY]], %[[LOG]], %{{.*}} : f32
 // CHECK-NEXT: linalg.yield %[[RESULT]] : f32
