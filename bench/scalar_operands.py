@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Elementwise ops with a number operand (`x / 1.5`, `x * 0.5`, `x + 1`, the optimizers'
-`buf.mul_(momentum)`), device against stock PyTorch in one process: rounds alternate between the
-two on the same sizes, and each line is the median over the rounds of microseconds per call and
-of stock's time over the device's. The sizes run from L2-resident (64K elements) to DRAM (16M).
+`buf.mul_(momentum)`), device against stock PyTorch in one process: blocks of calls alternate between
+the two on the same sizes (bench/alternating.py), and each line gives the medians of
+microseconds per call and stock's time over the device's (`speedup`). The sizes run from L2-resident (64K elements) to DRAM (16M).
 Each op's device result is first checked against the CPU's, exactly (the script raises
 otherwise).
 
@@ -15,11 +15,14 @@ LLVM's vectorizer would not hoist past the output's stores.
 """
 import argparse
 import json
-import statistics
-import time
+import os
+import sys
 
 import torch
 import torchneuron
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating import stock_and_device  # noqa: E402
 
 OPS = {
     "mul_(0.999)": lambda x: x.mul_(0.999),
@@ -29,14 +32,6 @@ OPS = {
     "div_(1.0001)": lambda x: x.div_(1.0001),
 }
 SIZES = [1 << 16, 1 << 18, 1 << 20, 1 << 24]
-
-
-def per_call_us(fn, x, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    torchneuron.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main():
@@ -57,20 +52,10 @@ def main():
             if not torch.equal(got, want):
                 raise AssertionError(f"{name} on {size} elements: the device's result differs "
                                      f"from the CPU's at {int((got != want).sum())} elements")
-            for x in inputs.values():  # compiles and warms both sides
-                for _ in range(3):
-                    fn(x)
-            torchneuron.wait_for_compiles()
-            times = {"stock": [], "device": []}
-            for r in range(args.rounds):
-                order = ("stock", "device") if r % 2 == 0 else ("device", "stock")
-                for side in order:
-                    times[side].append(per_call_us(fn, inputs[side], calls))
-            ratios = [s / d for s, d in zip(times["stock"], times["device"])]
-            print(json.dumps({"op": name, "elements": size, "threads": args.threads,
-                              "stock_us": round(statistics.median(times["stock"]), 2),
-                              "device_us": round(statistics.median(times["device"]), 2),
-                              "stock_over_device": round(statistics.median(ratios), 3)}),
+            torchneuron.wait_for_compiles()  # timed: the compiled kernel, not interim launches
+            timing = stock_and_device(fn, (inputs["stock"],), (inputs["device"],), calls,
+                                      args.rounds, torchneuron.synchronize)
+            print(json.dumps({"op": name, "elements": size, "threads": args.threads, **timing}),
                   flush=True)
             # In-place ops change the values round by round alike on both sides; restart them.
             inputs = {"stock": base.clone(), "device": base.to(dev)}

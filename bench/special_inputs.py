@@ -2,8 +2,9 @@
 """Vector math on inputs outside a function's ordinary range, device against stock PyTorch in one
 process: `exp` of -inf, of values that underflow or overflow, `log` of zeros and negatives,
 `sigmoid` of -inf, `sin` of large arguments, `pow` of negative bases, with each function on
-ordinary inputs for comparison. 64K float32 elements; each line is the median over alternating
-rounds of microseconds per call and stock's time over the device's.
+ordinary inputs for comparison. 64K float32 elements; blocks of calls alternate between stock and
+the device (bench/alternating.py), and each line gives the medians of microseconds per call and
+stock's time over the device's (`speedup`).
 
 The device's loops call glibc's vector math (libmvec, `_ZGVeN16v_expf` ...; src/fusion/compiler.cpp,
 VectorMathTable), which hands every vector holding such a lane to its scalar function, lane by
@@ -15,11 +16,14 @@ each case against the CPU within assert_close's float32 tolerance, NaN equal to 
 """
 import argparse
 import json
-import statistics
-import time
+import os
+import sys
 
 import torch
 import torchneuron
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating import stock_and_device  # noqa: E402
 
 
 def cases(n):
@@ -43,14 +47,6 @@ def cases(n):
     ]
 
 
-def per_call_us(fn, x, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    torchneuron.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -63,19 +59,10 @@ def main():
         inputs = {"stock": x, "device": x.to(dev)}
         torch.testing.assert_close(fn(inputs["device"]).cpu(), fn(x), equal_nan=True,
                                    msg=lambda m: f"{name}: {m}")
-        for side in inputs.values():
-            for _ in range(3):
-                fn(side)
-        torchneuron.wait_for_compiles()
-        times = {"stock": [], "device": []}
-        for r in range(args.rounds):
-            for side in ("stock", "device") if r % 2 == 0 else ("device", "stock"):
-                times[side].append(per_call_us(fn, inputs[side], calls))
-        ratios = [s / d for s, d in zip(times["stock"], times["device"])]
-        print(json.dumps({"case": name, "elements": args.elements,
-                          "stock_us": round(statistics.median(times["stock"]), 1),
-                          "device_us": round(statistics.median(times["device"]), 1),
-                          "stock_over_device": round(statistics.median(ratios), 2)}), flush=True)
+        torchneuron.wait_for_compiles()  # timed: the compiled kernel, not interim launches
+        timing = stock_and_device(fn, (inputs["stock"],), (inputs["device"],), calls,
+                                  args.rounds, torchneuron.synchronize)
+        print(json.dumps({"case": name, "elements": args.elements, **timing}), flush=True)
 
 
 if __name__ == "__main__":
