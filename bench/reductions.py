@@ -4,7 +4,9 @@ outer dimension of a row-major tensor, which the device runs in column order
 (src/fusion/reduction_kernel_builder.cpp, emitColumnOrder: tiles of 64 columns): a Linear's bias
 gradient (`sum(0)` of a 2048 x 768 gradient: 16 sequences of 128 tokens, a 768-wide model), its
 mean, and layer norm's backward over the same shape, whose weight and bias gradients are such
-reductions. Over rows: `amax(-1)`, `max(-1)` (values and indices) and `argmax(-1)` of the same
+reductions. Over rows, in float32 blocks (reduction_kernel_builder.cpp, sumsInBlocks): `sum()`
+of 1M elements (split across threads), `sum(-1)` of the same shape and `mean(-1)` of attention
+scores' 12288 rows of 128. Over rows: `amax(-1)`, `max(-1)` (values and indices) and `argmax(-1)` of the same
 shape and of attention scores' 12288 rows of 128 (src/fusion/reduction_ops.cpp, extremum and
 argExtremum). Blocks alternate (bench/alternating.py) after a check
 against the CPU and a warm-up. Both sides allocate their results every call (run stock with
@@ -37,6 +39,9 @@ def layer_norm_backward(g, x, w, b, mean, rstd):
 
 # name: op(grad, x, weight, bias, mean, rstd)
 OPS = {
+    "sum() 1M": lambda g, x, w, b, m, r: g.view(-1)[:1 << 20].sum(),
+    "sum(-1) 2048x768": lambda g, x, w, b, m, r: g.sum(-1),
+    "mean(-1) 12288x128": lambda g, x, w, b, m, r: g.reshape(-1, 128).mean(-1),
     "sum(0) 2048x768": lambda g, x, w, b, m, r: g.sum(0),
     "mean(0) 2048x768": lambda g, x, w, b, m, r: g.mean(0),
     "layer_norm backward 2048x768": layer_norm_backward,
@@ -60,7 +65,7 @@ def main(argv):
         expected, actual = op(*cpu), op(*dev)
         for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
                         actual if isinstance(actual, tuple) else (actual,)):
-            # Sums of 2,048 rows: the device's in float64, ATen's in float32.
+            # Sums in another order than ATen's (float64 columns, float32 blocks).
             torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
         result["cases"][name] = stock_and_device(op, cpu, dev, CALLS, args.rounds,
                                                  torchneuron.synchronize)

@@ -1,8 +1,8 @@
 // Reductions (sum, mean, prod, amax/amin, all/any, argmax/argmin with values, var/std, vector
 // norms, logsumexp) and row-wise ops (softmax, log_softmax and their backward). Sums and
-// products accumulate in f64 (floats) or i64 (integers), so a float32 result is the correctly
-// rounded sum rather than an approximation of ATen's cascade sum; the row-wise ops sum float32
-// rows in float32, as ATen does (rowSumType).
+// products accumulate in f64 (floats) or i64 (integers); sum and mean add float32 rows in
+// float32 blocks whose sums add in f64 (ReductionOp::sums_in_blocks), as accurate as ATen's
+// cascade sum; the row-wise ops sum float32 rows in float32, as ATen does (rowSumType).
 
 #include "fusion/op_registry.h"
 
@@ -475,9 +475,8 @@ Value finiteShift(ScalarEmitter& e, const Value& maximum) {
 // rows in float32, as ATen's vectorized kernels do, so that the sum vectorizes at float32's width
 // (16 lanes with AVX-512, and the vector expf of the same width) instead of converting every
 // element to f64 (half the lanes, the 8-lane expf); others in `wide`. Vectorized, the lanes'
-// partial sums make its accuracy comparable to ATen's 8-lane float sum. Sums that are a
-// reduction's result (sum, mean, logsumexp) stay in f64: their result is the correctly rounded
-// sum.
+// partial sums make its accuracy comparable to ATen's 8-lane float sum. Sum and mean sum in
+// float32 blocks added in f64 (sums_in_blocks); logsumexp's sum stays in f64.
 const ElementType& rowSumType(const ReduceContext& c) {
   return c.compute.mlir == "f32" ? c.compute : c.wide;
 }
@@ -711,11 +710,13 @@ void addReductionOps(std::vector<ReductionOp>& ops) {
   };
   ReductionOp sum = fold("sum", 0, add, identity);
   sum.rule = atenRule(ReductionResult::kAccumulated, {"sum", "sum.dim_IntList", "sum.IntList_out"});
+  sum.sums_in_blocks = true;
   ops.push_back(sum);
   ReductionOp mean = fold(
       "mean", 0, add, [](ReduceContext& c, const Value& acc) { return c.emit.div(acc, c.count); });
   mean.rule = atenRule(ReductionResult::kRequestedOrOut, {"mean", "mean.dim", "mean.out"});
   mean.rule.floats_only = true;
+  mean.sums_in_blocks = true;
   ops.push_back(mean);
   ReductionOp prod = fold(
       "prod", 1,

@@ -1,0 +1,107 @@
+"""float32 sums and means in blocks (src/fusion/reduction_kernel_builder.cpp, sumsInBlocks): a
+row is summed in float32 over blocks of 2048 elements, each block's sum added to a float64 total.
+Each case checks the device against the exact (float64) sum of the same float32 values, within
+an error that ATen's float32 cascade sum meets: a block counted twice or dropped, an element lost
+at a block's or a vector's edge, or a sum of the whole row in float32 lanes fails it. Special
+values keep ATen's results wherever they fall in the row, and integer and float64 sums are exact
+as before."""
+
+import pytest
+import torch
+
+from conftest import launched_since, launches_now
+
+BLOCK = 2048
+LENGTHS = [1, 15, 16, 63, 64, 65, 1000, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 17, 3 * BLOCK]
+
+
+def values(shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def sum_error_bound(x, dims):
+    """What a float32 sum may be off by: a few float32 roundings of the sum of magnitudes (ATen's
+    cascade sum stays well inside it; summing 262144 elements per float32 lane does not)."""
+    return 1e-6 * x.double().abs().sum(dims) + 1e-30
+
+
+def on_device(dev, program, x):
+    before = launches_now()
+    got = program(x.to(dev)).cpu()
+    launched = launched_since(before)
+    assert launched["fallback"] == {}
+    return got
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_rows_of_every_length_around_blocks_and_vectors(dev, length, op):
+    x = values((3, length), seed=length)
+    got = on_device(dev, lambda t: getattr(t, op)(-1), x)
+    exact = getattr(x.double(), op)(-1)
+    bound = sum_error_bound(x, (-1,)) / (length if op == "mean" else 1)
+    assert got.dtype == torch.float32
+    assert ((got.double() - exact).abs() <= bound).all(), (got, exact)
+
+
+@pytest.mark.parametrize("length", [BLOCK + 1, (1 << 18) + 5, 1 << 20])
+def test_whole_tensor_sums_split_or_not(dev, length):
+    x = values(length, seed=7)
+    got = on_device(dev, lambda t: t.sum(), x)
+    assert abs(got.double().item() - x.double().sum().item()) <= sum_error_bound(x, (0,)).item()
+
+
+def test_reduced_dimensions_that_are_not_innermost(dev):
+    x = values((64, 128, 130), seed=3)
+    t = x.permute(2, 0, 1)
+    for dims in [(1, 2), (0, 2), (0, 1)]:
+        got = on_device(dev, lambda d: d.permute(2, 0, 1).sum(dims), x)
+        exact = t.double().sum(dims)
+        assert ((got.double() - exact).abs() <= sum_error_bound(t, dims)).all(), dims
+
+
+def test_sixteen_million_equal_values_keep_float32_accuracy(dev):
+    # 0.1 sixteen million times: one float32 accumulator stalls at 2^21 (off by 25%), 64 lanes of
+    # 262144 additions each are off by about 1e-4; blocks of 2048 are off by 3e-7 (ATen 8.9e-7).
+    x = torch.full((1 << 24,), 0.1)
+    exact = x.double().sum().item()
+    got = on_device(dev, lambda t: t.sum(), x).item()
+    assert abs(got - exact) <= 1e-6 * exact
+    got = on_device(dev, lambda t: t.view(16, -1).mean(1), x)
+    assert ((got.double() - 0.1).abs() <= 1e-6).all()
+
+
+@pytest.mark.parametrize("place", [0, 17, BLOCK - 1, BLOCK, 2 * BLOCK + 16])
+def test_special_values_anywhere_in_the_row(dev, place):
+    length = 2 * BLOCK + 17
+    for special, others, want in [(float("nan"), None, "nan"), (float("inf"), None, "inf"),
+                                  (float("-inf"), None, "-inf"),
+                                  (float("inf"), float("-inf"), "nan")]:
+        x = values((2, length), seed=place)
+        x[1, place] = special
+        if others is not None:
+            x[1, (place + BLOCK + 1) % length] = others
+        got = on_device(dev, lambda t: t.sum(1), x)
+        assert got[1].item() != got[1].item() if want == "nan" else got[1].item() == float(want)
+        assert torch.isfinite(got[0])
+        assert got[0].item() == pytest.approx(x[0].double().sum().item(), abs=1e-3)
+
+
+def test_float64_and_integer_sums_are_not_blocked(dev):
+    x = values(3 * BLOCK + 5, seed=11).double() * 1e3
+    got = on_device(dev, lambda t: t.sum(), x)
+    assert abs(got.item() - x.sum().item()) <= 1e-9 * x.abs().sum().item()
+    ints = torch.randint(-2**30, 2**30, (3 * BLOCK + 5,), dtype=torch.int32,
+                         generator=torch.Generator().manual_seed(0))
+    got = on_device(dev, lambda t: t.sum(), ints)
+    assert got.dtype == torch.int64 and got.item() == ints.long().sum().item()
+
+
+def test_a_sum_of_an_elementwise_chain_in_adaptive_mode(dev):
+    # In adaptive mode the product fuses into the sum (a prologue); eagerly it is its own kernel.
+    x, y = values((4, 3 * BLOCK + 9), seed=1), values((4, 3 * BLOCK + 9), seed=2)
+    for _ in range(3):
+        got = (x.to(dev) * y.to(dev)).sum(-1).cpu()
+    exact = (x.double() * y.double()).sum(-1)
+    bound = 1e-6 * (x.double() * y.double()).abs().sum(-1) + 1e-6
+    assert ((got.double() - exact).abs() <= bound).all()
