@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -210,7 +211,11 @@ private:
   void emitColumnOrder(ReduceContext& context) {
     const int inner = k_ - 1; // the tiled kept dimension
     std::vector<Value> init = op_.init(context, 0);
-    stack_buffer_ = sumsInBlocks(0) ? kSummedColumnTile : kColumnTile;
+    // 256 columns of one accumulator, 128 of two (16 vector registers either way).
+    stack_buffer_ =
+        sumsInBlocks(0)
+            ? std::max<int>(kColumnTile, kSummedColumnTile / static_cast<int>(init.size()))
+            : kColumnTile;
     std::vector<std::string> buffers;
     for (size_t a = 0; a < init.size(); ++a) {
       buffers.push_back("%acc" + std::to_string(a));

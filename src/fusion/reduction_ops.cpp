@@ -586,15 +586,21 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
     return Values{e.accumulate(acc[0], g), e.accumulate(acc[1], e.mul(g, xhat))};
   };
+  // float32 rows compute each element in float32 from the row's means, as ATen's float kernel
+  // does (16 lanes instead of 8); others in the wide type.
   input_grad.finish = [](ReduceContext& c, const Values& x) {
     ScalarEmitter& e = c.emit;
-    const Value g = e.convert(e.mul(x[0], x[4]), c.wide);
-    const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), c.wide);
-    const Value mean_g = e.div(c.results[0][0], c.count);
-    const Value mean_gx = e.div(c.results[0][1], c.count);
+    const ElementType& type = c.compute.mlir == "f32" ? c.compute : c.wide;
+    const Value g = e.convert(e.mul(x[0], x[4]), type);
+    const Value xhat = e.convert(e.mul(e.sub(x[1], x[2]), x[3]), type);
+    const Value mean_g = e.convert(e.div(c.results[0][0], c.count), type);
+    const Value mean_gx = e.convert(e.div(c.results[0][1], c.count), type);
     const Value centered = e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx));
-    return Values{e.mul(e.convert(x[3], c.wide), centered)};
+    return Values{e.mul(e.convert(x[3], type), centered)};
   };
+  // float32 rows sum g and g * xhat in float32 blocks (as ATen's float kernel sums them, in
+  // float) added in f64.
+  input_grad.sums_in_blocks = true;
   ops.push_back(input_grad);
 
   // inputs: dy, x, mean, rstd, reduced over rows: (sum(dy * xhat), sum(dy)).
@@ -611,6 +617,7 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     return Values{e.accumulate(acc[0], e.mul(dy, xhat)), e.accumulate(acc[1], dy)};
   };
   param_grads.finish = [](ReduceContext& c, const Values&) { return c.results[0]; };
+  param_grads.sums_in_blocks = true; // column order: float32 blocks of 64 rows
   ops.push_back(param_grads);
 }
 

@@ -150,3 +150,25 @@ def test_column_sums_over_two_reduced_dimensions_and_of_a_fused_product(dev):
     product = x.double() * y.double()
     assert ((got.double() - product.sum((0, 1))).abs() <= 1e-6 * product.abs().sum((0, 1)) +
             1e-6).all()
+
+
+@pytest.mark.parametrize("rows, width", [(63, 127), (65, 256), (129, 300), (64, 2047),
+                                         (3, 2049), (2, 4100), (2048, 768)])
+def test_layer_norm_backward_sums_in_float32_blocks(dev, rows, width):
+    # dx: each row's sums of g and g * xhat in float32 blocks, its elements in float32; dw, db: the
+    # column sums of dy * xhat and dy, in blocks of 64 rows. ATen's float kernel is off by up to
+    # 3e-6 of the largest gradient here.
+    g, x = values((rows, width), seed=rows), values((rows, width), seed=width) + 3
+    w, b = values(width, seed=1), values(width, seed=2)
+    _, mean, rstd = torch.native_layer_norm(x, (width,), w, b, 1e-5)
+    args = [g, x, (width,), mean, rstd, w, b, [True, True, True]]
+    exact = torch.ops.aten.native_layer_norm_backward(
+        *[a.double() if torch.is_tensor(a) else a for a in args])
+    before = launches_now()
+    got = torch.ops.aten.native_layer_norm_backward(
+        *[a.to(dev) if torch.is_tensor(a) else a for a in args])
+    launched = launched_since(before)
+    assert launched["compiled"].get("aten::native_layer_norm_backward") == 2, launched
+    for name, e, d in zip(["dx", "dw", "db"], exact, got):
+        error = (d.cpu().double() - e).abs().max().item()
+        assert error <= 2e-5 * e.abs().max().item(), (name, error)
