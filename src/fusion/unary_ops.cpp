@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "fusion/guarded_math.h"
 #include "fusion/op_registry.h"
 
 namespace torchneuron::fusion {
@@ -41,37 +42,19 @@ UnaryFn rounding(const std::string& op) {
 
 Value one(ScalarEmitter& e, const Value& like) { return e.constantLike(1.0, like.type); }
 
-// A logarithm whose vector call sees only positive finite lanes: glibc's vector log hands a
-// vector holding a zero, a negative, an infinity or a NaN to its scalar function lane by lane,
-// which made `log` of a tensor half zeros cost 5x stock's time (bench/special_inputs.py). Those
-// lanes pass 1 instead, and their results are selected after the call: -inf for a zero of
-// either sign, +inf for +inf, and for a negative or a NaN the quiet NaN ATen's kernel returns
-// (0x7fc00000 as float32; a signalling NaN passed through would stay signalling).
-UnaryFn guardedLog(const std::string& op) {
-  return [op](ScalarEmitter& e, const Value& x) {
-    const Value zero = e.constantLike(0, x.type);
-    const Value infinity = e.floatConstant(std::numeric_limits<double>::infinity(), x.type);
-    const Value positive = e.compare("ogt", x, zero);
-    const Value ordinary = e.binary("arith.andi", positive, e.compare("olt", x, infinity));
-    const Value result = e.unary(op, e.select(ordinary, x, one(e, x)));
-    const Value nan = e.floatConstant(std::numeric_limits<double>::quiet_NaN(), x.type);
-    const Value special =
-        e.select(e.compare("oeq", x, zero),
-                 e.floatConstant(-std::numeric_limits<double>::infinity(), x.type),
-                 e.select(positive, x, nan));
-    return e.select(ordinary, result, special);
-  };
+UnaryFn logarithm(const std::string& op) {
+  return [op](ScalarEmitter& e, const Value& x) { return guardedLog(e, op, x); };
 }
 
 } // namespace
 
 void addUnaryOps(std::vector<ElementwiseOp>& ops) {
-  ops.push_back(floatMath("exp", mathOp("math.exp")));
+  ops.push_back(floatMath("exp", guardedExp));
   ops.push_back(floatMath("exp2", mathOp("math.exp2")));
   ops.push_back(floatMath("expm1", libmOp("expm1")));
-  ops.push_back(floatMath("log", guardedLog("math.log")));
-  ops.push_back(floatMath("log2", guardedLog("math.log2")));
-  ops.push_back(floatMath("log10", guardedLog("math.log10")));
+  ops.push_back(floatMath("log", logarithm("math.log")));
+  ops.push_back(floatMath("log2", logarithm("math.log2")));
+  ops.push_back(floatMath("log10", logarithm("math.log10")));
   ops.push_back(floatMath("log1p", libmOp("log1p")));
   ops.push_back(floatMath("sin", mathOp("math.sin")));
   ops.push_back(floatMath("cos", mathOp("math.cos")));
@@ -94,7 +77,7 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatMath("reciprocal",
                           [](ScalarEmitter& e, const Value& x) { return e.div(one(e, x), x); }));
   ops.push_back(floatMath("sigmoid", [](ScalarEmitter& e, const Value& x) {
-    return e.div(one(e, x), e.add(one(e, x), e.unary("math.exp", e.neg(x))));
+    return e.div(one(e, x), e.add(one(e, x), guardedExp(e, e.neg(x))));
   }));
   ops.push_back(floatMath("deg2rad", [](ScalarEmitter& e, const Value& x) {
     return e.mul(x, e.floatConstant(M_PI / 180.0, x.type));

@@ -1,9 +1,11 @@
-"""Vector math on inputs outside a function's ordinary range (src/fusion/unary_ops.cpp,
-guardedLog): `log`, `log2` and `log10` pass only positive finite lanes to glibc's vector
-function and select the results of zeros, negatives, infinities and NaN after it. Each case
-checks the device against the CPU: the special values exactly where they fall (vector body and
-tail), ordinary values within float rounding, in every float dtype the CPU computes, in place,
-and in adaptive mode inside a fused chain."""
+"""Vector math on inputs outside a function's ordinary range (src/fusion/guarded_math.cpp):
+`log`, `log2` and `log10` pass only positive finite lanes to glibc's vector function and select
+the results of zeros, negatives, infinities and NaN after it; `exp` (and `sigmoid` and `silu`,
+which call it) computes arguments beyond the vector code's range (infinities, results that are
+subnormal, zero, near the overflow or infinite) through a shifted argument. Each case checks the
+device against the CPU: the special values exactly where they fall (vector body and tail),
+ordinary values within float rounding, in every float dtype the CPU computes, in place, and in
+adaptive mode inside a fused chain."""
 
 import pytest
 import torch
@@ -86,5 +88,67 @@ def test_a_fused_chain_with_a_logarithm_matches_the_cpu(dev):
     with torchneuron.adaptive(True):
         for _ in range(4):  # cold, hot, then replayed as fused kernels
             got = (torch.log(d * 2.0) + 1.0) * 0.5
+        torchneuron.synchronize()
+    assert_same(got, expected, equal_nan=True)
+
+
+EXP_SPECIALS = [float("-inf"), float("inf"), float("nan"), -1e30, 1e30, -104.5, -104.0, -103.97,
+                -100.0, -90.0, -87.5, -87.33, -0.0, 0.0, 1.0, 87.3, 87.5, 88.0, 88.7228, 88.72284,
+                89.0, -745.5, -745.1, -720.0, -708.5, 708.5, 709.78, 709.79]
+EXP_FUNCTIONS = [torch.exp, torch.sigmoid, torch.nn.functional.silu]
+
+
+def exp_mixed(count, dtype):
+    """`count` values cycling through EXP_SPECIALS between ordinary ones."""
+    g = torch.Generator().manual_seed(count)
+    values = torch.randn(count, generator=g, dtype=torch.float64) * 5
+    specials = torch.tensor(EXP_SPECIALS, dtype=torch.float64)
+    positions = torch.randperm(count, generator=g)[:count // 2]
+    values[positions] = specials[torch.arange(len(positions)) % len(EXP_SPECIALS)]
+    return values.to(dtype)
+
+
+@pytest.mark.parametrize("count", [1, 15, 16, 17, 33, 1000, 4099])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("fn", EXP_FUNCTIONS, ids=lambda f: f.__name__)
+def test_exponentials_of_special_values_match_the_cpu(dev, fn, dtype, count):
+    x = exp_mixed(count, dtype)
+    on_both(dev, fn, x)
+    # Results that underflow to zero do so on both (a subnormal is within any float tolerance).
+    assert torch.equal(fn(x.to(dev)).cpu() == 0, fn(x) == 0)
+
+
+def test_every_exponent_special_value_alone_matches_the_cpu(dev):
+    for value in EXP_SPECIALS:
+        for fn in EXP_FUNCTIONS + [torch.Tensor.exp_]:
+            for dtype in (torch.float32, torch.float64):
+                x = torch.full((37,), value, dtype=dtype)
+                on_both(dev, lambda t: fn(t.clone()), x)
+                assert torch.equal(fn(x.to(dev).clone()).cpu() == 0, fn(x.clone()) == 0), value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exp_beyond_the_vector_range_is_within_an_ulp_or_two(dev, dtype):
+    # Results that are subnormal or near the overflow, through the shifted argument: against the
+    # exact value (float64 for float32; ATen's for float64), as close as the vector code's own.
+    low, high = (-104.0, 88.72) if dtype == torch.float32 else (-745.0, 709.78)
+    x = torch.cat([torch.linspace(low, low + 17, 50001, dtype=torch.float64),
+                   torch.linspace(high - 1.5, high, 50001, dtype=torch.float64)]).to(dtype)
+    got = x.to(dev).exp().cpu().double()
+    exact = x.double().exp() if dtype == torch.float32 else x.exp()
+    tiny = 2.0 ** -149 if dtype == torch.float32 else 2.0 ** -1074
+    bits = 24 if dtype == torch.float32 else 53
+    spacing = torch.ldexp(torch.ones_like(exact), torch.frexp(exact)[1] - bits).clamp_min(tiny)
+    assert ((got - exact).abs() / spacing).max().item() <= 4.0
+
+
+def test_a_fused_chain_with_an_exponential_of_a_mask_matches_the_cpu(dev):
+    x = exp_mixed(70000, torch.float32)
+    mask = torch.arange(70000) % 3 == 0
+    expected = torch.exp(x.masked_fill(mask, float("-inf")) * 0.5) + 1.0
+    d, m = x.to(dev), mask.to(dev)
+    with torchneuron.adaptive(True):
+        for _ in range(4):  # cold, hot, then replayed as fused kernels
+            got = torch.exp(d.masked_fill(m, float("-inf")) * 0.5) + 1.0
         torchneuron.synchronize()
     assert_same(got, expected, equal_nan=True)

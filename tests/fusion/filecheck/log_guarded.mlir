@@ -1,4 +1,4 @@
-// A logarithm's vector call sees only positive finite lanes (src/fusion/unary_ops.cpp,
+// A logarithm's vector call sees only positive finite lanes (src/fusion/guarded_math.cpp,
 // guardedLog): zeros, negatives, infinities and NaN pass 1 instead, since glibc's vector log
 // hands a vector holding one of them to its scalar function lane by lane
 // (bench/special_inputs.py); their results are selected after the call.

@@ -1,0 +1,25 @@
+#pragma once
+// Vector math that keeps special inputs away from glibc's libmvec slow paths. libmvec's vector
+// functions hand a whole vector to their scalar function, lane by lane, when any lane is outside
+// the range their vector code handles (an infinity, a NaN, an argument whose result overflows,
+// underflows or is not defined): `exp` of a tensor holding -inf ran at 0.12x stock's speed,
+// `log` of one holding zeros at 0.16x (bench/special_inputs.py). These pass such lanes an
+// ordinary argument and select their results after the call, the results ATen's kernels give.
+
+#include <string>
+
+#include "fusion/scalar_emitter.h"
+
+namespace torchneuron::fusion {
+
+// log, log2 or log10 (`op`, a math dialect op) of x: -inf for zeros, +inf for +inf, a quiet
+// NaN for negatives and NaN.
+Value guardedLog(ScalarEmitter& e, const std::string& op, const Value& x);
+
+// exp(x) for float32 and float64 x (other types: math.exp), whose arguments beyond the range
+// libmvec's vector code handles (results subnormal, zero, near the overflow or infinite;
+// infinities) compute through a shifted argument it does handle. NaN still takes the scalar
+// path.
+Value guardedExp(ScalarEmitter& e, const Value& x);
+
+} // namespace torchneuron::fusion
