@@ -2,6 +2,7 @@
 // logical and bitwise ops, where, clamp, lerp, addcmul, addcdiv, masked_fill. Formulas follow
 // ATen's CPU kernels operation by operation, so results round the same way.
 
+#include "fusion/guarded_math.h"
 #include "fusion/op_registry.h"
 
 namespace torchneuron::fusion {
@@ -213,7 +214,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     case 7:
       return one;
     default:
-      return e.binary("math.powf", x, c.operands[1]);
+      return guardedPow(e, x, c.operands[1]);
     }
   };
   ops.push_back(pow);

@@ -22,4 +22,10 @@ Value guardedLog(ScalarEmitter& e, const std::string& op, const Value& x);
 // path.
 Value guardedExp(ScalarEmitter& e, const Value& x);
 
+// pow(x, y) for float32 and float64 (other types: math.powf): a finite negative base takes
+// the power of its magnitude, negated for an odd integer y and NaN for a y that is not an
+// integer (C's pow), since libmvec's vector pow hands every vector holding a negative base to
+// its scalar function. Other special bases (zeros, infinities, NaN) still take that path.
+Value guardedPow(ScalarEmitter& e, const Value& x, const Value& y);
+
 } // namespace torchneuron::fusion

@@ -1,6 +1,7 @@
 """The in-process op benchmarks run to the end: each case of bench/softmax_ops.py (softmax and
 log_softmax, forward and backward, at two shapes), of bench/reductions.py (a bias gradient's sum
-over rows, its mean, layer norm's backward, amax, max and argmax over rows) and of
+over rows, its mean, sums and means of rows, layer norm's backward, amax, max and argmax over
+rows) and of
 bench/copies.py (transposes made contiguous, a clone), of bench/random_draws.py (dropout's masks
 drawn with bernoulli_, dropout itself, uniform_ and kaiming_uniform_), of bench/scalar_operands.py
 (ops with a number operand, 64K to 16M elements) and of bench/special_inputs.py (vector math on
@@ -19,9 +20,9 @@ import pytest
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
 
-@pytest.mark.parametrize("script, cases", [("softmax_ops.py", 8), ("reductions.py", 9),
+@pytest.mark.parametrize("script, cases", [("softmax_ops.py", 8), ("reductions.py", 12),
                                            ("copies.py", 5), ("random_draws.py", 6),
-                                           ("scalar_operands.py", 20), ("special_inputs.py", 12)])
+                                           ("scalar_operands.py", 20), ("special_inputs.py", 13)])
 def test_op_benchmark_checks_and_times_every_case(script, cases):
     done = subprocess.run([sys.executable, os.path.join(BENCH, script), "--rounds", "1"],
                           capture_output=True, text=True, timeout=300)

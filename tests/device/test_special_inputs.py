@@ -152,3 +152,55 @@ def test_a_fused_chain_with_an_exponential_of_a_mask_matches_the_cpu(dev):
             got = torch.exp(d.masked_fill(m, float("-inf")) * 0.5) + 1.0
         torchneuron.synchronize()
     assert_same(got, expected, equal_nan=True)
+
+
+POW_BASES = [-3.5, -2.0, -1.0, -0.5, -1e-30, -1e-40, -0.0, 0.0, 1e-40, 0.5, 1.0, 2.0, 3.5, -1e30,
+             float("-inf"), float("inf"), float("nan")]
+POW_EXPONENTS = [4.0, 5.0, 2.5, -3.0, -4.0, -2.5, 1 / 3, 7.0, 100.0, 101.0, 2.0 ** 23 + 1,
+                 2.0 ** 24, 2.0 ** 60 + 2.0 ** 40, float("inf"), float("-inf"), 1e-3]
+# A NaN exponent as a number runs on the CPU (the registry checks scalar operands); as a tensor
+# element it is compiled (test_powers_with_a_tensor_exponent_match_the_cpu).
+
+
+def pow_bases(count, dtype):
+    """`count` bases cycling through POW_BASES between ordinary ones of both signs."""
+    g = torch.Generator().manual_seed(count)
+    values = torch.randn(count, generator=g, dtype=torch.float64) * 3
+    specials = torch.tensor(POW_BASES, dtype=torch.float64)
+    positions = torch.randperm(count, generator=g)[:count // 2]
+    values[positions] = specials[torch.arange(len(positions)) % len(POW_BASES)]
+    return values.to(dtype)
+
+
+@pytest.mark.parametrize("exponent", POW_EXPONENTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_powers_of_negative_and_special_bases_match_the_cpu(dev, exponent, dtype):
+    # A finite negative base: the power of its magnitude, negated for an odd integer exponent,
+    # NaN for an exponent that is not an integer (src/fusion/guarded_math.cpp, guardedPow).
+    x = pow_bases(1000, dtype)
+    on_both(dev, lambda t: torch.pow(t, exponent), x)
+    got, want = torch.pow(x.to(dev), exponent).cpu(), torch.pow(x, exponent)
+    number = ~want.isnan()  # a NaN's sign is not part of the result
+    assert torch.equal(got == 0, want == 0), exponent
+    assert torch.equal(got.signbit()[number], want.signbit()[number]), exponent
+
+
+def test_powers_with_a_tensor_exponent_match_the_cpu(dev):
+    x = pow_bases(4099, torch.float32)
+    y = torch.tensor(POW_EXPONENTS + [float("nan")], dtype=torch.float32).repeat(300)[:4099]
+    before = launches_now()
+    got = torch.pow(x.to(dev), y.to(dev))
+    launched = launched_since(before)
+    assert launched["fallback"] == {}
+    want = torch.pow(x, y)
+    assert_same(got, want, equal_nan=True)
+    got = got.cpu()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.signbit()[~want.isnan()],
+                                                                   want.signbit()[~want.isnan()])
+
+
+def test_in_place_power_of_negative_bases_matches_the_cpu(dev):
+    x = pow_bases(1000, torch.float32)
+    on_both(dev, lambda t: t.clone().pow_(3.0), x)  # 3 is a product, not powf
+    on_both(dev, lambda t: t.clone().pow_(5.0), x)
+    on_both(dev, lambda t: t.clone().pow_(0.75), x)
