@@ -60,14 +60,13 @@ Value guardedPow(ScalarEmitter& e, const Value& x, const Value& y) {
   const bool f32 = x.type.mlir == "f32";
   if ((!f32 && x.type.mlir != "f64") || y.type.mlir != x.type.mlir)
     return e.binary("math.powf", x, y);
-  const Value finite_negative =
-      e.binary("arith.andi", e.lt(x, e.constantLike(0, x.type)),
-               e.compare("ogt", x, e.floatConstant(-kInfinity, x.type)));
+  const Value finite_negative = e.binary("arith.andi", e.lt(x, e.constantLike(0, x.type)),
+                                         e.compare("ogt", x, e.floatConstant(-kInfinity, x.type)));
   const Value power = e.binary("math.powf", e.select(finite_negative, e.neg(x), x), y);
   const Value integer = e.compare("oeq", e.unary("math.floor", y), y);
   const Value half = e.mul(y, e.floatConstant(0.5, x.type));
-  const Value odd = e.binary("arith.andi", integer,
-                             e.compare("une", e.unary("math.floor", half), half));
+  const Value odd =
+      e.binary("arith.andi", integer, e.compare("une", e.unary("math.floor", half), half));
   const Value negative_power =
       e.select(integer, e.select(odd, e.neg(power), power), e.floatConstant(kQuietNaN, x.type));
   return e.select(finite_negative, negative_power, power);

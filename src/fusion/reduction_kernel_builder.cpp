@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -213,15 +214,14 @@ private:
     std::vector<Value> init = op_.init(context, 0);
     // 256 columns of one accumulator, 128 of two (16 vector registers either way).
     stack_buffer_ =
-        sumsInBlocks(0)
-            ? std::max<int>(kColumnTile, kSummedColumnTile / static_cast<int>(init.size()))
-            : kColumnTile;
+        summingOp(0) ? std::max<int>(kColumnTile, kSummedColumnTile / static_cast<int>(init.size()))
+                     : kColumnTile;
     std::vector<std::string> buffers;
     for (size_t a = 0; a < init.size(); ++a) {
       buffers.push_back("%acc" + std::to_string(a));
       e_.line(buffers[a] + " = memref.alloca() : " + stackBufferType(init[a].type));
     }
-    if (sumsInBlocks(0)) { // the float32 block sums of each column (emitColumnBlocks)
+    if (summingOp(0)) { // the float32 block sums of each column (emitColumnBlocks)
       context.wide = compute_;
       block_init_ = op_.init(context, 0);
       context.wide = wide_;
@@ -632,7 +632,7 @@ private:
     }
     if (blocks) {
       context.wide = wide_;
-      updated = closeSumBlock(updated);
+      updated = closeSumBlock(context, pass, updated, prefix);
     }
     for (int j = static_cast<int>(loop_results.size()) - 1; j >= 0; --j) {
       updated = closeIterLoop(updated, loop_results[j]);
@@ -647,8 +647,21 @@ private:
   // f64 halved the lanes and added a conversion per vector (`x.sum()` of 1M float32 ran at
   // 0.60x ATen's speed). A block's float32 lanes each add kSumBlock / 64 elements before the
   // lanes are added pairwise, so the error is that of ATen's cascade sum's inner levels; the
-  // blocks' sums add in f64.
+  // blocks' sums add in f64. That holds when LLVM vectorizes the block: a row read from memory
+  // contiguously (or broadcast), with no prologue, whose members might not vectorize; a strided
+  // row summed one element after another in float32 was 100x less accurate than ATen
+  // (`x[:, ::2].sum(-1)`, `[N, 3].sum(0)` of 0.1: off by 1.6e-5), so it sums in f64 as before.
   bool sumsInBlocks(int pass) const {
+    if (!summingOp(pass) || prologue_ != nullptr) return false;
+    for (size_t i = 0; i < s_.inputs.size(); ++i)
+      if (s_.inner[s_.outputs.size() + i] == InnerStride::kStrided) return false;
+    return true;
+  }
+
+  // Whether pass `pass` of this kernel may sum float32 in blocks (ReductionOp::sums_in_blocks,
+  // float32 compute): row order also needs vectorized blocks (sumsInBlocks); column order's
+  // blocks (emitColumnBlocks) sum each column's 64 rows one after another either way.
+  bool summingOp(int pass) const {
     return op_.sums_in_blocks && !op_.needs_index && pass != op_.store_pass &&
            compute_.mlir == "f32" && wide_.mlir == "f64";
   }
@@ -685,12 +698,46 @@ private:
     return inner;
   }
 
-  std::vector<Value> closeSumBlock(const std::vector<Value>& updated) {
+  // Ends a block: its float32 sums, widened, are added to the f64 sums. A block whose float32
+  // sum is not finite is summed again in f64: its elements may be finite with a sum over
+  // FLT_MAX (2048 times 2e35, then 2048 times -2e35, gave NaN for an exact 0, where ATen's
+  // cascade gives 0); an infinite or NaN element gives the same result in f64.
+  std::vector<Value> closeSumBlock(ReduceContext& context, int pass,
+                                   const std::vector<Value>& updated, const std::string& prefix) {
     const std::vector<Value> sums = closeIterLoop(updated, sum_block_result_);
+    const std::string block = sum_block_result_.substr(0, sum_block_result_.size() - 4); // "_sum"
+    const Value infinity = e_.floatConstant(std::numeric_limits<double>::infinity(), compute_);
+    Value finite = e_.compare("olt", e_.unary("math.absf", sums[0]), infinity);
+    for (size_t a = 1; a < sums.size(); ++a)
+      finite = e_.binary("arith.andi", finite,
+                         e_.compare("olt", e_.unary("math.absf", sums[a]), infinity));
+    std::vector<Value> widened;
+    for (const Value& sum : sums)
+      widened.push_back(e_.convert(sum, wide_));
+    const std::string checked = block + "_checked";
+    e_.line(checked + ":" + std::to_string(sums.size()) + " = scf.if " + finite.name + " -> (" +
+            typeList(widened) + ") {");
+    e_.line("scf.yield " + join(namesOf(widened)) + " : " + typeList(widened));
+    e_.line("} else {");
+    const std::string j = std::to_string(m_ - 1);
+    const std::vector<Value> inner = openIterLoop(block + "_wide", block + "_v", block + "_width",
+                                                  op_.init(context, pass), block + "_wacc");
+    e_.line(prefix + j + " = arith.addi " + block + ", " + block + "_v : index");
+    const std::vector<Value> again = closeIterLoop(
+        op_.combine(context, pass, inner, loadInputs(prefix), Value{}), block + "_wide");
+    e_.line("scf.yield " + join(namesOf(again)) + " : " + typeList(again));
+    e_.line("}");
     std::vector<Value> outer;
     for (size_t a = 0; a < sums.size(); ++a)
-      outer.push_back(e_.add(sum_block_outer_[a], e_.convert(sums[a], wide_)));
+      outer.push_back(e_.add(sum_block_outer_[a], Value{checked + "#" + std::to_string(a), wide_}));
     return closeIterLoop(outer, sum_block_outer_result_);
+  }
+
+  static std::vector<std::string> namesOf(const std::vector<Value>& values) {
+    std::vector<std::string> names;
+    for (const Value& v : values)
+      names.push_back(v.name);
+    return names;
   }
 
   void emitRowWrite(ReduceContext& context) {

@@ -1,9 +1,11 @@
 // Prints a registry op's kernel for FileCheck tests:
 //   neuron_kernel_mlir <mlir|lowered|llvm> elementwise <op> <compute> <output> <rank> <inner...> --
 //   <inputs...> [constants...] neuron_kernel_mlir <mlir|lowered|llvm> reduction <op> <compute>
-//   <kept> <reduced> <output...> -- <inputs...> [constants <value>...] [column | blocked]
+//   <kept> <reduced> <output...> -- <inputs...> [constants <value>...] [column | blocked |
+//   strided]
 //     (column: column order, inputs contiguous in their innermost kept dimension; blocked:
-//     blocked rows, the kept dimension between reduced ones)
+//     blocked rows, the kept dimension between reduced ones; strided: row order, inputs strided
+//     along the innermost reduced dimension)
 //   neuron_kernel_mlir pipeline     (the lowering pipeline, for mlir-opt-19 --pass-pipeline)
 //   neuron_kernel_mlir <mode> fused <rank> <member>...
 //     a fused float32 kernel (fused_kernel.h); each member is op(src,...) with src x<k> (window
@@ -153,7 +155,9 @@ int main(int argc, char** argv) {
       while (args.at(i) != "--")
         s.outputs.push_back(dtypeNamed(args.at(i++)));
       ++i;
-      auto order = [&](size_t at) { return args.at(at) == "column" || args.at(at) == "blocked"; };
+      auto order = [&](size_t at) {
+        return args.at(at) == "column" || args.at(at) == "blocked" || args.at(at) == "strided";
+      };
       while (i < args.size() && !order(i) && args.at(i) != "constants")
         s.inputs.push_back(dtypeNamed(args.at(i++)));
       if (i < args.size() && args.at(i) == "constants")
@@ -164,6 +168,9 @@ int main(int argc, char** argv) {
       // reduced ones.
       s.column_order = i < args.size() && args.at(i) == "column";
       s.blocked_rows = i < args.size() && args.at(i) == "blocked";
+      if (i < args.size() && args.at(i) == "strided") // inputs strided along the innermost dim
+        std::fill(s.inner.begin() + static_cast<std::ptrdiff_t>(s.outputs.size()), s.inner.end(),
+                  InnerStride::kStrided);
       std::cout << emit(mode, buildReductionKernel(s));
     } else if (form == "fused") {
       std::cout << emit(mode, buildFusedElementwiseKernel(fusedSignature(args, i - 1)));

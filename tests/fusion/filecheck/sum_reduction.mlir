@@ -1,11 +1,13 @@
 // A float32 sum over the inner dimension: scf loops over the kept rows in [begin, end); the row
 // in blocks of 2048 elements, each summed in float32 by a reassociable iter_args loop (which LLVM
-// vectorizes at 16 lanes, four vectors interleaved), its sum widened and added to an f64 total;
-// one rounding to f32 at the store. A float64 sum has no blocks.
+// vectorizes at 16 lanes, four vectors interleaved), its sum widened and added to an f64 total
+// (a block whose float32 sum is not finite is summed again in f64); one rounding to f32 at the
+// store. A float64 sum has no blocks, nor has a row strided in memory.
 // RUN: %neuron_kernel_mlir mlir reduction sum Float 1 1 Float -- Float | FileCheck %s
 // RUN: %neuron_kernel_mlir llvm reduction sum Float 1 1 Float -- Float | FileCheck %s --check-prefix=LLVM
 // RUN: %neuron_kernel_mlir mlir reduction mean Float 1 1 Float -- Float | FileCheck %s --check-prefix=MEAN
 // RUN: %neuron_kernel_mlir mlir reduction sum Double 1 1 Double -- Double | FileCheck %s --check-prefix=DOUBLE
+// RUN: %neuron_kernel_mlir mlir reduction sum Float 1 1 Float -- Float strided | FileCheck %s --check-prefix=DOUBLE
 
 // CHECK: func.func @kernel(%o0: memref<?xf32, strided<[1], offset: ?>>, %x0: memref<?x?xf32, strided<[?, 1], offset: ?>>, %count: i64, %begin: index, %end: index)
 // CHECK: scf.for %i0 = %begin to %end step %c1 {
@@ -20,8 +22,15 @@
 // CHECK: %[[X:.*]] = memref.load %x0[%i0, %j0_0]
 // CHECK-NOT: arith.extf
 // CHECK: arith.addf %[[ACC]], %[[X]] fastmath<reassoc> : f32
+// CHECK: %[[ABS:.*]] = math.absf %[[SUM]]#0 : f32
+// CHECK: %[[FINITE:.*]] = arith.cmpf olt, %[[ABS]], {{.*}} : f32
 // CHECK: %[[WIDE:.*]] = arith.extf %[[SUM]]#0 : f32 to f64
-// CHECK: arith.addf %[[TOTAL]], %[[WIDE]] : f64
+// CHECK: %[[CHECKED:.*]]:1 = scf.if %[[FINITE]] -> (f64) {
+// CHECK: scf.yield %[[WIDE]] : f64
+// CHECK: } else {
+// CHECK: scf.for {{.*}} = %c0 to %[[WIDTH]] step %c1 iter_args({{.*}}) -> (f64) {
+// CHECK: arith.extf {{.*}} : f32 to f64
+// CHECK: arith.addf %[[TOTAL]], %[[CHECKED]]#0 : f64
 // CHECK: arith.truncf {{.*}} : f64 to f32
 // CHECK: memref.store {{.*}}, %o0[%i0]
 
