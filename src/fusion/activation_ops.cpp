@@ -27,7 +27,7 @@ Value constant(ScalarEmitter& e, double value, const Value& like) {
 
 Value sigmoidOf(ScalarEmitter& e, const Value& x) {
   const Value one = constant(e, 1, x);
-  return e.div(one, e.add(one, guardedExp(e, e.neg(x))));
+  return e.div(one, e.add(one, guardedExp(e, e.neg(x), ExpGuard::kBoth)));
 }
 
 // Zero where the condition holds, else the value.
@@ -118,7 +118,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(sameDtype(activation("silu", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& x = c.operands[0];
-    return e.div(x, e.add(constant(e, 1, x), guardedExp(e, e.neg(x))));
+    return e.div(x, e.add(constant(e, 1, x), guardedExp(e, e.neg(x), ExpGuard::kBoth)));
   })));
   ops.push_back(
       activation("silu_backward", {{"grad_output"}, {"self"}}, {}, [](LoweringContext& c) {

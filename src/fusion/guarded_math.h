@@ -16,11 +16,15 @@ namespace torchneuron::fusion {
 // NaN for negatives and NaN.
 Value guardedLog(ScalarEmitter& e, const std::string& op, const Value& x);
 
-// exp(x) for float32 and float64 x (other types: math.exp), whose arguments beyond the range
-// libmvec's vector code handles (results subnormal, zero, near the overflow or infinite;
-// infinities) compute through a shifted argument it does handle. NaN still takes the scalar
-// path.
-Value guardedExp(ScalarEmitter& e, const Value& x);
+// Which arguments guardedExp keeps out of the scalar path: those whose result is 0 (-inf
+// included: `exp` of log-space probabilities and masks), or also those whose result is +inf
+// (sigmoid and silu, whose exp(-x) overflows for very negative x).
+enum class ExpGuard { kLow, kBoth };
+
+// exp(x) for float32 and float64 x (other types: math.exp), with the guarded arguments' results
+// selected after the vector call. Arguments whose results are subnormal or near the overflow,
+// and NaN, still take the scalar path.
+Value guardedExp(ScalarEmitter& e, const Value& x, ExpGuard guard);
 
 // pow(x, y) for float32 and float64 (other types: math.powf): a finite negative base takes
 // the power of its magnitude, negated for an odd integer y and NaN for a y that is not an
