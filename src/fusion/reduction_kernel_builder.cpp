@@ -647,14 +647,22 @@ private:
   // f64 halved the lanes and added a conversion per vector (`x.sum()` of 1M float32 ran at
   // 0.60x ATen's speed). A block's float32 lanes each add kSumBlock / 64 elements before the
   // lanes are added pairwise, so the error is that of ATen's cascade sum's inner levels; the
-  // blocks' sums add in f64. That holds when LLVM vectorizes the block: a row read from memory
-  // contiguously (or broadcast), with no prologue, whose members might not vectorize; a strided
-  // row summed one element after another in float32 was 100x less accurate than ATen
-  // (`x[:, ::2].sum(-1)`, `[N, 3].sum(0)` of 0.1: off by 1.6e-5), so it sums in f64 as before.
+  // blocks' sums add in f64. That holds when LLVM vectorizes the block, which a strided load or
+  // store prevents: a strided row summed one element after another in float32 was 100x less
+  // accurate than ATen (`x[:, ::2].sum(-1)`, `[N, 3].sum(0)` of 0.1: off by 1.6e-5), so a
+  // kernel with a strided input, prologue external or stored prologue member along the row sums
+  // in f64 as before. A fused prologue sums in blocks as its eager reduction does, so the two
+  // compute the same values (the adaptive tracer's training matches eager mode's bit for bit
+  // on short rows); a member LLVM cannot vectorize would leave its blocks sequential too.
   bool sumsInBlocks(int pass) const {
-    if (!summingOp(pass) || prologue_ != nullptr) return false;
+    if (!summingOp(pass)) return false;
     for (size_t i = 0; i < s_.inputs.size(); ++i)
-      if (s_.inner[s_.outputs.size() + i] == InnerStride::kStrided) return false;
+      if (fromMemory(i) && s_.inner[s_.outputs.size() + i] == InnerStride::kStrided) return false;
+    if (prologue_ == nullptr) return true;
+    for (const FusedExternal& external : prologue_->externals)
+      if (external.inner == InnerStride::kStrided) return false;
+    for (const FusedMember& member : prologue_->members)
+      if (member.stored && member.signature.inner.at(0) == InnerStride::kStrided) return false;
     return true;
   }
 
