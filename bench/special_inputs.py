@@ -9,8 +9,8 @@ and stock's time over the device's (`speedup`).
 The device's loops call glibc's vector math (libmvec, `_ZGVeN16v_expf` ...; src/fusion/compiler.cpp,
 VectorMathTable), which hands every vector holding such a lane to its scalar function, lane by
 lane; ATen's Sleef routines handle them in the vector. The logarithms keep those lanes out of the
-call, `exp` (and `sigmoid` through it) selects the results of arguments whose result is 0
-(sigmoid also +inf), `pow` takes a negative base's magnitude (src/fusion/guarded_math.cpp). Results are the same: the script checks each case
+call, `exp` selects 0 for arguments whose result is 0, `pow` takes a negative base's magnitude
+(src/fusion/guarded_math.cpp). Results are the same: the script checks each case
 against the CPU within assert_close's float32 tolerance, NaN equal to NaN, and raises otherwise.
 
     OMP_NUM_THREADS=1 NEURON_CACHE=0 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\

@@ -25,25 +25,21 @@ Value guardedLog(ScalarEmitter& e, const std::string& op, const Value& x) {
   return e.select(ordinary, result, special);
 }
 
-// The bounds: below -104 (float64 -745.2) the exact exp(x) is under half the smallest
-// subnormal (e^-104 = 6.8e-46 < 2^-150 = 7.0e-46), so its correctly rounded value is 0; above
-// 88.72284 (float64 709.79) it exceeds the largest finite value by more than half an ulp
-// (ln(FLT_MAX) = 88.7228391). Those lanes pass 0 to the vector call and take 0 or +inf after
-// it. Each guarded side costs three vector operations, which ordinary arguments pay: 64K float32
-// `exp` took 22.1 us with a plain call, 23.3 guarding the low side, 25.9 both sides, and 31.5
-// when the lanes between these bounds and the vector code's own limit (|x| > 87.34: results
-// subnormal or near the overflow) were also computed in the vector, through a shifted argument
-// and a scale; those lanes, and NaN, still take the scalar path.
-Value guardedExp(ScalarEmitter& e, const Value& x, ExpGuard guard) {
+// Below -104 (float64 -745.2) the exact exp(x) is under half the smallest subnormal
+// (e^-104 = 6.8e-46 < 2^-150 = 7.0e-46), so its correctly rounded value is 0. Three vector
+// operations, which ordinary arguments pay: 64K float32 `exp` took 22.1 us with a plain call and
+// 23.3-23.7 with this guard. Guarding the overflow side too (+inf above 88.72284, float64
+// 709.79) cost 17% (25.9 us), and in sigmoid's and silu's exp(-x) 13% and 31% of their time,
+// so they call exp plainly; computing the lanes between these bounds and the vector code's own
+// limit (|x| > 87.34: results subnormal or near the overflow) in the vector too, through an
+// exact shifted argument and a scale, cost 42% (31.5 us). Those lanes and NaN take the scalar
+// path.
+Value guardedExp(ScalarEmitter& e, const Value& x) {
   const bool f32 = x.type.mlir == "f32";
   if (!f32 && x.type.mlir != "f64") return e.unary("math.exp", x);
   const Value zero = e.constantLike(0, x.type);
   const Value low = e.lt(x, e.floatConstant(f32 ? -104.0 : -745.2, x.type));
-  if (guard == ExpGuard::kLow)
-    return e.select(low, zero, e.unary("math.exp", e.select(low, zero, x)));
-  const Value high = e.lt(e.floatConstant(f32 ? 88.72284 : 709.79, x.type), x);
-  const Value value = e.unary("math.exp", e.select(e.binary("arith.ori", low, high), zero, x));
-  return e.select(high, e.floatConstant(kInfinity, x.type), e.select(low, zero, value));
+  return e.select(low, zero, e.unary("math.exp", e.select(low, zero, x)));
 }
 
 // y is an integer when floor(y) == y (infinities included, NaN not), odd when also y / 2 is

@@ -4,7 +4,8 @@
 // the range their vector code handles (an infinity, a NaN, an argument whose result overflows,
 // underflows or is not defined): `exp` of a tensor holding -inf ran at 0.12x stock's speed,
 // `log` of one holding zeros at 0.16x (bench/special_inputs.py). These pass such lanes an
-// ordinary argument and select their results after the call, the results ATen's kernels give.
+// ordinary argument and select their results after the call, the results ATen's kernels give,
+// where the guard costs ordinary arguments little.
 
 #include <string>
 
@@ -16,15 +17,11 @@ namespace torchneuron::fusion {
 // NaN for negatives and NaN.
 Value guardedLog(ScalarEmitter& e, const std::string& op, const Value& x);
 
-// Which arguments guardedExp keeps out of the scalar path: those whose result is 0 (-inf
-// included: `exp` of log-space probabilities and masks), or also those whose result is +inf
-// (sigmoid and silu, whose exp(-x) overflows for very negative x).
-enum class ExpGuard { kLow, kBoth };
-
-// exp(x) for float32 and float64 x (other types: math.exp), with the guarded arguments' results
-// selected after the vector call. Arguments whose results are subnormal or near the overflow,
-// and NaN, still take the scalar path.
-Value guardedExp(ScalarEmitter& e, const Value& x, ExpGuard guard);
+// exp(x) for float32 and float64 x (other types: math.exp): arguments whose result is 0 (-inf
+// included: `exp` of log-space probabilities and of masked scores) pass 0 to the vector call and
+// take 0 after it. Arguments whose results are subnormal, near the overflow or infinite, and
+// NaN, still take the scalar path.
+Value guardedExp(ScalarEmitter& e, const Value& x);
 
 // pow(x, y) for float32 and float64 (other types: math.powf): a finite negative base takes
 // the power of its magnitude, negated for an odd integer y and NaN for a y that is not an

@@ -228,6 +228,8 @@ private:
       for (size_t a = 0; a < block_init_.size(); ++a) {
         block_buffers_.push_back("%bacc" + std::to_string(a));
         e_.line(block_buffers_[a] + " = memref.alloca() : " + stackBufferType(block_init_[a].type));
+        wide_buffers_.push_back("%wacc" + std::to_string(a));
+        e_.line(wide_buffers_[a] + " = memref.alloca() : " + stackBufferType(init[a].type));
       }
       e_.line("%sb_size = arith.constant " + std::to_string(kColumnSumBlock) + " : index");
     }
@@ -268,7 +270,7 @@ private:
     overColumns("%u0", [&] { storeBuffers(op_.init(context, 0), buffers, "%u0"); });
     const std::string prefix = "%j0_";
     if (!block_buffers_.empty()) {
-      emitColumnBlocks(context, buffers, init, prefix, overColumns);
+      emitColumnBlocks(context, buffers, init, prefix, width, overColumns);
     } else {
       for (int j = 0; j < m_; ++j)
         e_.line("scf.for " + prefix + std::to_string(j) + " = %c0 to %R" + std::to_string(j) +
@@ -295,7 +297,7 @@ private:
   // at 8 lanes; a column adds at most kColumnSumBlock elements in float32 before its f64 add.
   void emitColumnBlocks(
       ReduceContext& context, const std::vector<std::string>& buffers,
-      const std::vector<Value>& init, const std::string& prefix,
+      const std::vector<Value>& init, const std::string& prefix, const std::string& width,
       const std::function<void(const std::string&, const std::function<void()>&)>& overColumns) {
     const std::string j = std::to_string(m_ - 1), upper = "%R" + j;
     for (int outer = 0; outer + 1 < m_; ++outer)
@@ -326,6 +328,56 @@ private:
     e_.line("}"); // the blocks
     for (int outer = 0; outer + 1 < m_; ++outer)
       e_.line("}");
+    resumNonFiniteColumns(context, buffers, init, prefix, width, overColumns);
+  }
+
+  // After a tile's blocks: a column whose f64 sum is not finite is summed again in f64 over all
+  // its rows, as without blocks: its elements may be finite with a 64-row float32 block sum
+  // over FLT_MAX (twenty 2e37 then twenty -2e37 gave inf for an exact 0; ATen's cascade gives
+  // 0). An infinite or NaN element gives the same result in f64. The check is one vectorized
+  // pass over the tile's columns; the second sum runs only for tiles that need it.
+  void resumNonFiniteColumns(
+      ReduceContext& context, const std::vector<std::string>& buffers,
+      const std::vector<Value>& init, const std::string& prefix, const std::string& width,
+      const std::function<void(const std::string&, const std::function<void()>&)>& overColumns) {
+    const Value infinity = e_.floatConstant(std::numeric_limits<double>::infinity(), wide_);
+    auto notFinite = [&](const std::vector<Value>& totals) {
+      Value any = e_.compare("uge", e_.unary("math.absf", totals[0]), infinity);
+      for (size_t a = 1; a < totals.size(); ++a)
+        any = e_.binary("arith.ori", any,
+                        e_.compare("uge", e_.unary("math.absf", totals[a]), infinity));
+      return any;
+    };
+    const ElementType flag{NumberKind::kSigned, 32, "i32"};
+    const Value none = e_.intConstant(0, flag);
+    e_.line("%cbad:1 = scf.for %u5 = %c0 to " + width +
+            " step %c1 iter_args(%cbad_acc = " + none.name + ") -> (i32) {");
+    const Value bad = e_.convert(notFinite(loadBuffers(buffers, init, "%u5")), flag);
+    const Value seen = e_.binary("arith.ori", Value{"%cbad_acc", flag}, bad);
+    e_.line("scf.yield " + seen.name + " : i32");
+    e_.line("}");
+    const Value any = e_.compare("ne", Value{"%cbad#0", flag}, none);
+    e_.line("scf.if " + any.name + " {");
+    overColumns("%u6", [&] { storeBuffers(op_.init(context, 0), wide_buffers_, "%u6"); });
+    for (int d = 0; d < m_; ++d)
+      e_.line("scf.for " + prefix + std::to_string(d) + " = %c0 to %R" + std::to_string(d) +
+              " step %c1 {");
+    overColumns("%u7", [&] {
+      const std::vector<Value> sums = loadBuffers(wide_buffers_, init, "%u7");
+      storeBuffers(op_.combine(context, 0, sums, loadInputs(prefix), Value{}), wide_buffers_,
+                   "%u7");
+    });
+    for (int d = 0; d < m_; ++d)
+      e_.line("}");
+    overColumns("%u8", [&] {
+      const std::vector<Value> totals = loadBuffers(buffers, init, "%u8");
+      const std::vector<Value> again = loadBuffers(wide_buffers_, init, "%u8");
+      std::vector<Value> chosen;
+      for (size_t a = 0; a < totals.size(); ++a)
+        chosen.push_back(e_.select(notFinite({totals[a]}), again[a], totals[a]));
+      storeBuffers(chosen, buffers, "%u8");
+    });
+    e_.line("}");
   }
 
   // Blocked rows (ReductionSignature::blocked_rows) for a kernel of its own: a fused kernel's
@@ -1070,6 +1122,9 @@ private:
   // initial values; empty when the kernel sums without blocks.
   std::vector<std::string> block_buffers_;
   std::vector<Value> block_init_;
+  // Column order's f64 sums again, for a tile with a column whose sum is not finite
+  // (resumNonFiniteColumns).
+  std::vector<std::string> wide_buffers_;
   // Elements per stack buffer: kStackBuffer, or kSummedColumnTile for column order's tiles.
   int stack_buffer_ = kStackBuffer;
 };

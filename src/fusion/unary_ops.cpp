@@ -49,8 +49,7 @@ UnaryFn logarithm(const std::string& op) {
 } // namespace
 
 void addUnaryOps(std::vector<ElementwiseOp>& ops) {
-  ops.push_back(floatMath(
-      "exp", [](ScalarEmitter& e, const Value& x) { return guardedExp(e, x, ExpGuard::kLow); }));
+  ops.push_back(floatMath("exp", guardedExp));
   ops.push_back(floatMath("exp2", mathOp("math.exp2")));
   ops.push_back(floatMath("expm1", libmOp("expm1")));
   ops.push_back(floatMath("log", logarithm("math.log")));
@@ -78,7 +77,7 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatMath("reciprocal",
                           [](ScalarEmitter& e, const Value& x) { return e.div(one(e, x), x); }));
   ops.push_back(floatMath("sigmoid", [](ScalarEmitter& e, const Value& x) {
-    return e.div(one(e, x), e.add(one(e, x), guardedExp(e, e.neg(x), ExpGuard::kBoth)));
+    return e.div(one(e, x), e.add(one(e, x), e.unary("math.exp", e.neg(x))));
   }));
   ops.push_back(floatMath("deg2rad", [](ScalarEmitter& e, const Value& x) {
     return e.mul(x, e.floatConstant(M_PI / 180.0, x.type));

@@ -203,3 +203,22 @@ def test_a_block_whose_float32_sum_overflows_is_summed_again_in_float64(dev):
     x[0, 5], x[1, 3000] = float("inf"), float("nan")
     got = on_device(dev, lambda t: t.sum(-1), x)
     assert got[0].item() == float("inf") and got[1].isnan()
+
+
+def test_a_column_whose_float32_block_sum_overflows_is_summed_again_in_float64(dev):
+    # Twenty 2e37 then twenty -2e37 down a column: a 64-row float32 block sum overflows; the
+    # column is summed again in f64 (0, as ATen's cascade gives). Two blocks overflowing to +inf
+    # and -inf gave NaN. Layer norm's parameter gradients share the column blocks.
+    x = torch.ones(40, 512)
+    x[:20, 7], x[20:, 7] = 2e37, -2e37
+    x[:, 300] = torch.tensor([3e38] * 20 + [0.0] * 20)  # overflows in f64's float32 result too
+    y = torch.cat([torch.full((64, 260), 3e38), torch.full((64, 260), -3e38)])
+    got = on_device(dev, lambda t: t.sum(0), x)
+    want = x.double().sum(0).float()
+    assert got[7].item() == 0.0 and got[300].item() == float("inf")
+    assert torch.equal(got, want)
+    assert on_device(dev, lambda t: t.mean(0), x)[7].item() == 0.0
+    assert (on_device(dev, lambda t: t.sum(0), y) == 0).all()
+    y[5, 3] = float("nan")
+    got = on_device(dev, lambda t: t.sum(0), y)
+    assert got[3].isnan() and (got[4:] == 0).all()

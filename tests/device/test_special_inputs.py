@@ -1,8 +1,8 @@
 """Vector math on inputs outside a function's ordinary range (src/fusion/guarded_math.cpp):
 `log`, `log2` and `log10` pass only positive finite lanes to glibc's vector function and select
-the results of zeros, negatives, infinities and NaN after it; `exp` (and `sigmoid` and `silu`,
-which call it) selects 0 for arguments whose result is 0 (and +inf for those whose result
-overflows, in sigmoid and silu); `pow` takes a negative base's magnitude. Each case checks the
+the results of zeros, negatives, infinities and NaN after it; `exp` selects 0 for arguments
+whose result is 0 (`sigmoid` and `silu` call exp plainly, checked here too); `pow` takes a
+negative base's magnitude. Each case checks the
 device against the CPU: the special values exactly where they fall (vector body and tail),
 ordinary values within float rounding, in every float dtype the CPU computes, in place, and in
 adaptive mode inside a fused chain."""
@@ -18,14 +18,21 @@ SPECIALS = [0.0, -0.0, -1.0, -1e-30, float("inf"), float("-inf"), float("nan"), 
 FUNCTIONS = [torch.log, torch.log2, torch.log10]
 
 
-def mixed(count, dtype):
-    """`count` values cycling through SPECIALS between ordinary positive ones."""
+def sprinkled(count, dtype, specials, ordinary):
+    """`count` values, half of them cycling through `specials` at random places, the others
+    `ordinary(generator)` (float64 values)."""
     g = torch.Generator().manual_seed(count)
-    values = torch.rand(count, generator=g, dtype=torch.float64) * 10 + 0.01
-    specials = torch.tensor(SPECIALS, dtype=torch.float64)
+    values = ordinary(g)
     positions = torch.randperm(count, generator=g)[:count // 2]
-    values[positions] = specials[torch.arange(len(positions)) % len(SPECIALS)]
+    specials = torch.tensor(specials, dtype=torch.float64)
+    values[positions] = specials[torch.arange(len(positions)) % len(specials)]
     return values.to(dtype)
+
+
+def mixed(count, dtype):
+    """Logarithm arguments: SPECIALS between ordinary positive values."""
+    return sprinkled(count, dtype, SPECIALS,
+                     lambda g: torch.rand(count, generator=g, dtype=torch.float64) * 10 + 0.01)
 
 
 def on_both(dev, fn, x):
@@ -99,13 +106,9 @@ EXP_FUNCTIONS = [torch.exp, torch.sigmoid, torch.nn.functional.silu]
 
 
 def exp_mixed(count, dtype):
-    """`count` values cycling through EXP_SPECIALS between ordinary ones."""
-    g = torch.Generator().manual_seed(count)
-    values = torch.randn(count, generator=g, dtype=torch.float64) * 5
-    specials = torch.tensor(EXP_SPECIALS, dtype=torch.float64)
-    positions = torch.randperm(count, generator=g)[:count // 2]
-    values[positions] = specials[torch.arange(len(positions)) % len(EXP_SPECIALS)]
-    return values.to(dtype)
+    """Exponent arguments: EXP_SPECIALS between ordinary values."""
+    return sprinkled(count, dtype, EXP_SPECIALS,
+                     lambda g: torch.randn(count, generator=g, dtype=torch.float64) * 5)
 
 
 @pytest.mark.parametrize("count", [1, 15, 16, 17, 33, 1000, 4099])
@@ -163,13 +166,9 @@ POW_EXPONENTS = [4.0, 5.0, 2.5, -3.0, -4.0, -2.5, 1 / 3, 7.0, 100.0, 101.0, 2.0 
 
 
 def pow_bases(count, dtype):
-    """`count` bases cycling through POW_BASES between ordinary ones of both signs."""
-    g = torch.Generator().manual_seed(count)
-    values = torch.randn(count, generator=g, dtype=torch.float64) * 3
-    specials = torch.tensor(POW_BASES, dtype=torch.float64)
-    positions = torch.randperm(count, generator=g)[:count // 2]
-    values[positions] = specials[torch.arange(len(positions)) % len(POW_BASES)]
-    return values.to(dtype)
+    """Bases: POW_BASES between ordinary values of both signs."""
+    return sprinkled(count, dtype, POW_BASES,
+                     lambda g: torch.randn(count, generator=g, dtype=torch.float64) * 3)
 
 
 @pytest.mark.parametrize("exponent", POW_EXPONENTS)

@@ -1,7 +1,7 @@
 // exp keeps arguments whose result is 0 (below -104, 0xC2D00000; -inf included) out of glibc's
 // vector expf, which hands a vector holding one to its scalar function lane by lane: they pass 0
-// and take 0 after the call (src/fusion/guarded_math.cpp, guardedExp). sigmoid's exp(-x) also
-// keeps arguments whose result overflows (above 709.79 for float64) out, taking +inf.
+// and take 0 after the call (src/fusion/guarded_math.cpp, guardedExp). sigmoid calls exp
+// plainly: a guard cost its ordinary arguments 13% (silu's 31%).
 // RUN: %neuron_kernel_mlir mlir elementwise exp Float Float 1 c c -- Float | FileCheck %s
 // RUN: %neuron_kernel_mlir llvm elementwise exp Float Float 1 c c -- Float | FileCheck %s --check-prefix=LLVM
 // RUN: %neuron_kernel_mlir mlir elementwise sigmoid Double Double 1 c c -- Double | FileCheck %s --check-prefix=SIGMOID
@@ -18,11 +18,6 @@
 // LLVM-NOT: call float @expf
 
 // SIGMOID: %[[NEG:.*]] = arith.negf %in0 : f64
-// SIGMOID: %[[LOW:.*]] = arith.cmpf olt, %[[NEG]], {{.*}} : f64
-// SIGMOID: %[[HIGH:.*]] = arith.cmpf olt, {{.*}}, %[[NEG]] : f64
-// SIGMOID: %[[EITHER:.*]] = arith.ori %[[LOW]], %[[HIGH]] : i1
-// SIGMOID: %[[ARG:.*]] = arith.select %[[EITHER]], {{.*}}, %[[NEG]] : f64
-// SIGMOID: math.exp %[[ARG]] : f64
-// SIGMOID: arith.constant 0x7FF0000000000000 : f64
-// SIGMOID: arith.select %[[HIGH]]
+// SIGMOID-NOT: arith.select
+// SIGMOID: math.exp %[[NEG]] : f64
 // SIGMOID: arith.divf
