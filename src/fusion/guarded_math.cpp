@@ -1,6 +1,5 @@
 #include "fusion/guarded_math.h"
 
-#include <cmath>
 #include <limits>
 
 namespace torchneuron::fusion {

@@ -224,8 +224,8 @@ struct ReductionOp {
   bool widen_partials = false;
   // Every pass's accumulators are sums in `wide` from 0, and `combine` adds to each a value of
   // the element alone (no params, count or index; computed in ReduceContext::wide): a float32
-  // row may then be summed in float32 blocks whose sums add in f64 (sum, mean;
-  // reduction_kernel_builder.cpp, sumsInBlocks).
+  // row may then be summed in float32 blocks whose sums add in f64 (sum, mean, layer norm's
+  // backward; reduction_kernel_builder.cpp, sumsInBlocks and emitColumnBlocks).
   bool sums_in_blocks = false;
   ReductionRule rule;
   std::function<std::vector<Value>(ReduceContext&, int pass)> init;
