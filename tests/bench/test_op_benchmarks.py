@@ -58,7 +58,10 @@ def test_product_share_finds_the_products_and_convolutions_of_stocks_step():
     rows = {r["workload"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]}
     for name, row in rows.items():
         assert 0 < row["product_ms"] < row["step_ms"], row
-        assert row["ceiling"] == round(row["step_ms"] / row["product_ms"], 2), row
+        # The ceiling is the ratio of the unrounded times, rounded to 0.01; the times are
+        # reported rounded to 0.001 ms, so their ratio can round the other way (1.42 against
+        # 14.597 / 10.243 = 1.42507 failed one CI run).
+        assert abs(row["ceiling"] - row["step_ms"] / row["product_ms"]) <= 0.01, row
     assert set(rows["mlp-train"]["product_ops_ms"]) <= {"aten::mm", "aten::addmm"}
     assert "aten::convolution_backward" in rows["cnn-mnist-train"]["product_ops_ms"]
 
