@@ -517,10 +517,7 @@ private:
   // Ends an scf.for with iter_args whose body computed `updated`, its results named `result`
   // (result#0, ...): those results, of the same types.
   std::vector<Value> closeIterLoop(const std::vector<Value>& updated, const std::string& result) {
-    std::vector<std::string> names;
-    for (const Value& v : updated)
-      names.push_back(v.name);
-    e_.line("scf.yield " + join(names) + " : " + typeList(updated));
+    e_.line("scf.yield " + join(namesOf(updated)) + " : " + typeList(updated));
     e_.line("}");
     std::vector<Value> results;
     for (size_t a = 0; a < updated.size(); ++a)
@@ -748,12 +745,12 @@ private:
     e_.line(block + "_width = arith.minui " + block + "_left, " + block + "_size : index");
     sum_block_outer_ = carried;
     sum_block_outer_result_ = result;
-    sum_block_result_ = block + "_sum";
+    sum_block_ = block;
     context.wide = compute_;
     const std::vector<Value> start = op_.init(context, pass);
     context.wide = wide_;
     std::vector<Value> inner =
-        openIterLoop(sum_block_result_, block + "_u", block + "_width", start, block + "_acc");
+        openIterLoop(block + "_sum", block + "_u", block + "_width", start, block + "_acc");
     e_.line(prefix + j + " = arith.addi " + block + ", " + block + "_u : index");
     return inner;
   }
@@ -764,8 +761,8 @@ private:
   // cascade gives 0); an infinite or NaN element gives the same result in f64.
   std::vector<Value> closeSumBlock(ReduceContext& context, int pass,
                                    const std::vector<Value>& updated, const std::string& prefix) {
-    const std::vector<Value> sums = closeIterLoop(updated, sum_block_result_);
-    const std::string block = sum_block_result_.substr(0, sum_block_result_.size() - 4); // "_sum"
+    const std::string& block = sum_block_;
+    const std::vector<Value> sums = closeIterLoop(updated, block + "_sum");
     const Value infinity = e_.floatConstant(std::numeric_limits<double>::infinity(), compute_);
     Value finite = e_.compare("olt", e_.unary("math.absf", sums[0]), infinity);
     for (size_t a = 1; a < sums.size(); ++a)
@@ -1114,10 +1111,11 @@ private:
   // (name and type), or none (the write pass computes the values again).
   std::string scratch_, scratch_type_;
   std::vector<std::string> output_types_, input_types_;
+
   // The open float32 block of a summing pass (openSumBlock): the f64 sums it adds to, the
-  // blocks loop's result name and the block loop's.
+  // blocks loop's result name and the block's name prefix (%sb<pass>).
   std::vector<Value> sum_block_outer_;
-  std::string sum_block_outer_result_, sum_block_result_;
+  std::string sum_block_outer_result_, sum_block_;
   // Column order's float32 block sums per column (emitColumnBlocks): stack buffers and their
   // initial values; empty when the kernel sums without blocks.
   std::vector<std::string> block_buffers_;
