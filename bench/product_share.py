@@ -11,7 +11,10 @@ is the most any device can gain over stock-tuned while its products run at stock
 other work free). The device's products are ATen's BLAS calls on the same OpenBLAS
 (docs/benchmarks.md, "The BLAS kernels every mode runs"), so the ceiling bounds issue 15's
 targets. The profiler's own cost falls on every op, so the products' self times are taken from
-the profiled steps and the step's time from the unprofiled ones.
+profiled rounds and the step's time from unprofiled ones, the two kinds alternating; each is the
+median over its rounds. On a loaded machine the two can still disagree by more than the
+products' remainder (a step that is 90% products can show a share above 1): read the share of a
+quiet run.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/product_share.py [--threads 1] [--steps 10]
         [--workloads transformer-block-train,gpt-mini-train,...]
@@ -39,27 +42,32 @@ state = workload.build(torch.device("cpu"))
 for _ in range(3):
     workload.step(state)
 float(workload.observe(state).sum())
-times = []
+# Unprofiled and profiled rounds alternate, so a stretch of load on a shared machine falls on
+# both kinds of round rather than on one of them; each figure is the median over its rounds.
+times, product_times, by_op_rounds = [], [], []
 for _ in range(steps):
     start = time.perf_counter()
     for _ in range(workload.inner):
         workload.step(state)
     float(workload.observe(state).sum())
     times.append((time.perf_counter() - start) * 1000 / workload.inner)
-with torch.autograd.profiler.profile() as prof:
-    for _ in range(steps * workload.inner):
-        workload.step(state)
-    float(workload.observe(state).sum())
-product_us = 0.0
-by_op = {}
-for row in prof.key_averages():
-    if row.key in PRODUCTS or "conv" in row.key:
-        # A wrapper's self time can come out slightly negative (the profiler's rounding).
-        self_us = max(0.0, row.self_cpu_time_total)
-        product_us += self_us
-        by_op[row.key] = round(self_us / 1000 / (steps * workload.inner), 3)
+    with torch.autograd.profiler.profile() as prof:
+        for _ in range(workload.inner):
+            workload.step(state)
+        float(workload.observe(state).sum())
+    round_us, round_by_op = 0.0, {}
+    for row in prof.key_averages():
+        if row.key in PRODUCTS or "conv" in row.key:
+            # A wrapper's self time can come out slightly negative (the profiler's rounding).
+            self_us = max(0.0, row.self_cpu_time_total)
+            round_us += self_us
+            round_by_op[row.key] = self_us / 1000 / workload.inner
+    product_times.append(round_us / 1000 / workload.inner)
+    by_op_rounds.append(round_by_op)
+ops = sorted({op for r in by_op_rounds for op in r})
+by_op = {op: round(statistics.median(r.get(op, 0.0) for r in by_op_rounds), 3) for op in ops}
 step_ms = statistics.median(times)
-product_ms = product_us / 1000 / (steps * workload.inner)
+product_ms = statistics.median(product_times)
 print(json.dumps({"workload": workload.name, "threads": torch.get_num_threads(),
                   "step_ms": round(step_ms, 3), "product_ms": round(product_ms, 3),
                   "product_share": round(product_ms / step_ms, 3),

@@ -57,7 +57,11 @@ def test_product_share_finds_the_products_and_convolutions_of_stocks_step():
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["workload"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]}
     for name, row in rows.items():
-        assert 0 < row["product_ms"] < row["step_ms"], row
+        # No order between the two times is asserted: they come from different rounds, and on a
+        # loaded machine the products of a step that is 90% products measured longer than the
+        # step (12.92 against 12.03 ms failed a CI run). The share is reported, not tested.
+        assert row["product_ms"] > 0 and row["step_ms"] > 0, row
+        assert abs(row["product_share"] - row["product_ms"] / row["step_ms"]) <= 0.002, row
         # The ceiling is the ratio of the unrounded times, rounded to 0.01; the times are
         # reported rounded to 0.001 ms, so their ratio can round the other way (1.42 against
         # 14.597 / 10.243 = 1.42507 failed one CI run).
