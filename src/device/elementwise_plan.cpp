@@ -217,9 +217,14 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
   for (const c10::Scalar& param : call.params)
     checkScalarFits(param, common);
-  for (size_t i = 0; i < call.operands.size(); ++i)
-    if (call.scalars[i] && call.specs[i]->checked_scalar)
-      checkScalarFits(*call.scalars[i], call.specs[i]->promotes ? common : output.dtype);
+  for (size_t i = 0; i < call.operands.size(); ++i) {
+    const fusion::OperandSpec& spec = *call.specs[i];
+    const at::ScalarType converted_to = spec.promotes ? common : output.dtype;
+    const bool taken_as_double = spec.unchecked_for_float32_and_float64 &&
+                                 (converted_to == at::kFloat || converted_to == at::kDouble);
+    if (call.scalars[i] && spec.checked_scalar && !taken_as_double)
+      checkScalarFits(*call.scalars[i], converted_to);
+  }
   if (written.numel == 0) return plan;
 
   views.insert(views.begin(), written);

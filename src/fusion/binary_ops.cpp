@@ -174,6 +174,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ElementwiseOp pow =
       binary("pow", "exponent", TypePromotion::kDefault, kFloats | kIntegers, nullptr);
   pow.operands[1].checked_scalar = true;
+  pow.operands[1].unchecked_for_float32_and_float64 = true;
   pow.output_dtype = OutputDtypeRule::kExactWithNumber; // pow.Tensor_Scalar is a unary op
   pow.exact_dtype_operand = "exponent";
   pow.specialized_operand = "exponent";

@@ -33,6 +33,9 @@ struct OperandSpec {
   // A Python number given here is converted by ATen with Scalar::to<T>(), which raises when it
   // overflows the dtype (fill values, clamp bounds), not cast like a wrapped number.
   bool checked_scalar = false;
+  // ...except where the compute dtype is float32 or float64: ATen's kernel takes the number with
+  // Scalar::to<double>() there (pow's exponent: float32 `x.pow(1e39)` is x ** inf, not an error).
+  bool unchecked_for_float32_and_float64 = false;
 };
 
 // A Scalar argument passed to the kernel at run time (never part of the kernel key), converted

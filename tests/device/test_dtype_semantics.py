@@ -186,6 +186,9 @@ OVERFLOW_CASES = {
                                    torch.ones(2, dtype=torch.int8, device=d), 300),
     "addcmul": lambda d: torch.addcmul(*[torch.ones(2, dtype=torch.int8, device=d)] * 3, value=300),
     "threshold": lambda d: torch.threshold(torch.ones(2, dtype=torch.int8, device=d), 0, 300),
+    "pow half": lambda d: torch.ones(2, dtype=torch.half, device=d).pow(1e5),
+    "pow bfloat16": lambda d: torch.ones(2, dtype=torch.bfloat16, device=d).pow(1e39),
+    "pow int8": lambda d: torch.ones(2, dtype=torch.int8, device=d).pow(300),
 }
 
 
@@ -201,6 +204,10 @@ def test_out_of_range_scalar_raises_like_cpu(name):
     lambda d: torch.zeros(3, dtype=torch.uint8, device=d).fill_(-1),
     lambda d: torch.zeros(3, dtype=torch.bool, device=d).fill_(5),
     lambda d: torch.ones(3, dtype=torch.int8, device=d) == 300,
+    # ATen takes pow's exponent with Scalar::to<double>() for float32 and float64 results.
+    lambda d: torch.tensor([0.5, 1.0, 2.0, -1.0, -2.0, -0.0], device=d).pow(1e39),
+    lambda d: torch.tensor([0.5, 1.0, 2.0, -1.0, -2.0, -0.0], device=d).pow(-1e300),
+    lambda d: torch.tensor([0, 1, 2, -1, -2], dtype=torch.int32, device=d).pow(1e39),
 ])
 def test_in_range_or_cast_scalars_match_cpu(fn):
     assert check_like_cpu(fn)[0] == "value"
