@@ -1,6 +1,6 @@
 """The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py, copies.py,
 list_launches.py, reduction_fusion.py, losses.py, max_pool.py, softmax_ops.py,
-reductions.py, scalar_operands.py, special_inputs.py): their command line, timing one call
+reductions.py, scalar_operands.py, special_inputs.py): their command line, checking a case against the CPU, timing one call
 in blocks that alternate with other paths in the same process, so that the machine's noise falls
 on all of them alike, the triad, and the limit loops' library (bench/limit)."""
 import argparse
@@ -67,6 +67,18 @@ def stock_and_device(op, cpu_args, device_args, calls, rounds, sync):
         device.append(per_call_us(op, device_args, calls, sync))
     s, d = statistics.median(stock), statistics.median(device)
     return {"stock_us": round(s, 1), "device_us": round(d, 1), "speedup": round(s / d, 3)}
+
+
+def check_and_time_unary(cases, check, calls, rounds, device, report):
+    """For each case {name: (op, CPU input)}: check(name, device result brought back, CPU result)
+    raises if they differ; then the case's stock_and_device figures (`calls` calls a block,
+    `rounds` rounds, the device synchronized) go to report["cases"][name]."""
+    import torchneuron
+    for name, (op, x) in cases.items():
+        d = x.to(device)
+        check(name, op(d).cpu(), op(x))
+        report["cases"][name] = stock_and_device(op, (x,), (d,), calls, rounds,
+                                                 torchneuron.synchronize)
 
 
 def triad_gb_per_s(threads):

@@ -19,10 +19,10 @@ import sys
 import torch
 
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not interim CPU runs
-import torchneuron  # noqa: E402
+import torchneuron  # noqa: E402,F401  (the device, after the environment above)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import start_eager_report, stock_and_device  # noqa: E402
+from alternating import check_and_time_unary, start_eager_report  # noqa: E402
 
 CALLS = 20
 
@@ -39,12 +39,11 @@ CASES = {
 
 def main(argv):
     args, device, result = start_eager_report(__doc__, argv)
-    for name, (shape, op) in CASES.items():
-        x = torch.randn(shape)
-        d = x.to(device)
-        assert torch.equal(op(d).cpu(), op(x)), name
-        result["cases"][name] = stock_and_device(op, (x,), (d,), CALLS, args.rounds,
-                                                 torchneuron.synchronize)
+    def check(name, got, expected):
+        assert torch.equal(got, expected), name
+
+    cases = {name: (op, torch.randn(shape)) for name, (shape, op) in CASES.items()}
+    check_and_time_unary(cases, check, CALLS, args.rounds, device, result)
     print(json.dumps(result))
     return 0
 

@@ -23,10 +23,10 @@ import sys
 import torch
 
 os.environ.setdefault("NEURON_INTERIM_LAUNCHES", "0")  # time kernels, not interim CPU runs
-import torchneuron  # noqa: E402
+import torchneuron  # noqa: E402,F401  (the device, after the environment above)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from alternating import start_eager_report, stock_and_device  # noqa: E402
+from alternating import check_and_time_unary, start_eager_report  # noqa: E402
 
 ELEMENTS = 1 << 16
 CALLS = 64
@@ -55,11 +55,10 @@ def cases():
 
 def main(argv):
     args, device, result = start_eager_report(__doc__, argv)
-    for name, (op, x) in cases().items():
-        d = x.to(device)
-        torch.testing.assert_close(op(d).cpu(), op(x), equal_nan=True, msg=lambda m: f"{name}: {m}")
-        result["cases"][name] = stock_and_device(op, (x,), (d,), CALLS, args.rounds,
-                                                 torchneuron.synchronize)
+    def check(name, got, expected):
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+    check_and_time_unary(cases(), check, CALLS, args.rounds, device, result)
     print(json.dumps(result))
     return 0
 
