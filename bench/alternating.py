@@ -1,8 +1,9 @@
 """The in-process micro benchmarks' shared parts (activation_backward.py, batch_norm.py, copies.py,
 list_launches.py, reduction_fusion.py, losses.py, max_pool.py, softmax_ops.py,
-reductions.py, scalar_operands.py, special_inputs.py): their command line, checking a case against the CPU, timing one call
-in blocks that alternate with other paths in the same process, so that the machine's noise falls
-on all of them alike, the triad, and the limit loops' library (bench/limit)."""
+reductions.py, scalar_operands.py, special_inputs.py): their command line, checking a case
+against the CPU, timing one call in blocks that alternate with other paths in the same process,
+so that the machine's noise falls on all of them alike, the triad, and the limit loops' library
+(bench/limit)."""
 import argparse
 import ctypes
 import os
