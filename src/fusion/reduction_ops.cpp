@@ -561,7 +561,12 @@ void addLayerNormOps(std::vector<ReductionOp>& ops) {
     const Value var = e.maximum(e.div(squares, count), e.floatConstant(0, type));
     const Value eps = e.convert(c.params[0], type);
     const Value rstd = e.div(e.floatConstant(1, type), e.unary("math.sqrt", e.add(var, eps)));
-    return Values{mean, rstd};
+    // Squares that overflowed (float32 rows of |x| from about 1e18) make an infinite variance,
+    // whose rstd of 0 would give a row of zeros (then the bias) that looks like a result: NaN
+    // statistics instead. ATen's float moments give NaN once the variance itself overflows
+    // (|x| from about 1e20) and rstd 0, zeros, for some rows below that.
+    const Value overflowed = e.compare("oeq", var, e.floatConstant(INFINITY, type));
+    return Values{mean, e.select(overflowed, e.floatConstant(NAN, type), rstd)};
   };
   // As the statistics are stored (rounded to the compute type), then applied.
   forward.finish = [](ReduceContext& c, const Values& x) {

@@ -5,7 +5,8 @@ an error that ATen's float32 cascade sum meets: a block counted twice or dropped
 at a block's or a vector's edge, or a sum of the whole row in float32 lanes fails it. Special
 values keep ATen's results wherever they fall in the row, and integer and float64 sums are exact
 as before. Column order (x.sum(0)) sums blocks of 64 rows per column; layer norm's backward
-sums the same ways. Rows strided in memory, which would not vectorize, sum in float64."""
+sums the same ways; its forward, which sums in float32 as ATen's does, gives NaN statistics
+where the squares overflow. Rows strided in memory, which would not vectorize, sum in float64."""
 
 import pytest
 import torch
@@ -222,3 +223,22 @@ def test_a_column_whose_float32_block_sum_overflows_is_summed_again_in_float64(d
     y[5, 3] = float("nan")
     got = on_device(dev, lambda t: t.sum(0), y)
     assert got[3].isnan() and (got[4:] == 0).all()
+
+
+@pytest.mark.parametrize("scale, rows, width", [(1e20, 64, 128), (1e19, 8, 128), (1e18, 3, 5000)])
+def test_a_layer_norm_row_whose_float32_squares_overflow_is_nan_not_a_row_of_zeros(
+        dev, scale, rows, width):
+    # Layer norm's forward sums in float32 (as ATen's float moments do): squares over FLT_MAX
+    # made rstd 0 and the row zeros, then the bias, a finite result the float64 answer is far
+    # from. They give NaN statistics, as ATen's do for most rows at 1e20 (its rstd is 0 in the
+    # others, and at 1e18-1e19).
+    x, w, b = values((rows, width)) * scale, values(width, seed=1), values(width, seed=2)
+    y, mean, rstd = (t.cpu() for t in torch.native_layer_norm(x.to(dev), (width,), w.to(dev),
+                                                              b.to(dev), 1e-5))
+    assert rstd.isnan().all() and y.isnan().all()
+    assert torch.allclose(mean.double(), x.double().mean(-1, keepdim=True), atol=1e-5 * scale)
+    # Rows of ordinary values beside them keep their results.
+    x[0] = values(width, seed=3)
+    y = torch.nn.functional.layer_norm(x.to(dev), (width,), w.to(dev), b.to(dev)).cpu()
+    assert torch.allclose(y[0], torch.nn.functional.layer_norm(x[0], (width,), w, b), atol=1e-5)
+    assert y[1:].isnan().all()
