@@ -36,11 +36,19 @@ def _device_storage_as_cpu(tensor):
     key = (device_storage.data_ptr(), device_storage.nbytes())
     copy = _saved_copies.get(key)
     if copy is None:
-        whole = torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
-            tensor, 0, (device_storage.size(),), (1,))
+        # The whole storage from its first element: set_(tensor, 0, ...) kept the view's own
+        # storage offset (a slice saved before its base copied from its offset on, past the
+        # storage's end, and loaded shifted by it once more).
+        whole = tensor.as_strided((device_storage.size(),), (1,), 0)
         copy = whole.cpu().storage()
         copy._storage._neuron_location = f"{DEVICE_TYPE}:{tensor.device.index or 0}"
         _saved_copies[key] = copy
+    if copy.dtype != tensor.dtype:
+        # The same bytes seen as another dtype (x.view(torch.int32)): a typed view of the same
+        # copy, which torch.save refuses as it does for CPU tensors ("Cannot save multiple
+        # tensors or storages that view the same data as different types"); the copy's own
+        # dtype would have loaded this tensor's bytes as that dtype.
+        return torch.storage.TypedStorage(wrap_storage=copy._storage, dtype=tensor.dtype)
     return copy
 
 

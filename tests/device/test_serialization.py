@@ -44,6 +44,30 @@ def test_views_saved_share_storage_after_load(dev):
     assert b.sum().item() == 0
 
 
+@pytest.mark.parametrize("map_location", [None, "cpu", "device"])
+def test_a_view_saved_before_its_base_or_alone_loads_its_own_elements(dev, map_location):
+    # The storage's copy is made from the first tensor of it pickled: from a view with an offset
+    # it started at the view's offset (past the storage's end) and the load added the offset
+    # again ([20, 21, ...] for x[10:20]; garbage for a chunk).
+    base = torch.arange(100.0)
+    location = {"map_location": dev if map_location == "device" else map_location}
+    assert torch.equal(roundtrip(base.to(dev)[10:20], **location).cpu(), base[10:20])
+    view, whole = roundtrip([base.to(dev)[2:], base.to(dev)], **location)
+    assert torch.equal(view.cpu(), base[2:]) and torch.equal(whole.cpu(), base)
+    q, k = (base.to(dev) * 1).chunk(2)
+    assert torch.equal(roundtrip({"k": k}, **location)["k"].cpu(), base[50:])
+
+
+def test_views_of_one_storage_as_two_dtypes_are_refused_as_on_the_cpu(dev):
+    for d in ("cpu", dev):
+        x = torch.arange(6.0, device=d)
+        with pytest.raises(RuntimeError, match="view the same data as different types"):
+            roundtrip([x[2:], x.view(torch.int32)])
+        alone = roundtrip(x.view(torch.int32)[1:])
+        assert alone.dtype == torch.int32
+        assert torch.equal(alone.cpu(), torch.arange(6.0).view(torch.int32)[1:])
+
+
 def test_print_item_tolist(dev):
     t = torch.tensor([[1.5, -2.0]], device=dev)
     text = str(t)
