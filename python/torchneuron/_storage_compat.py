@@ -10,7 +10,9 @@ CPU storages that carry the device as their location, keeping PyTorch's file for
 - loading: a storage tagged ``privateuseone:N``, or any storage loaded with
   ``map_location=torchneuron.device()``, is rebuilt on the device (views still share);
   ``map_location="cpu"`` keeps it on the CPU as usual;
-- deepcopy: device tensors copy with ``clone()`` like PyTorch's other non-CPU backends.
+- deepcopy: device tensors copy with ``clone()`` like PyTorch's other non-CPU backends;
+- ``copy.copy``, which rebuilds from the same reduction as pickling, gets a view of the device
+  storage (shared, as a CPU tensor's shallow copy is).
 """
 
 import collections
@@ -42,6 +44,9 @@ def _device_storage_as_cpu(tensor):
         whole = tensor.as_strided((device_storage.size(),), (1,), 0)
         copy = whole.cpu().storage()
         copy._storage._neuron_location = f"{DEVICE_TYPE}:{tensor.device.index or 0}"
+        # copy.copy rebuilds from this very storage object in this process (a pickle writes its
+        # bytes and loads a new one): it rebuilds a view of the device storage (_rebuild_tensor).
+        copy._storage._neuron_source = whole
         _saved_copies[key] = copy
     if copy.dtype != tensor.dtype:
         # The same bytes seen as another dtype (x.view(torch.int32)): a typed view of the same
@@ -84,6 +89,11 @@ _original_rebuild_tensor = torch._utils._rebuild_tensor
 def _rebuild_tensor(storage, storage_offset, size, stride):
     untyped = storage.untyped() if hasattr(storage, "untyped") else storage._storage
     target = getattr(untyped, "_neuron_target", None)
+    source = getattr(untyped, "_neuron_source", None)
+    if target is None and source is not None:  # copy.copy: shares the storage, as on the CPU
+        whole = source if source.dtype == storage.dtype else source.view(storage.dtype)
+        return torch.empty(0, dtype=storage.dtype, device=whole.device).set_(
+            whole, storage_offset, size, stride)
     if target is None:
         return _original_rebuild_tensor(storage, storage_offset, size, stride)
     whole = getattr(untyped, "_neuron_device_copy", None)

@@ -1,4 +1,6 @@
+import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -66,6 +68,23 @@ def test_views_of_one_storage_as_two_dtypes_are_refused_as_on_the_cpu(dev):
         alone = roundtrip(x.view(torch.int32)[1:])
         assert alone.dtype == torch.int32
         assert torch.equal(alone.cpu(), torch.arange(6.0).view(torch.int32)[1:])
+
+
+def test_a_shallow_copy_stays_on_the_device_and_shares_its_storage(dev):
+    # copy.copy goes through __reduce_ex__ as pickling does; it rebuilt a CPU tensor.
+    base = torch.arange(8.0, device=dev)
+    for view in (base, base[2:6], base.view(2, 4).t(), base.view(torch.int32)[1:]):
+        shallow = copy.copy(view)
+        assert shallow.device == dev and shallow.dtype == view.dtype
+        assert (shallow.size(), shallow.stride(), shallow.storage_offset()) == \
+            (view.size(), view.stride(), view.storage_offset())
+        assert torch.equal(shallow.cpu(), view.cpu())
+    shallow = copy.copy(base[1:])
+    base.add_(100)
+    assert shallow.cpu().tolist() == [101.0 + i for i in range(7)]
+    leaf = torch.ones(3, device=dev).requires_grad_()
+    assert copy.copy(leaf).requires_grad
+    assert pickle.loads(pickle.dumps(base)).data_ptr() != base.data_ptr()  # a pickle copies
 
 
 def test_print_item_tolist(dev):
