@@ -44,8 +44,13 @@ for _ in range(3):
 float(workload.observe(state).sum())
 # Unprofiled and profiled rounds alternate, so a stretch of load on a shared machine falls on
 # both kinds of round rather than on one of them; each figure is the median over its rounds.
-times, product_times, by_op_rounds = [], [], []
+# An untimed step after each profiled round lets the step after the profiler's own work (its
+# events' collection, which evicts the caches) fall outside the timed round; the profiles are
+# read at the end.
+times, profiles = [], []
 for _ in range(steps):
+    workload.step(state)
+    float(workload.observe(state).sum())
     start = time.perf_counter()
     for _ in range(workload.inner):
         workload.step(state)
@@ -55,6 +60,9 @@ for _ in range(steps):
         for _ in range(workload.inner):
             workload.step(state)
         float(workload.observe(state).sum())
+    profiles.append(prof)
+product_times, by_op_rounds = [], []
+for prof in profiles:
     round_us, round_by_op = 0.0, {}
     for row in prof.key_averages():
         if row.key in PRODUCTS or "conv" in row.key:
