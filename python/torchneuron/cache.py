@@ -28,7 +28,9 @@ import warnings
 from torchneuron import _C
 
 PROG = "torchneuron-cache"
-# Names only the cache writes: a directory holding one of them is a cache directory.
+# Names only the cache writes: a directory holding none of them is refused here at once; the
+# library's own check (src/cache/cache_directory_tag.h: its CACHEDIR.TAG, or only such names)
+# decides for the rest.
 CACHE_MARKERS = ("db", "store.lock", "mac.key")
 INT64_MAX = 2**63 - 1
 

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "cache/cache_archive.h"
+#include "cache/cache_directory_tag.h"
 #include "cache/cache_warnings.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
@@ -461,6 +462,7 @@ std::string PersistentStore::openTrusted() {
   std::string problem = preparePrivateDirectory(directory_, &resolved);
   if (!problem.empty()) return problem;
   directory_ = resolved; // from here on, no link in the path is followed again
+  if (problem = claimCacheDirectory(directory_); !problem.empty()) return problem;
   for (const char* sub : {"/locks", "/db"})
     if (problem = preparePrivateSubdirectory(directory_ + sub); !problem.empty()) return problem;
   impl_->authenticator = EntryAuthenticator::forCacheDirectory(directory_, &problem);

@@ -262,3 +262,42 @@ def test_clear_removes_only_what_the_cache_wrote_and_keeps_the_key(root, cli, te
     assert os.listdir(os.path.join(cache, "profiles")) == ["my-notes.txt"]
     assert os.path.exists(mine) and os.path.exists(os.path.join(cache, "mac.key"))
     assert not os.path.exists(os.path.join(cache, "db", "CURRENT"))
+
+
+def test_a_directory_that_is_not_a_cache_is_never_used_or_cleared(root, cli):
+    # A project with a `db` folder, and another program's database alone in a directory: the
+    # cache opened <dir>/db as its RocksDB (writing its kernels into the other database) and
+    # `clear` deleted the files there that looked like RocksDB's.
+    project = os.path.join(root, "project")
+    other_program = os.path.join(root, "other-program")
+    for directory in (project, other_program):
+        os.makedirs(os.path.join(directory, "db"), mode=0o700)
+        os.chmod(directory, 0o700)
+        for name in ("CURRENT", "LOG", "MANIFEST-000001", "000002.sst"):
+            with open(os.path.join(directory, "db", name), "w") as f:
+                f.write("their data")
+    with open(os.path.join(project, "app.py"), "w") as f:
+        f.write("print('hi')")
+    before = {d: sorted(os.listdir(os.path.join(d, "db"))) + sorted(os.listdir(d))
+              for d in (project, other_program)}
+    for directory, holds in ((project, "app.py"), (other_program, "db")):
+        result, warned = add(directory)
+        assert result["correct"] and result["hits"] == 0
+        assert len(warned) == 1 and "neither a torchneuron cache nor empty" in warned[0]
+        assert f"(it holds {holds})" in warned[0]
+        for command in ("clear", "verify", "stats"):
+            done = cli("--dir", directory, command)
+            assert done.returncode == 2 and "neither a torchneuron cache nor empty" in done.stderr
+    assert before == {d: sorted(os.listdir(os.path.join(d, "db"))) + sorted(os.listdir(d))
+                      for d in (project, other_program)}
+    # A new or empty directory becomes a cache and is tagged (backup tools skip it); a cache
+    # made before the tag (its names only) is tagged at its next use.
+    fresh = os.path.join(root, "fresh")
+    result, warned = add(fresh)
+    assert result["correct"] and warned == []
+    with open(os.path.join(fresh, "CACHEDIR.TAG")) as f:
+        assert f.readline().strip() == "Signature: 8a477f597d28d172789f06886806bc55"
+    os.remove(os.path.join(fresh, "CACHEDIR.TAG"))
+    result, warned = add(fresh)
+    assert result["correct"] and result["hits"] == 1 and warned == []
+    assert os.path.exists(os.path.join(fresh, "CACHEDIR.TAG"))
