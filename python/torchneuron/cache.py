@@ -33,6 +33,7 @@ PROG = "torchneuron-cache"
 # decides for the rest.
 CACHE_MARKERS = ("db", "store.lock", "mac.key")
 INT64_MAX = 2**63 - 1
+ARCHIVE_HEADER = b"NEFF-ARCHIVE 2\n"  # src/cache/cache_archive.h
 
 
 class UsageError(Exception):
@@ -208,11 +209,28 @@ def command_clear(args):
     return 0
 
 
+def refuse_to_overwrite(path):
+    """Export replaces FILE whole: only a missing file, an empty one or an earlier export. A key
+    file (the cluster's `NEURON_CACHE_KEY_FILE`), any other file, a device (`/dev/null` as root),
+    a FIFO or a link is refused rather than replaced."""
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise UsageError(f"{path} exists and is not a regular file (a link, device or FIFO); "
+                         "export to a new file")
+    with open(path, "rb") as f:
+        start = f.read(len(ARCHIVE_HEADER))
+    if start and start != ARCHIVE_HEADER:
+        raise UsageError(f"{path} exists and is not a {PROG} export, which would replace it; "
+                         "export to a new file or remove it first")
+
+
 def command_export(args):
     target = os.path.realpath(args.file)
     directory = os.path.realpath(args.dir)
     if target == directory or target.startswith(directory + os.sep):
         raise UsageError(f"{args.file} lies inside the cache directory {args.dir}; export elsewhere")
+    refuse_to_overwrite(args.file)
     exported, skipped, problem = _C.cache_export(args.dir, args.file)
     if problem:
         print(f"{PROG}: {problem}", file=sys.stderr)

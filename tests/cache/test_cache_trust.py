@@ -301,3 +301,31 @@ def test_a_directory_that_is_not_a_cache_is_never_used_or_cleared(root, cli):
     result, warned = add(fresh)
     assert result["correct"] and result["hits"] == 1 and warned == []
     assert os.path.exists(os.path.join(fresh, "CACHEDIR.TAG"))
+
+
+def test_export_replaces_only_a_missing_empty_or_exported_file(root, cli, templates):
+    # export renamed its file over whatever FILE was: the cluster's key file (every entry then
+    # unloadable), another file, a device node, a FIFO or a link.
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
+    key = key_file(cli, root)
+    with open(key) as f:
+        key_text = f.read()
+    notes = os.path.join(root, "notes.txt")
+    with open(notes, "w") as f:
+        f.write("mine")
+    fifo, link = os.path.join(root, "fifo"), os.path.join(root, "link")
+    os.mkfifo(fifo)
+    os.symlink(notes, link)
+    for target in (key, notes, fifo, link):
+        done = cli("--dir", cache, "export", target)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    with open(key) as f:
+        assert f.read() == key_text
+    assert open(notes).read() == "mine" and os.path.islink(link)
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    exported = os.path.join(root, "entries.neff")
+    for _ in range(2):  # a new file, then the earlier export replaced
+        done = cli("--dir", cache, "export", exported)
+        assert done.returncode == 0 and "exported 1 entries" in done.stdout, done.stderr
+    open(notes, "w").close()  # an empty file may be replaced too
+    assert cli("--dir", cache, "export", notes).returncode == 0
