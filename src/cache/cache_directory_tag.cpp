@@ -23,7 +23,8 @@ bool writtenByTheCache(const std::string& name) {
     const std::string k = known;
     if (name == k || name.rfind(k + ".tmp.", 0) == 0) return true;
   }
-  return name == kCacheDirectoryTagName || name.rfind(std::string(kCacheDirectoryTagName) + ".tmp.", 0) == 0;
+  return name == kCacheDirectoryTagName ||
+         name.rfind(std::string(kCacheDirectoryTagName) + ".tmp.", 0) == 0;
 }
 
 // Whether `path` is a regular file (not followed if a link) whose text names this cache. Opened

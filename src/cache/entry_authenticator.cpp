@@ -66,9 +66,10 @@ std::string readKey(int fd, const std::string& path, EntryAuthenticator::Key* ke
   return problem;
 }
 
-// The key in `path`, whose directory chain was checked: "" or the problem.
+// The key in `path`, whose directory chain was checked: "" or the problem. Opened O_NONBLOCK
+// (no effect on a regular file's reads): a FIFO there is refused by readKey instead of hanging.
 std::string loadKeyFile(const std::string& path, EntryAuthenticator::Key* key) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return errno == ELOOP ? path + " is a symbolic link"
                           : "cannot read " + path + " (" + std::strerror(errno) + ")";
@@ -83,7 +84,7 @@ std::string loadKeyFile(const std::string& path, EntryAuthenticator::Key* key) {
 std::string loadOrCreateUserKey(const std::string& directory, EntryAuthenticator::Key* key) {
   const std::string path = directory + "/" + kUserKeyFileName;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) {
       std::string problem = readKey(fd, path, key);
       close(fd);

@@ -149,6 +149,26 @@ private:
   int fd_ = -1;
 };
 
+// A name in the database directory that is neither a regular file nor a directory (a FIFO, a
+// device, a socket, a link): RocksDB would open it as one of its files, and opening a FIFO blocks
+// until a writer comes, which hung every process using the cache. "" or the problem naming it.
+std::string specialFileProblem(const std::string& db_path) {
+  DIR* listing = opendir(db_path.c_str());
+  if (listing == nullptr) return "";
+  std::string problem;
+  while (const dirent* entry = readdir(listing)) {
+    const std::string name = entry->d_name;
+    struct stat info;
+    if (name == "." || name == ".." || lstat((db_path + "/" + name).c_str(), &info) != 0) continue;
+    if (!S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) {
+      problem = db_path + "/" + name + " is not a regular file";
+      break;
+    }
+  }
+  closedir(listing);
+  return problem;
+}
+
 // RocksDB's informational LOG file is not written: nobody reads it, each short-lived open would
 // add to it, and Debian's RocksDB 7.8 (built with assertions) aborts the process when it logs
 // again after a failed write to that file (a full disk).
@@ -229,6 +249,13 @@ struct PersistentStore::Impl {
     struct stat info;
     open_problem.clear();
     if (stat((db_path + "/CURRENT").c_str(), &info) != 0) return nullptr; // nothing stored yet
+    if (std::string special = specialFileProblem(db_path); !special.empty()) {
+      open_problem = special;
+      if (warn)
+        warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" + special +
+                                  "); it is bypassed, kernels compile as usual");
+      return nullptr;
+    }
     rocksdb::Options options = baseOptions();
     // A reader may stay open for the process's life: it schedules no periodic work (no thread),
     // and keeps at most 64 table files open (opened as reads need them), not all of them, so a
@@ -250,6 +277,12 @@ struct PersistentStore::Impl {
   }
 
   std::unique_ptr<rocksdb::DB> openWriter() {
+    if (std::string special = specialFileProblem(db_path); !special.empty()) {
+      warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" + special +
+                                 "); compiled kernels are not kept for later runs");
+      write_failures.fetch_add(1);
+      return nullptr;
+    }
     rocksdb::Options options = baseOptions();
     options.create_if_missing = true;
     options.max_open_files = 64;
@@ -928,6 +961,8 @@ std::string PersistentStore::repair() {
   FileLock store_lock(impl_->lock_path, LOCK_EX);
   if (!store_lock.held())
     return "cannot lock " + impl_->lock_path + " (" + std::strerror(errno) + ")";
+  if (std::string special = specialFileProblem(impl_->db_path); !special.empty())
+    return special + " (remove it, or `torchneuron-cache clear` to start over)";
   const rocksdb::Status status = rocksdb::RepairDB(impl_->db_path, baseOptions());
   return status.ok() ? "" : status.ToString();
 }

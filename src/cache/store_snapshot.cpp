@@ -10,10 +10,13 @@ namespace torchneuron {
 
 namespace {
 
-// Up to 128 bytes of `fd` into `text`, and its stat into `info` when given; closes `fd`.
+// Up to 128 bytes of `fd` into `text` when it is a regular file, and its stat into `info` when
+// given; closes `fd`. (Opened O_NONBLOCK: a FIFO in its place must not hang the process.)
 void readSmallFile(int fd, std::string* text, struct stat* info) {
   if (fd < 0) return;
-  if (info == nullptr || fstat(fd, info) == 0) {
+  struct stat own{};
+  if (info == nullptr) info = &own;
+  if (fstat(fd, info) == 0 && S_ISREG(info->st_mode)) {
     char buffer[128];
     const ssize_t got = read(fd, buffer, sizeof buffer);
     if (got > 0) text->assign(buffer, static_cast<size_t>(got));
@@ -25,14 +28,16 @@ void readSmallFile(int fd, std::string* text, struct stat* info) {
 
 StoreGeneration readGeneration(const std::string& db_path) {
   StoreGeneration generation;
-  const int fd = open((db_path + "/CURRENT").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd =
+      open((db_path + "/CURRENT").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return generation;
   struct stat info{};
   readSmallFile(fd, &generation.current, &info);
   generation.inode = info.st_ino;
   generation.modified_ns = int64_t{info.st_mtim.tv_sec} * 1000000000 + info.st_mtim.tv_nsec;
-  readSmallFile(open((db_path + "/IDENTITY").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC),
-                &generation.identity, nullptr);
+  readSmallFile(
+      open((db_path + "/IDENTITY").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC),
+      &generation.identity, nullptr);
   return generation;
 }
 

@@ -329,3 +329,32 @@ def test_export_replaces_only_a_missing_empty_or_exported_file(root, cli, templa
         assert done.returncode == 0 and "exported 1 entries" in done.stdout, done.stderr
     open(notes, "w").close()  # an empty file may be replaced too
     assert cli("--dir", cache, "export", notes).returncode == 0
+
+
+def test_a_fifo_as_the_key_or_in_the_database_is_refused_not_waited_on(root, cli, templates):
+    # Opening a FIFO blocks until a writer comes: one as NEURON_CACHE_KEY_FILE, as mac.key or as
+    # a database file hung the import, every device op and every CLI command.
+    keys = os.path.join(root, "keys")
+    os.makedirs(keys, mode=0o700)
+    fifo_key = os.path.join(keys, "cluster.key")
+    os.mkfifo(fifo_key, 0o600)
+    result, warned = add(os.path.join(root, "a"), NEURON_CACHE_KEY_FILE=fifo_key)
+    assert result["correct"] and any("not a regular file" in w for w in warned), warned
+    own_fifo = os.path.join(root, "b")
+    os.makedirs(own_fifo, mode=0o700)
+    os.mkfifo(os.path.join(own_fifo, "mac.key"), 0o600)
+    result, warned = add(own_fifo)
+    assert result["correct"] and any("not a regular file" in w for w in warned), warned
+    assert cli("--dir", own_fifo, "stats").returncode != 0
+    for name in ("CURRENT", "IDENTITY", "MANIFEST-000005"):
+        cache = copy_cache(templates["own"], os.path.join(root, "with-fifo-" + name))
+        path = os.path.join(cache, "db", name)
+        if os.path.exists(path):
+            os.remove(path)
+        os.mkfifo(path, 0o600)
+        result, warned = add(cache)
+        assert result["correct"] and result["hits"] == 0
+        assert any(f"{path} is not a regular file" in w for w in warned), warned
+        for command in ("verify", "stats", "repair"):
+            done = cli("--dir", cache, command)
+            assert done.returncode == 1 and "not a regular file" in done.stderr, (command, done)
