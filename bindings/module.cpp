@@ -433,8 +433,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("flush_store_writes", &torchneuron::flushPersistentWrites,
         py::call_guard<py::gil_scoped_release>());
   m.def("device_count", [] { return static_cast<int>(torchneuron::neuronDeviceCount()); });
-  m.def("check_device_index", [](int index) {
-    torchneuron::checkNeuronDeviceIndex(static_cast<c10::DeviceIndex>(index));
+  // Any Python int: checked in range before it becomes a c10::DeviceIndex (8 bits), where 256
+  // was device 0 and 255 no index at all.
+  m.def("check_device_index", [](py::int_ index) {
+    const auto count = static_cast<int64_t>(torchneuron::neuronDeviceCount());
+    const bool valid = index >= py::int_(0) && index < py::int_(count);
+    TORCH_CHECK(valid, "[device] invalid neuron device index ", std::string(py::str(index)),
+                ": torchneuron has ", count, " device(s), valid indices are 0..", count - 1);
   });
   m.def("allocator_stats", &allocatorStatsDict);
   m.def("reset_peak_memory_stats", &torchneuron::resetPeakAllocatorStats);

@@ -105,7 +105,10 @@ def manual_seed(seed: int) -> None:
 def _index_of(dev) -> int:
     if dev is None:
         return 0
-    dev = torch.device(dev) if not isinstance(dev, int) else torch.device(DEVICE_TYPE, dev)
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        _C.check_device_index(dev)  # before torch.device, whose 8-bit index wraps (256 is 0)
+        return dev
+    dev = torch.device(dev)
     if dev.type != DEVICE_TYPE:
         raise ValueError(f"[device] expected a {DEVICE_TYPE} device, got {dev}")
     index = 0 if dev.index is None else dev.index

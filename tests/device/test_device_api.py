@@ -18,6 +18,15 @@ def test_bad_device_index_names_index_and_count():
         torchneuron.device(3)
 
 
+@pytest.mark.parametrize("index", [128, 255, 256, 2**32, 2**63, -2**63, -1])
+@pytest.mark.parametrize("api", [torchneuron.device, torchneuron.synchronize,
+                                 torchneuron.memory_allocated])
+def test_an_index_beyond_eight_bits_is_refused_not_wrapped(api, index):
+    # torch.device keeps an 8-bit index: 256 became device 0 and 255 no index at all.
+    with pytest.raises(RuntimeError, match=rf"invalid neuron device index {index}: torchneuron "):
+        api(index)
+
+
 def test_non_int_index_is_a_type_error():
     with pytest.raises(TypeError, match="device index must be an int, got str"):
         torchneuron.device("0")
