@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -128,17 +129,44 @@ std::optional<int64_t> decodeNumber(const rocksdb::Slice& stored) {
 }
 int64_t decodeTime(const std::string& stored) { return decodeNumber(stored).value_or(0); }
 
-// An flock() held until destruction.
+// How long a process waits for the store's lock before it goes on without the persistent
+// cache: a write holds it for a batch (milliseconds), so only a stopped or hung holder (SIGSTOP,
+// a debugger) makes anyone wait this long; a blocking flock() waited on such a holder forever.
+// After a wait ran out, the process tries without waiting until it gets the lock again, so the
+// holder costs it one wait, not one per cache lookup.
+constexpr std::chrono::seconds kStoreLockWait{10};
+std::atomic<bool> store_lock_wait_ran_out{false};
+
+// An flock() held until destruction, taken within kStoreLockWait: held() is false (errno set)
+// when it could not be taken, and a wait that ran out warns once.
 class FileLock {
 public:
   FileLock(const std::string& path, int operation) {
     fd_ = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
     if (fd_ < 0 && errno != ELOOP)
       fd_ = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); // a read-only directory
-    if (fd_ >= 0 && flock(fd_, operation) != 0) {
-      closeLockFile(fd_);
-      fd_ = -1;
+    if (fd_ < 0) return;
+    const auto until = std::chrono::steady_clock::now() +
+                       (store_lock_wait_ran_out.load() ? std::chrono::seconds(0) : kStoreLockWait);
+    auto pause = std::chrono::microseconds(100);
+    while (flock(fd_, operation | LOCK_NB) != 0) {
+      const int error = errno;
+      if (error != EWOULDBLOCK || std::chrono::steady_clock::now() >= until) {
+        closeLockFile(fd_);
+        fd_ = -1;
+        if (error == EWOULDBLOCK) store_lock_wait_ran_out.store(true);
+        if (error == EWOULDBLOCK)
+          warnCacheOnce("lock-wait", "another process has held " + path + " for over " +
+                                         std::to_string(kStoreLockWait.count()) +
+                                         " s (stopped or hung?); the compile cache is bypassed "
+                                         "while it holds it, kernels compile as usual");
+        errno = error;
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000)); // readers come and go often
     }
+    store_lock_wait_ran_out.store(false);
   }
   ~FileLock() {
     if (fd_ >= 0) closeLockFile(fd_); // closing releases the lock
@@ -148,7 +176,6 @@ public:
 private:
   int fd_ = -1;
 };
-
 // A name in the database directory that is neither a regular file nor a directory (a FIFO, a
 // device, a socket, a link): RocksDB would open it as one of its files, and opening a FIFO blocks
 // until a writer comes, which hung every process using the cache. "" or the problem naming it.
@@ -363,8 +390,12 @@ struct PersistentStore::Impl {
   template <typename Fn>
   auto read(Fn&& fn, bool warn = true) -> decltype(fn(std::declval<rocksdb::DB*>())) {
     FileLock lock(lock_path, LOCK_SH);
+    if (!lock.held()) { // `fn` reports it (list, verify and stats exit 1 rather than say 0 entries)
+      open_problem = "cannot lock " + lock_path + " (" + std::strerror(errno) + ")";
+      return fn(nullptr);
+    }
     try {
-      std::unique_ptr<rocksdb::DB> db = lock.held() ? openReader(warn) : nullptr;
+      std::unique_ptr<rocksdb::DB> db = openReader(warn);
       return fn(db.get());
     } catch (const std::exception& error) {
       warnCacheOnce("read", std::string("reading the compile cache failed (") + error.what() +

@@ -6,9 +6,11 @@ planted code would subtract, and the control test shows it does once it is signe
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -358,3 +360,26 @@ def test_a_fifo_as_the_key_or_in_the_database_is_refused_not_waited_on(root, cli
         for command in ("verify", "stats", "repair"):
             done = cli("--dir", cache, command)
             assert done.returncode == 1 and "not a regular file" in done.stderr, (command, done)
+
+
+def test_a_stopped_holder_of_the_store_lock_costs_one_bounded_wait(root, templates):
+    # A process stopped while it held store.lock (Ctrl-Z, a debugger) blocked every other process
+    # of the cache directory at its first device op, forever: a blocking flock() with no deadline.
+    cache = copy_cache(templates["own"], os.path.join(root, "cache"))
+    # `sleep` inherits flock's descriptor, so the lock goes with the whole process group.
+    holder = subprocess.Popen(["flock", "-x", os.path.join(cache, "store.lock"), "sleep", "300"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["flock", "-n", "-s", os.path.join(cache, "store.lock"), "true"]
+                             ).returncode == 0:
+            assert time.monotonic() < deadline, "flock never took the lock"
+            time.sleep(0.05)
+        result, warned = add(cache)  # run_program's own timeout bounds a hang
+        assert result["correct"]
+        assert any("store.lock for over 10 s" in w for w in warned), warned
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    result, warned = add(cache)
+    assert result["correct"] and result["hits"] == 1 and warned == []
