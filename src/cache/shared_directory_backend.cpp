@@ -21,11 +21,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "cache/remote_tier.h"
 
@@ -268,8 +270,16 @@ public:
     Descriptor lock;
     *lock.out() =
         openat(usage, (host + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (lock.get() < 0 || flock(lock.get(), LOCK_EX) != 0)
-      return failure("cannot lock the usage counters", errno);
+    if (lock.get() < 0) return failure("cannot lock the usage counters", errno);
+    // Waited for at most 2 s: anyone who can read the directory can hold an flock on the file,
+    // and a blocking one made every process of the tier wait at its exit for as long as they
+    // liked. Counters are a statistic: skipped then, as on any other failure.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= until)
+        return failure("cannot lock the usage counters", errno);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::map<std::string, int64_t> sums = counts;
     readCounters(usage, host, &sums);
     std::string text;

@@ -376,3 +376,30 @@ def test_pytorch_programs_share_kernels_through_the_remote_tier(redis, work, key
     assert remote["hits"] == compiled["compiles"] and remote["rejected"] == 0
     assert remote["location"] == redis.url + "/0" and remote["load_ms_median"] > 0
     assert "[cache]" not in first.stderr + second.stderr
+
+
+def test_a_held_usage_lock_of_a_shared_directory_costs_an_exit_a_bounded_wait(work, key):
+    # Anyone who can read the shared directory can flock usage/<host>.lock: a process adding its
+    # usage counters at exit waited for it with a blocking flock, for as long as the holder liked.
+    url = shared_directory(work)
+    env = {"NEURON_CACHE_REMOTE": url, "NEURON_CACHE_KEY_FILE": key, "NEURON_WARM_START": "0",
+           "PYTHONWARNINGS": "always"}
+    first = run_program({"NEURON_CACHE_DIR": os.path.join(work, "a"), **env},
+                        program=REMOTE_PROGRAM)
+    assert json.loads(first.stdout.strip().splitlines()[-2])["ok"]
+    [lock] = [os.path.join(root, name) for root, _, names in os.walk(url[len("file://"):])
+              for name in names if name.endswith(".lock") and os.path.basename(root) == "usage"]
+    holder = subprocess.Popen(["flock", "-x", lock, "sleep", "300"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["flock", "-n", lock, "true"]).returncode == 0:
+            assert time.monotonic() < deadline, "flock never took the lock"
+            time.sleep(0.05)
+        started = time.monotonic()
+        second = run_program({"NEURON_CACHE_DIR": os.path.join(work, "b"), **env},
+                             program=REMOTE_PROGRAM)
+        assert json.loads(second.stdout.strip().splitlines()[-2])["ok"]
+        assert time.monotonic() - started < 60  # run_program's own timeout is 300 s
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
