@@ -25,6 +25,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cache/bounded_flock.h"
 #include "cache/cache_archive.h"
 #include "cache/cache_directory_tag.h"
 #include "cache/cache_warnings.h"
@@ -146,27 +147,22 @@ public:
     if (fd_ < 0 && errno != ELOOP)
       fd_ = openLockFile(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); // a read-only directory
     if (fd_ < 0) return;
-    const auto until = std::chrono::steady_clock::now() +
-                       (store_lock_wait_ran_out.load() ? std::chrono::seconds(0) : kStoreLockWait);
-    auto pause = std::chrono::microseconds(100);
-    while (flock(fd_, operation | LOCK_NB) != 0) {
-      const int error = errno;
-      if (error != EWOULDBLOCK || std::chrono::steady_clock::now() >= until) {
-        closeLockFile(fd_);
-        fd_ = -1;
-        if (error == EWOULDBLOCK) store_lock_wait_ran_out.store(true);
-        if (error == EWOULDBLOCK)
-          warnCacheOnce("lock-wait", "another process has held " + path + " for over " +
-                                         std::to_string(kStoreLockWait.count()) +
-                                         " s (stopped or hung?); the compile cache is bypassed "
-                                         "while it holds it, kernels compile as usual");
-        errno = error;
-        return;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000)); // readers come and go often
+    const bool ran_out_before = store_lock_wait_ran_out.load();
+    if (flockWithin(fd_, operation, ran_out_before ? std::chrono::seconds(0) : kStoreLockWait)) {
+      store_lock_wait_ran_out.store(false);
+      return;
     }
-    store_lock_wait_ran_out.store(false);
+    const int error = errno;
+    closeLockFile(fd_);
+    fd_ = -1;
+    if (error == EWOULDBLOCK) {
+      store_lock_wait_ran_out.store(true);
+      warnCacheOnce("lock-wait", "another process has held " + path + " for over " +
+                                     std::to_string(kStoreLockWait.count()) +
+                                     " s (stopped or hung?); the compile cache is bypassed "
+                                     "while it holds it, kernels compile as usual");
+    }
+    errno = error;
   }
   ~FileLock() {
     if (fd_ >= 0) closeLockFile(fd_); // closing releases the lock
@@ -852,11 +848,7 @@ PersistentStore::lockKey(const std::string& key, std::chrono::milliseconds deadl
   while (true) {
     const int fd = openLockFile(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return nullptr;
-    bool locked = false;
-    while (!(locked = flock(fd, LOCK_EX | LOCK_NB) == 0) &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!locked) {
+    if (!flockWithin(fd, LOCK_EX, until - std::chrono::steady_clock::now())) {
       closeLockFile(fd);
       warnCacheOnce("deadline", "waited past the deadline for another process compiling the same "
                                 "kernel; compiling here too");

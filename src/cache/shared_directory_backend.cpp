@@ -27,8 +27,8 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
+#include "cache/bounded_flock.h"
 #include "cache/remote_tier.h"
 
 namespace torchneuron {
@@ -274,12 +274,8 @@ public:
     // Waited for at most 2 s: anyone who can read the directory can hold an flock on the file,
     // and a blocking one made every process of the tier wait at its exit for as long as they
     // liked. Counters are a statistic: skipped then, as on any other failure.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= until)
-        return failure("cannot lock the usage counters", errno);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    if (!flockWithin(lock.get(), LOCK_EX, std::chrono::seconds(2)))
+      return failure("cannot lock the usage counters", errno);
     std::map<std::string, int64_t> sums = counts;
     readCounters(usage, host, &sums);
     std::string text;
