@@ -19,12 +19,12 @@ namespace {
 // What the cache writes in its directory (persistent_store.cpp, warm_start_profile.cpp,
 // entry_authenticator.cpp); temporary files are `<name>.tmp.<pid>.<n>`.
 bool writtenByTheCache(const std::string& name) {
-  for (const char* known : {"db", "locks", "profiles", "store.lock", "mac.key"}) {
+  for (const char* known :
+       {"db", "locks", "profiles", "store.lock", "mac.key", kCacheDirectoryTagName}) {
     const std::string k = known;
     if (name == k || name.rfind(k + ".tmp.", 0) == 0) return true;
   }
-  return name == kCacheDirectoryTagName ||
-         name.rfind(std::string(kCacheDirectoryTagName) + ".tmp.", 0) == 0;
+  return false;
 }
 
 // Whether `path` is a regular file (not followed if a link) whose text names this cache. Opened
