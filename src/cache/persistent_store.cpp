@@ -172,6 +172,7 @@ public:
 private:
   int fd_ = -1;
 };
+
 // A name in the database directory that is neither a regular file nor a directory (a FIFO, a
 // device, a socket, a link): RocksDB would open it as one of its files, and opening a FIFO blocks
 // until a writer comes, which hung every process using the cache. "" or the problem naming it.
