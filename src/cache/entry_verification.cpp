@@ -21,6 +21,18 @@ std::string storeKeyFor(const LoadRequirements& r) {
   return hashBytes128(material.data(), material.size()).hex();
 }
 
+std::string ownStoreKey(const ExecutableContainer& c) {
+  return storeKeyFor({c.engine_version, c.llvm_version, c.target_triple, c.cpu_features,
+                      c.compile_options, c.key_material});
+}
+
+std::string misfiledProblem(const std::string& store_key, const ExecutableContainer& container) {
+  const std::string own = ownStoreKey(container);
+  if (own == store_key) return "";
+  return "filed under " + store_key + ", but its compile inputs hash to " + own +
+         " (moved or copied there from another entry; never loaded)";
+}
+
 std::string verifyEntryForHost(const std::string& store_key, const std::vector<char>& bytes,
                                ExecutableContainer* container) {
   std::string why;

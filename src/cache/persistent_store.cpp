@@ -31,6 +31,7 @@
 #include "cache/cache_warnings.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
+#include "cache/entry_verification.h"
 #include "cache/executable_container.h"
 #include "cache/store_snapshot.h"
 #include "cache/store_writer.h"
@@ -903,6 +904,8 @@ std::vector<StoredEntryInfo> PersistentStore::list(std::string* database_problem
             info.problem = "its MAC does not verify (forged?)";
           else if (seal != SealStatus::kOtherFormat && !container)
             info.problem = why;
+          else if (container)
+            info.problem = misfiledProblem(info.key, *container);
           if (container) {
             info.kernels = static_cast<int64_t>(container->kernels.size());
             info.program = describeProgram(container->program);
@@ -1039,13 +1042,20 @@ ImportReport PersistentStore::importFrom(const std::string& file, bool trust) {
   if (!report.problem.empty()) return report;
   ArchiveEntries accepted;
   for (auto& [key, value] : entries) {
-    switch (checkSeal(value, *impl_->authenticator)) {
+    const SealStatus seal = checkSeal(value, *impl_->authenticator);
+    const bool readable = seal != SealStatus::kOtherFormat && seal != SealStatus::kDamaged;
+    std::optional<ExecutableContainer> container =
+        readable ? parseContainer(value, nullptr) : std::nullopt;
+    if (!container || !misfiledProblem(key, *container).empty()) {
+      ++report.damaged; // unreadable, or filed under another entry's key
+      continue;
+    }
+    switch (seal) {
     case SealStatus::kAuthentic:
       break;
     case SealStatus::kOtherFormat:
     case SealStatus::kDamaged:
-      ++report.damaged;
-      continue;
+      continue; // counted above
     case SealStatus::kOtherKey:
     case SealStatus::kForged:
       if (!trust) {

@@ -70,7 +70,8 @@ struct ExportReport {
 struct ImportReport {
   int64_t imported = 0;
   int64_t resigned = 0;  // foreign entries signed with this store's key (trusted import)
-  int64_t damaged = 0;   // failed their checksum or are of another format version
+  int64_t damaged = 0;   // another format version, failed checksum or fields, or misfiled: filed
+                         // under a key their compile inputs do not hash to (ownStoreKey)
   int64_t untrusted = 0; // not authentic under this store's key, and not trusted
   std::string problem;   // "" unless nothing could be imported
 };

@@ -7,6 +7,10 @@
 //   neuron_cache_forger <cache dir> plant-signed   the same, sealed with the cache's own key (what
 //                                                  only a holder of the key can do: the control)
 //   neuron_cache_forger <cache dir> export FILE    the forged entries, unplanted, as an export file
+//   neuron_cache_forger <cache dir> misfile        a copy of every entry, bytes and MAC intact,
+//                                                  under another key (its last hex digit changed):
+//                                                  what anyone who can write the directory can do
+//   neuron_cache_forger <cache dir> export-misfiled FILE   those copies as an export file
 //   neuron_cache_forger forge-file IN OUT          the same forgery of the one container in file IN
 //                                                  (an entry read from a remote tier), to OUT
 //   neuron_cache_forger sign-file IN OUT           IN sealed with NEURON_CACHE_KEY_FILE's key, to
@@ -79,6 +83,12 @@ int rewriteFile(const std::string& mode, const char* in, const char* out) {
   return 0;
 }
 
+// `key` with its last hex digit changed: another entry's key.
+std::string anotherKey(std::string key) {
+  key.back() = key.back() == '0' ? '1' : '0';
+  return key;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -92,10 +102,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<ArchiveWriter> archive;
-  if (mode == "export") archive = std::make_unique<ArchiveWriter>(argc > 3 ? argv[3] : "");
+  const bool misfile = mode == "misfile" || mode == "export-misfiled";
+  if (mode == "export" || mode == "export-misfiled")
+    archive = std::make_unique<ArchiveWriter>(argc > 3 ? argv[3] : "");
   int forged = 0;
   for (const StoredEntryInfo& info : store.list()) {
     const std::optional<std::vector<char>> bytes = store.get(info.key);
+    if (misfile && bytes) {
+      if (archive)
+        archive->add(anotherKey(info.key), bytes->data(), bytes->size());
+      else if (!store.putVerbatim(anotherKey(info.key), *bytes))
+        return 1;
+      ++forged;
+      continue;
+    }
     std::optional<ExecutableContainer> entry =
         bytes ? parseContainer(*bytes, nullptr) : std::nullopt;
     if (!entry) continue;

@@ -111,6 +111,34 @@ def test_forged_export_is_not_imported(root, cli, templates):
     assert result["correct"] and result["compiles"] == 1 and warned == []
 
 
+def test_an_authentic_entry_copied_under_another_key_is_misfiled_never_loaded_nor_imported(
+        root, cli, templates):
+    """A MAC covers an entry's bytes, not the key it is filed under: anyone who can write the
+    directory (or hand over an export) can file a genuine entry under another key. Loading
+    refuses it (its compile inputs hash to its own key); `list`/`verify` name it and `import`
+    rejects it as damaged."""
+    key = templates["key"]
+    cache = copy_cache(templates["cluster"], os.path.join(root, "cache"))
+    assert forge(cache, "misfile", env={"NEURON_CACHE_KEY_FILE": key}) == 1
+    listed = cli("--dir", cache, "list", env={"NEURON_CACHE_KEY_FILE": key})
+    assert listed.stdout.count("DAMAGED: filed under ") == 1, listed.stdout
+    assert "never loaded" in listed.stdout, listed.stdout
+    verified = cli("--dir", cache, "verify", env={"NEURON_CACHE_KEY_FILE": key})
+    assert verified.returncode == 1 and "1 intact, 1 damaged" in verified.stdout, verified.stdout
+    result, warned = add(cache, NEURON_CACHE_KEY_FILE=key)  # the genuine entry still serves
+    assert result["correct"] and result["compiles"] == 0 and warned == []
+
+    archive = os.path.join(root, "misfiled.export")
+    source = copy_cache(templates["cluster"], os.path.join(root, "source"))
+    assert forge(source, "export-misfiled", archive, env={"NEURON_CACHE_KEY_FILE": key}) == 1
+    target = os.path.join(root, "target")
+    for trust in ((), ("--trust",)):
+        done = cli("--dir", target, "import", *trust, archive, env={"NEURON_CACHE_KEY_FILE": key})
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "imported 0 entries, rejected 1 damaged, 0 untrusted" in done.stdout, done.stdout
+    assert "0 entries" in cli("--dir", target, "list", env={"NEURON_CACHE_KEY_FILE": key}).stdout
+
+
 def test_genuine_export_imports_under_a_shared_key_and_foreign_ones_need_trust(root, cli,
                                                                                templates):
     key = templates["key"]
