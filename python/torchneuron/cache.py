@@ -241,8 +241,12 @@ def command_export(args):
 
 
 def command_import(args):
-    if not os.path.isfile(args.file):
+    if os.path.isdir(args.file):
+        raise UsageError(f"{args.file} is a directory, not an export file")
+    if not os.path.exists(args.file):
         raise UsageError(f"no such file: {args.file}")
+    if not os.path.isfile(args.file):
+        raise UsageError(f"{args.file} is not a regular file (an export file is one)")
     if args.trust:
         print(f"{PROG}: warning: --trust signs the entries of {args.file} with this cache's key. "
               "They hold machine code: whoever wrote the file can run code in this account "

@@ -218,6 +218,8 @@ def test_cli_errors_are_one_line_with_exit_status_2(root, cli, templates):
         ("--dir", cache, "prune", "--max-bytes", "-5"): "not a byte count: '-5'",
         ("--dir", cache, "prune", "--max-bytes", str(2**63)): "not a byte count",
         ("--dir", cache, "import", os.path.join(root, "missing")): "no such file",
+        ("--dir", cache, "import", stray): "is a directory, not an export file",
+        ("--dir", cache, "import", "/dev/null"): "is not a regular file",
         ("--dir", "", "stats"): "--dir is empty",
         ("--dir", a_file, "stats"): "is not a directory",
         ("--dir", stray, "clear"): "neither a torchneuron cache nor empty",
