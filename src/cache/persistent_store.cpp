@@ -267,6 +267,16 @@ struct PersistentStore::Impl {
   std::atomic<int64_t> hits{0}, misses{0}, corrupt{0}, evicted{0}, write_failures{0};
   std::atomic<int64_t> foreign{0}, forged{0}, lookup_opens{0};
   std::mutex mutex; // one store operation at a time per process (flock is per open file)
+  // The database's problem a read warned about: a write failing for the same reason adds no
+  // second warning for the one fault.
+  std::mutex warned_mutex;
+  std::string warned_open_problem;
+
+  // What a damaged database's warning adds: the command that recovers it.
+  std::string repairAdvice() const {
+    return ". `torchneuron-cache --dir " + db_path.substr(0, db_path.rfind('/')) +
+           " repair` recovers what it can";
+  }
 
   // Opens the database read-only under a shared lock; nullptr when it does not exist or fails
   // (`open_problem` says why; warned unless the caller reports it itself).
@@ -292,10 +302,14 @@ struct PersistentStore::Impl {
     rocksdb::Status status = rocksdb::DB::OpenForReadOnly(options, db_path, &db);
     if (!status.ok()) {
       open_problem = status.ToString();
-      if (warn)
+      if (warn) {
         warnCacheOnce("open", "cannot read the compile cache at " + db_path + " (" +
                                   status.ToString() +
-                                  "); it is bypassed, kernels compile as usual");
+                                  "); it is bypassed, kernels compile as usual" +
+                                  (status.IsCorruption() ? repairAdvice() : ""));
+        std::lock_guard<std::mutex> lock(warned_mutex);
+        warned_open_problem = status.ToString();
+      }
       return nullptr;
     }
     return std::unique_ptr<rocksdb::DB>(db);
@@ -314,9 +328,11 @@ struct PersistentStore::Impl {
     rocksdb::DB* db = nullptr;
     rocksdb::Status status = rocksdb::DB::Open(options, db_path, &db);
     if (!status.ok()) {
-      warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" +
-                                 status.ToString() +
-                                 "); compiled kernels are not kept for later runs");
+      std::lock_guard<std::mutex> lock(warned_mutex);
+      if (status.ToString() != warned_open_problem) // else said once already, as a read's fault
+        warnCacheOnce("write", "cannot write the compile cache at " + db_path + " (" +
+                                   status.ToString() +
+                                   "); compiled kernels are not kept for later runs");
       write_failures.fetch_add(1);
       return nullptr;
     }
@@ -639,8 +655,17 @@ std::optional<std::vector<char>> PersistentStore::get(const std::string& key, St
     std::lock_guard<std::mutex> lock(impl_->mutex);
     found = impl_->readCurrent([&](rocksdb::DB* db) -> std::optional<std::vector<char>> {
       std::string value, used;
-      if (db == nullptr || !db->Get(rocksdb::ReadOptions(), kEntry + key, &value).ok())
+      if (db == nullptr) return std::nullopt;
+      const rocksdb::Status status = db->Get(rocksdb::ReadOptions(), kEntry + key, &value);
+      if (!status.ok()) {
+        // A damaged table file (or an I/O error) reads as a miss: the kernel is recompiled and
+        // written again, but the damage stays until repaired, so it is said once.
+        if (!status.IsNotFound())
+          warnCacheOnce("damaged", "the compile cache at " + impl_->db_path +
+                                       " could not read an entry (" + status.ToString() +
+                                       "); its kernel is recompiled" + impl_->repairAdvice());
         return std::nullopt;
+      }
       stale_use = !db->Get(rocksdb::ReadOptions(), kUse + key, &used).ok() ||
                   nowMs() - decodeTime(used) > kUseGranularityMs;
       return std::vector<char>(value.begin(), value.end());

@@ -275,6 +275,11 @@ def test_damaged_database_is_reported_and_repaired(root, damage, cli, templates)
         with open(os.path.join(db, table), "r+b") as f:
             f.seek(64)
             f.write(b"\xff" * 64)
+    # A program runs correctly, recompiling, and is told once (a damaged table read as a miss
+    # had recompiled without a word).
+    result, warned = add(cache)
+    assert result["correct"] and result["compiles"] == 1 and result["hits"] == 0, result
+    assert len(warned) == 1 and "repair" in warned[0], warned
     for command in ("verify", "list", "stats"):
         done = cli("--dir", cache, command)
         assert done.returncode == 1 and "damaged" in done.stderr, (command, done.stdout, done.stderr)
