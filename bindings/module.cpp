@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cache/background_compiles.h"
+#include "cache/cache_directory_tag.h"
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
 #include "cache/kernel_cache.h"
@@ -331,6 +332,10 @@ void defineCacheCommands(py::module_& m) {
       },
       py::arg("directory"), py::arg("file"), py::arg("trust"));
   m.def("cache_keygen", &torchneuron::writeNewKeyFile, py::arg("file"));
+  m.def(
+      "cache_directory_problem",
+      [](const std::string& resolved) { return torchneuron::cacheDirectoryProblem(resolved); },
+      py::arg("resolved"));
   m.def(
       "cache_remote_survey",
       [](const std::string& url) {

@@ -28,10 +28,6 @@ import warnings
 from torchneuron import _C
 
 PROG = "torchneuron-cache"
-# Names only the cache writes: a directory holding none of them is refused here at once; the
-# library's own check (src/cache/cache_directory_tag.h: its CACHEDIR.TAG, or only such names)
-# decides for the rest.
-CACHE_MARKERS = ("db", "store.lock", "mac.key")
 INT64_MAX = 2**63 - 1
 ARCHIVE_HEADER = b"NEFF-ARCHIVE 2\n"  # src/cache/cache_archive.h
 
@@ -60,13 +56,11 @@ def checked_directory(path):
     if os.path.lexists(path) and not os.path.isdir(path):
         raise UsageError(f"--dir {path} is not a directory")
     if os.path.isdir(path):
-        try:
-            names = os.listdir(path)
-        except OSError as error:
-            raise UsageError(f"--dir {path}: {error.strerror}")
-        if names and not any(name in names for name in CACHE_MARKERS):
-            shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-            raise UsageError(f"--dir {path} is neither a torchneuron cache nor empty (it holds {shown})")
+        # The library's own rule (src/cache/cache_directory_tag.h: its CACHEDIR.TAG, or only
+        # names the cache writes), asked before anything is opened.
+        problem = _C.cache_directory_problem(os.path.realpath(path))
+        if problem:
+            raise UsageError(f"--dir {problem}")
     return path
 
 

@@ -60,8 +60,10 @@ void writeTag(const std::string& directory) {
 
 } // namespace
 
-std::string claimCacheDirectory(const std::string& resolved) {
-  if (carriesOurTag(resolved + "/" + kCacheDirectoryTagName)) return "";
+std::string cacheDirectoryProblem(const std::string& resolved, bool* tagged) {
+  const bool ours = carriesOurTag(resolved + "/" + kCacheDirectoryTagName);
+  if (tagged) *tagged = ours;
+  if (ours) return "";
   DIR* listing = opendir(resolved.c_str());
   if (listing == nullptr) return resolved + ": " + std::strerror(errno);
   std::vector<std::string> names, foreign;
@@ -77,10 +79,7 @@ std::string claimCacheDirectory(const std::string& resolved) {
   };
   // A cache creates locks before db: another program's db without locks is not one (a process
   // opening the directory at the same moment may have made only some of the cache's names).
-  if (foreign.empty() && (!holds("db") || holds("locks"))) {
-    writeTag(resolved);
-    return "";
-  }
+  if (foreign.empty() && (!holds("db") || holds("locks"))) return "";
   std::vector<std::string>& shown = foreign.empty() ? names : foreign;
   std::sort(shown.begin(), shown.end());
   std::string listed;
@@ -88,7 +87,14 @@ std::string claimCacheDirectory(const std::string& resolved) {
     listed += (i ? ", " : "") + shown[i];
   if (shown.size() > 3) listed += ", ...";
   return resolved + " is neither a torchneuron cache nor empty (it holds " + listed +
-         "): give the cache a directory of its own (NEURON_CACHE_DIR)";
+         "): give the cache a directory of its own";
+}
+
+std::string claimCacheDirectory(const std::string& resolved) {
+  bool tagged = false;
+  std::string problem = cacheDirectoryProblem(resolved, &tagged);
+  if (problem.empty() && !tagged) writeTag(resolved);
+  return problem;
 }
 
 } // namespace torchneuron

@@ -13,12 +13,16 @@ constexpr const char* kCacheDirectoryTagName = "CACHEDIR.TAG";
 constexpr const char* kCacheDirectoryTagSignature = "Signature: 8a477f597d28d172789f06886806bc55";
 constexpr const char* kCacheDirectoryTagOwner = "# This directory is a torchneuron compile cache.";
 
-// Checks that `resolved` (an existing, trusted directory) is a torchneuron cache directory or may
-// become one, and tags it: "" when it carries our tag, or holds only names the cache writes (db,
+// Whether `resolved` (an existing directory) is a torchneuron cache directory or may become one,
+// changing nothing: "" when it carries our tag, or holds only names the cache writes (db,
 // locks, profiles, store.lock, mac.key, their temporary files; none at all) and not db without
-// locks (a cache made before the tag, or being made by another process, which is tagged now);
-// otherwise the problem, naming what it holds. Tagging is best effort (a read-only cache stays
-// readable untagged).
+// locks (a cache made before the tag, or being made by another process); otherwise the problem,
+// naming what it holds. `*tagged` (when given) says whether it carries our tag. The CLI asks
+// this before it opens anything, so its rule and the library's are one.
+std::string cacheDirectoryProblem(const std::string& resolved, bool* tagged = nullptr);
+
+// cacheDirectoryProblem for `resolved` (an existing, trusted directory), and a directory found
+// fit is tagged. Tagging is best effort (a read-only cache stays readable untagged).
 std::string claimCacheDirectory(const std::string& resolved);
 
 } // namespace torchneuron
