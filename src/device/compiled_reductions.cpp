@@ -101,6 +101,9 @@ c10::optional<at::ScalarType> resultDtype(const ReductionRule& rule, const Named
   case ReductionResult::kRequestedOrOut:
     return requested ? *requested : out ? *out : input;
   case ReductionResult::kRequested:
+    // linalg.vector_norm refuses a dtype= the input narrows to (check_linalg_norm_dtype): the
+    // CPU raises ATen's error.
+    if (requested && c10::promoteTypes(input, *requested) != *requested) return c10::nullopt;
     return requested ? *requested : input;
   case ReductionResult::kFloating:
     return at::isFloatingType(input) ? input : c10::typeMetaToScalarType(c10::get_default_dtype());

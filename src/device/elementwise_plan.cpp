@@ -10,6 +10,7 @@
 
 #include "device/device.h"
 #include "device/kernel_operand.h"
+#include "device/plan_replay.h"
 #include "launcher/kernel_abi.h"
 
 namespace torchneuron {
@@ -49,6 +50,20 @@ int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::Sc
 void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
   AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range",
                              [&] { (void)value.to<scalar_t>(); });
+}
+
+// Whether some value of dtype `from` may not fit `to` under Scalar::to<T>()'s check (false only
+// where every value does: the same dtype, a wider one, bool on either side).
+bool mayNotFit(at::ScalarType from, at::ScalarType to) {
+  if (from == to || from == at::kBool || to == at::kBool) return false;
+  const size_t from_size = c10::elementSize(from), to_size = c10::elementSize(to);
+  if (at::isFloatingType(to)) {
+    if (!at::isFloatingType(from)) return to == at::kHalf && from_size > 1; // 65504 at most
+    return !(to_size > from_size || (from == at::kHalf && to == at::kBFloat16));
+  }
+  if (at::isFloatingType(from)) return true;
+  if (from == at::kByte) return to_size == 1; // uint8 fits every wider integer
+  return to == at::kByte || to_size <= from_size;
 }
 
 uint8_t computeClassOf(at::ScalarType dtype) {
@@ -122,6 +137,10 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   // ATen's sub_check, first, as its meta function runs it (a Python bool is a wrapped operand).
   if (op.refuses_bool_operands && call.operands.size() == 2)
     at::native::sub_check(call.operands[0], call.operands[1]);
+  if (op.aten_checks && !call.operands.empty())
+    op.aten_checks(call.operands[0].scalar_type(),
+                   std::vector<c10::Scalar>(call.params.begin(), call.params.end()),
+                   call.constants);
   c10::optional<c10::Device> device;
   if (target) device = target->device;
   const c10::optional<at::ScalarType> computed = computeDtype(op, call, target, device);
@@ -219,11 +238,24 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     checkScalarFits(param, common);
   for (size_t i = 0; i < call.operands.size(); ++i) {
     const fusion::OperandSpec& spec = *call.specs[i];
-    const at::ScalarType converted_to = spec.promotes ? common : output.dtype;
+    at::ScalarType converted_to = spec.promotes ? common : output.dtype;
+    if (spec.checked_in_opmath && (converted_to == at::kHalf || converted_to == at::kBFloat16))
+      converted_to = at::kFloat;
     const bool taken_as_double = spec.unchecked_for_float32_and_float64 &&
                                  (converted_to == at::kFloat || converted_to == at::kDouble);
-    if (call.scalars[i] && spec.checked_scalar && !taken_as_double)
+    if (call.scalars[i] && spec.checked_scalar && !taken_as_double) {
       checkScalarFits(*call.scalars[i], converted_to);
+    } else if (!call.scalars[i] && spec.zero_dim_only && spec.checked_scalar &&
+               mayNotFit(call.operands[i].scalar_type(), converted_to)) {
+      // fill_'s value as a 0-dim tensor: ATen takes value.item() with Scalar::to<T>() too. A
+      // device value may be pending in a window: the fallback reads it (a sync point) as ATen
+      // does. A CPU one is read here, and every such call is planned: its data decided, which
+      // the fingerprint of a capture does not hold.
+      const at::Tensor& value = call.operands[i];
+      if (!value.is_cpu()) return c10::nullopt;
+      checkScalarFits(value.item(), converted_to);
+      invalidateCallCapture();
+    }
   }
   if (written.numel == 0) return plan;
 

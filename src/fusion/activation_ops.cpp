@@ -206,6 +206,14 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                    return e.select(e.le(b, constant(e, 0, b)), negative, e.mul(dy, poscoef));
                  });
   elu_backward.constants = {{"is_result", {}}};
+  // ATen's meta function: the result cannot tell the branches apart for a negative alpha.
+  elu_backward.aten_checks = [](c10::ScalarType, const std::vector<c10::Scalar>& params,
+                                const std::vector<int64_t>& constants) {
+    TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
+                "In-place elu backward calculation is triggered with a negative slope which is not "
+                "supported. This is caused by calling in-place forward function with a negative "
+                "slope, please call out-of-place version instead.");
+  };
   ops.push_back(elu_backward);
   ops.push_back(sameDtype(
       activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
@@ -221,6 +229,15 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                    return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
                  });
   leaky_relu_backward.constants = {{"self_is_result", {}}};
+  leaky_relu_backward.aten_checks = [](c10::ScalarType, const std::vector<c10::Scalar>& params,
+                                       const std::vector<int64_t>& constants) {
+    TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
+                "In-place leakyReLu backward calculation is triggered with a negative slope which "
+                "is not supported. This is caused by calling in-place forward function with a "
+                "negative slope, please call out-of-place version instead. File an issue at "
+                "https://github.com/pytorch/pytorch if you do require supporting in-place "
+                "leakRelu backward calculation with negative slope");
+  };
   ops.push_back(leaky_relu_backward);
   ops.push_back(sameDtype(activation(
       "hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
@@ -231,6 +248,12 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         return e.nanIfAnyNan(clamped, {c.params[0], c.params[1]});
       },
       kFloats | kIntegers)));
+  // ATen's hardtanh_out takes integral bounds with toLong() and refuses negative ones for uint8.
+  ops.back().aten_checks = [](c10::ScalarType self, const std::vector<c10::Scalar>& params,
+                              const std::vector<int64_t>&) {
+    TORCH_CHECK(self != c10::kByte || (params[0].toLong() >= 0 && params[1].toLong() >= 0),
+                "cannot do hardtanh on an unsigned type with negative limits");
+  };
   ops.push_back(activation("hardtanh_backward", {{"grad_output"}, {"self"}},
                            {{"min_val", -1}, {"max_val", 1}}, [](LoweringContext& c) {
                              ScalarEmitter& e = c.emit;

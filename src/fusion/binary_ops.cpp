@@ -345,6 +345,8 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   // promotion (integer tensors with a weight of 0.5 are ATen's "not implemented for 'Long'", on
   // the CPU fallback), and a weight tensor must have self's dtype (ATen checks that first).
   lerp.operands = {{"self"}, {"end"}, {"weight", /*promotes=*/false}};
+  // A number weight: weight.to<opmath_t>() (1e39: an error).
+  lerp.operands[2].checked_scalar = lerp.operands[2].checked_in_opmath = true;
   lerp.compute_classes = kFloats;
   // lerp.Tensor checks that all its tensors, the output too, have one dtype; lerp.Scalar casts.
   lerp.output_dtype = OutputDtypeRule::kExactWithTensor;

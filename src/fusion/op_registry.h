@@ -4,6 +4,8 @@
 // promote, which dtypes it supports) and its lowering (MLIR for one element). Eager dispatch,
 // and later the tracer and the fusion partitioner, consult this registry and nothing else.
 
+#include <c10/core/Scalar.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -36,6 +38,9 @@ struct OperandSpec {
   // ...except where the compute dtype is float32 or float64: ATen's kernel takes the number with
   // Scalar::to<double>() there (pow's exponent: float32 `x.pow(1e39)` is x ** inf, not an error).
   bool unchecked_for_float32_and_float64 = false;
+  // ...checked against the compute dtype's opmath type (float for half and bfloat16), as
+  // Scalar::to<opmath_t>() does (lerp's weight: 1e6 is a bfloat16 weight, 1e39 an error).
+  bool checked_in_opmath = false;
 };
 
 // A Scalar argument passed to the kernel at run time (never part of the kernel key), converted
@@ -118,6 +123,14 @@ struct ElementwiseOp {
   // Operands that ATen requires to have self's dtype when they are tensors, checked in this order
   // before anything else ("expected dtype double for `end` but got dtype float": lerp).
   std::vector<std::string> same_dtype_as_self = {};
+  // ATen's own checks of the call's numbers that nothing above makes (TORCH_CHECKs in its kernel
+  // or meta function), raising ATen's error before anything is planned: `self_dtype` is the
+  // first operand's, `params` and `constants` as bound (in `params` and `constants` order).
+  // Replays of a captured call skip planning, but their numbers equal the checked call's (the
+  // fingerprint holds them). Null: none.
+  std::function<void(c10::ScalarType self_dtype, const std::vector<c10::Scalar>& params,
+                     const std::vector<int64_t>& constants)>
+      aten_checks = {};
 };
 
 // `op` as ATen builds it when it builds it as a unary op (OutputDtypeRule::kExact): an out= must

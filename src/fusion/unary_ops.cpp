@@ -79,12 +79,16 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   ops.push_back(floatMath("sigmoid", [](ScalarEmitter& e, const Value& x) {
     return e.div(one(e, x), e.add(one(e, x), e.unary("math.exp", e.neg(x))));
   }));
-  ops.push_back(floatMath("deg2rad", [](ScalarEmitter& e, const Value& x) {
-    return e.mul(x, e.floatConstant(M_PI / 180.0, x.type));
-  }));
-  ops.push_back(floatMath("rad2deg", [](ScalarEmitter& e, const Value& x) {
-    return e.mul(x, e.floatConstant(180.0 / M_PI, x.type));
-  }));
+  // ATen: self * wrapped_scalar_tensor(factor), the factor converted to self's dtype first (in
+  // half and bfloat16 a rounded factor, then one product in float).
+  for (const auto& [name, factor] : {std::pair{"deg2rad", M_PI / 180.0}, {"rad2deg", 180.0 / M_PI}}) {
+    ElementwiseOp angle = floatMath(name, nullptr);
+    angle.lower = [factor = factor](LoweringContext& c) {
+      const Value& x = c.operands[0];
+      return c.emit.mul(x, c.roundedToStored(c.emit.floatConstant(factor, x.type)));
+    };
+    ops.push_back(angle);
+  }
 
   ops.push_back(sameDtype(
       unary("floor", TypePromotion::kDefault, kFloats | kIntegers, rounding("math.floor"))));

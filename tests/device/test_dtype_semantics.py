@@ -189,6 +189,22 @@ OVERFLOW_CASES = {
     "pow half": lambda d: torch.ones(2, dtype=torch.half, device=d).pow(1e5),
     "pow bfloat16": lambda d: torch.ones(2, dtype=torch.bfloat16, device=d).pow(1e39),
     "pow int8": lambda d: torch.ones(2, dtype=torch.int8, device=d).pow(300),
+    # A 0-dim tensor value is taken with value.item() and Scalar::to<T>() too, wherever it lives.
+    "fill_ cpu tensor": lambda d: torch.zeros(3, dtype=torch.int8, device=d).fill_(
+        torch.tensor(300)),
+    "fill_ device tensor": lambda d: torch.zeros(3, dtype=torch.int16, device=d).fill_(
+        torch.tensor(70000, device=d)),
+    "fill_ half": lambda d: torch.zeros(3, dtype=torch.half, device=d).fill_(torch.tensor(1e6)),
+    "fill_ int32": lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(
+        torch.tensor(2**40, device=d)),
+    "masked_fill tensor": lambda d: torch.ones(2, dtype=torch.int8, device=d).masked_fill(
+        torch.tensor([True, False], device=d), torch.tensor(300)),
+    "masked_fill nan": lambda d: torch.ones(2, dtype=torch.int64, device=d).masked_fill(
+        torch.tensor([True, False], device=d), torch.tensor(math.nan)),
+    "lerp weight": lambda d: torch.lerp(torch.ones(3, device=d), torch.zeros(3, device=d), 1e39),
+    "lerp weight bfloat16": lambda d: torch.lerp(torch.ones(3, dtype=torch.bfloat16, device=d),
+                                                 torch.zeros(3, dtype=torch.bfloat16, device=d),
+                                                 1e39),
 }
 
 
@@ -208,9 +224,80 @@ def test_out_of_range_scalar_raises_like_cpu(name):
     lambda d: torch.tensor([0.5, 1.0, 2.0, -1.0, -2.0, -0.0], device=d).pow(1e39),
     lambda d: torch.tensor([0.5, 1.0, 2.0, -1.0, -2.0, -0.0], device=d).pow(-1e300),
     lambda d: torch.tensor([0, 1, 2, -1, -2], dtype=torch.int32, device=d).pow(1e39),
+    lambda d: torch.zeros(3, dtype=torch.int8, device=d).fill_(torch.tensor(-100)),
+    lambda d: torch.zeros(3, dtype=torch.int8, device=d).fill_(torch.tensor(-100, device=d)),
+    lambda d: torch.zeros(3, dtype=torch.half, device=d).fill_(torch.tensor(0.1, device=d)),
+    lambda d: torch.zeros(3, device=d).fill_(torch.tensor(1e30, dtype=torch.float64)),
+    lambda d: torch.ones(2, dtype=torch.uint8, device=d).masked_fill(
+        torch.tensor([True, False], device=d), torch.tensor(255)),
+    lambda d: torch.lerp(torch.ones(3, dtype=torch.float64, device=d),
+                         torch.zeros(3, dtype=torch.float64, device=d), 1e39),
+    lambda d: torch.lerp(torch.ones(3, dtype=torch.bfloat16, device=d),
+                         torch.zeros(3, dtype=torch.bfloat16, device=d), 3.4e38),  # float, not bf16
 ])
 def test_in_range_or_cast_scalars_match_cpu(fn):
     assert check_like_cpu(fn)[0] == "value"
+
+
+def test_fill_value_tensor_is_checked_on_every_call_not_only_the_planned_one():
+    """The value's data decides, and a capture's fingerprint holds no data: a call replayed from
+    the eager call cache would have skipped the check."""
+    x = torch.zeros(3, dtype=torch.int8, device=torchneuron.device())
+    for value in (1, 2, 3, 4):
+        x.fill_(torch.tensor(value))
+    assert x.cpu().tolist() == [4, 4, 4]
+    with pytest.raises(RuntimeError, match="cannot be converted to type int8_t without overflow"):
+        x.fill_(torch.tensor(300))
+    assert x.cpu().tolist() == [4, 4, 4]  # nothing written
+
+
+ATEN_CHECK_CASES = {
+    # hardtanh_out takes integral bounds with toLong() and refuses negative ones for uint8.
+    "hardtanh uint8 -1": lambda d: torch.nn.functional.hardtanh(
+        torch.tensor([0, 1, 5, 200], dtype=torch.uint8, device=d), -1, 1),
+    "hardtanh uint8 max -1": lambda d: torch.nn.functional.hardtanh(
+        torch.tensor([0, 1, 5, 200], dtype=torch.uint8, device=d), 0, -1),
+    "hardtanh_ uint8": lambda d: torch.nn.functional.hardtanh(
+        torch.tensor([0, 1, 5, 200], dtype=torch.uint8, device=d), -2.0, 100.0, inplace=True),
+    "hardtanh int8 -1": lambda d: torch.nn.functional.hardtanh(
+        torch.tensor([0, 1, 5, -100], dtype=torch.int8, device=d), -1.5, 2.7),
+    # linalg.vector_norm refuses a dtype= the input narrows to.
+    "vector_norm narrowing": lambda d: torch.linalg.vector_norm(
+        torch.tensor([3.0, 4.0], dtype=torch.float64, device=d), dtype=torch.float32),
+    "vector_norm widening": lambda d: torch.linalg.vector_norm(
+        torch.tensor([3.0, 4.0], device=d), dtype=torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATEN_CHECK_CASES))
+def test_atens_argument_checks_hold_for_compiled_kernels(name):
+    """Three calls each (the kernel compiled, then the eager call cache's capture and replay):
+    ATen's error, or its values, every time."""
+    for _ in range(3):
+        check_like_cpu(ATEN_CHECK_CASES[name])
+
+
+@pytest.mark.parametrize("op", [torch.nn.functional.elu, torch.nn.functional.celu,
+                                torch.nn.functional.leaky_relu])
+def test_in_place_activation_with_a_negative_slope_refuses_its_backward(op):
+    """Its backward computes from the result, which cannot tell the branches apart for a
+    negative slope: ATen refuses it (the device had given a gradient of ones)."""
+    def backward(d):
+        x = torch.tensor([1.0, -2.0, 0.5, -0.3, 3.0], device=d, requires_grad=True)
+        y = op(x * 1, -0.1, inplace=True) if op is torch.nn.functional.leaky_relu \
+            else op(x * 1, alpha=-1.0, inplace=True)
+        return torch.autograd.grad(y.sum(), [x])[0]
+    for _ in range(3):
+        result = check_like_cpu(backward)
+        assert result[0] == "error" and "negative slope" in result[2], result
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", [torch.deg2rad, torch.rad2deg])
+def test_angle_conversion_rounds_its_factor_to_the_dtype_like_aten(op, dtype):
+    x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 100).to(dtype)
+    for _ in range(2):
+        check_like_cpu(lambda d: op(x.to(d)))
 
 
 def signed(d):
