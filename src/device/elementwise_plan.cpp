@@ -163,15 +163,17 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   ViewGeometry written;
   if (target) {
     // TensorIterator's checks, with its messages, on the output as given: ATen makes them before
-    // it computes the shape and resizes the output. An input that shares memory with the output
-    // in a way they cannot judge (non-dense views) goes to the CPU, whose element order then
-    // decides the result, as it does on the CPU.
+    // it computes the shape and resizes the output. An input that may share memory with the
+    // output in a way they cannot judge (non-dense views) goes to the CPU, whose element order
+    // then decides the result, as it does on the CPU; one proven to share no element (a GRU
+    // cell's gates, column blocks of one matrix) is an ordinary input.
     checkNoInternalOverlap(target->view);
     for (size_t i = 0; i < call.operands.size(); ++i) {
       if (call.operands[i].device() != target->device) continue;
       checkNoPartialOverlap(target->view, views[i]);
       if (target->view.storage != nullptr && views[i].storage == target->view.storage &&
-          overlapStatus(target->view, views[i]) == at::MemOverlapStatus::TooHard)
+          overlapStatus(target->view, views[i]) == at::MemOverlapStatus::TooHard &&
+          !provablyDisjoint(target->view, views[i]))
         return c10::nullopt;
     }
     output.given = 0;

@@ -4,6 +4,8 @@
 #include <c10/util/accumulate.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 
 namespace torchneuron {
 
@@ -91,6 +93,67 @@ at::MemOverlapStatus overlapStatus(const ViewGeometry& a, const ViewGeometry& b)
     return a.strides == b.strides ? at::MemOverlapStatus::Full : at::MemOverlapStatus::Partial;
   if (a_begin < b_end && b_begin < a_end) return at::MemOverlapStatus::Partial;
   return at::MemOverlapStatus::No;
+}
+
+namespace {
+
+// One index of the equation: coefficient times an index in [0, extent).
+struct IndexTerm {
+  int64_t coefficient, extent;
+};
+
+// Whether sum(terms[i..] * index) == target has a solution; `budget` bounds the nodes visited
+// (false once it runs out: not proven either way, which the caller reads as "may overlap").
+// `low`/`high` are the least and greatest sums of terms[i..].
+bool solvable(const std::vector<IndexTerm>& terms, const std::vector<int64_t>& low,
+              const std::vector<int64_t>& high, size_t i, int64_t target, int64_t& budget,
+              bool& exhausted) {
+  if (i == terms.size()) return target == 0;
+  if (--budget < 0) {
+    exhausted = true;
+    return true;
+  }
+  const int64_t c = terms[i].coefficient;
+  // Indices k for which the rest can still reach target - c * k.
+  const int64_t rest_low = low[i + 1], rest_high = high[i + 1];
+  auto floorDiv = [](int64_t n, int64_t d) { return n / d - ((n % d != 0) && ((n < 0) != (d < 0))); };
+  auto ceilDiv = [&](int64_t n, int64_t d) { return -floorDiv(-n, d); };
+  int64_t first = c > 0 ? ceilDiv(target - rest_high, c) : ceilDiv(target - rest_low, c);
+  int64_t last = c > 0 ? floorDiv(target - rest_low, c) : floorDiv(target - rest_high, c);
+  first = std::max<int64_t>(first, 0);
+  last = std::min<int64_t>(last, terms[i].extent - 1);
+  for (int64_t k = first; k <= last; ++k)
+    if (solvable(terms, low, high, i + 1, target - c * k, budget, exhausted)) return true;
+  return false;
+}
+
+} // namespace
+
+bool provablyDisjoint(const ViewGeometry& a, const ViewGeometry& b) {
+  if (a.numel == 0 || b.numel == 0) return true;
+  if (a.itemsize != b.itemsize) return false;
+  // a's element i and b's element j share memory when
+  //   sum(i_k * a.stride_k) - sum(j_k * b.stride_k) == b.offset - a.offset.
+  std::vector<IndexTerm> terms;
+  for (size_t d = 0; d < a.sizes.size(); ++d)
+    if (a.sizes[d] > 1 && a.strides[d] != 0) terms.push_back({a.strides[d], a.sizes[d]});
+  for (size_t d = 0; d < b.sizes.size(); ++d)
+    if (b.sizes[d] > 1 && b.strides[d] != 0) terms.push_back({-b.strides[d], b.sizes[d]});
+  // Largest coefficients first: each then leaves few indices to try.
+  std::sort(terms.begin(), terms.end(), [](const IndexTerm& x, const IndexTerm& y) {
+    return std::abs(x.coefficient) > std::abs(y.coefficient);
+  });
+  std::vector<int64_t> low(terms.size() + 1, 0), high(terms.size() + 1, 0);
+  for (size_t i = terms.size(); i-- > 0;) {
+    const int64_t reach = terms[i].coefficient * (terms[i].extent - 1);
+    low[i] = low[i + 1] + std::min<int64_t>(reach, 0);
+    high[i] = high[i + 1] + std::max<int64_t>(reach, 0);
+  }
+  int64_t budget = 4096;
+  bool exhausted = false;
+  const bool shared =
+      solvable(terms, low, high, 0, b.storage_offset - a.storage_offset, budget, exhausted);
+  return !shared && !exhausted;
 }
 
 void checkNoInternalOverlap(const ViewGeometry& t) {

@@ -37,6 +37,14 @@ at::MemOverlap internalOverlap(const ViewGeometry& t);
 // storage rather than from data pointers.
 at::MemOverlapStatus overlapStatus(const ViewGeometry& a, const ViewGeometry& b);
 
+// Whether no element of `a` shares memory with an element of `b`, proven from the geometry:
+// offset_a + sum(i_k * stride_a_k) == offset_b + sum(j_k * stride_b_k) has no solution with
+// every index within its size (a bounded search; false when it finds one, when the search would
+// be long, or for views of one storage with different item sizes). For what ATen calls too hard
+// to judge: interleaved column blocks of one matrix (a GRU cell's gates, `chunk(3, 1)`) share
+// a byte range but no element.
+bool provablyDisjoint(const ViewGeometry& a, const ViewGeometry& b);
+
 // ATen's assert_no_internal_overlap and assert_no_partial_overlap, with their messages.
 void checkNoInternalOverlap(const ViewGeometry& t);
 void checkNoPartialOverlap(const ViewGeometry& a, const ViewGeometry& b);

@@ -638,3 +638,20 @@ HALF_PRECISION_CASES = {
 @pytest.mark.parametrize("name", sorted(HALF_PRECISION_CASES))
 def test_half_precision_arithmetic_matches_cpu_bit_for_bit(name, dtype):
     check_like_cpu(on_three_random_operands(HALF_PRECISION_CASES[name], dtype))
+
+
+def interleaved_blocks(d, first, second):
+    """In place between two column blocks of one 4 x 6 matrix (what a GRU cell does with its
+    gates): disjoint blocks run compiled; straddling ones share elements, and the CPU's element
+    order decides (the device runs them on the CPU)."""
+    m = torch.arange(24.0, device=d).reshape(4, 6)
+    m[:, first:first + 2].mul_(m[:, second:second + 2])
+    return m
+
+
+@pytest.mark.parametrize("first,second", [(4, 0), (0, 2), (2, 4), (0, 1), (1, 0), (3, 2)])
+def test_in_place_between_column_blocks_of_one_matrix_like_cpu(first, second):
+    before = torchneuron.metrics()["launches"]["fallback"]
+    check_like_cpu(lambda d: interleaved_blocks(d, first, second))
+    disjoint = abs(first - second) >= 2
+    assert (torchneuron.metrics()["launches"]["fallback"] == before) == disjoint
