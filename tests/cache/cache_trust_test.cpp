@@ -17,6 +17,7 @@
 
 #include "cache/directory_trust.h"
 #include "cache/entry_authenticator.h"
+#include "cache/entry_verification.h"
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
@@ -299,16 +300,23 @@ TEST_F(CacheTrustTest, StoreMissesForeignEntriesQuietlyAndRejectsForgedOnesLoudl
   const std::string cache = directory("cache");
   PersistentStore store(cache, 0);
   ASSERT_EQ(store.problem(), "");
-  const std::string good(32, 'a'), old(32, 'b'), foreign(32, 'c'), forged(32, 'd');
-  ASSERT_TRUE(store.put(good, sampleContainer().serialize()));
+  // Each entry under its own key (ownStoreKey: its compile inputs hashed), as the cache files
+  // them; the old-format one cannot be parsed, so any key does.
+  ExecutableContainer sample = sampleContainer();
+  const std::string good = ownStoreKey(sample), old(32, 'b');
+  ASSERT_TRUE(store.put(good, sample.serialize()));
   std::vector<char> v1 = *store.get(good);
   v1[4] = 1;
   ASSERT_TRUE(store.putVerbatim(old, v1));
-  std::vector<char> signed_elsewhere = sampleContainer().serialize();
+  sample.key_material += " // compiled elsewhere";
+  const std::string foreign = ownStoreKey(sample);
+  std::vector<char> signed_elsewhere = sample.serialize();
   ASSERT_TRUE(sealContainer(signed_elsewhere, EntryAuthenticator(keyOf(9))));
   ASSERT_TRUE(store.putVerbatim(foreign, signed_elsewhere));
   ExecutableContainer tampered = *parseContainer(*store.get(good), nullptr);
   tampered.object.assign(512, 'X');
+  tampered.key_material += " // tampered";
+  const std::string forged = ownStoreKey(tampered);
   ASSERT_TRUE(store.putVerbatim(forged, tampered.serialize()));
   warnings().clear();
 

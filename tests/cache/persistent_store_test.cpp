@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache/entry_authenticator.h"
+#include "cache/entry_verification.h"
 #include "cache/executable_container.h"
 #include "cache/kernel_cache.h"
 #include "cache/persistent_store.h"
@@ -280,7 +281,9 @@ TEST_F(PersistentStoreTest, EvictionCountsEntriesStoredWithoutASizeRecord) {
 }
 
 // Store keys as the kernel cache makes them (32 hex digits): the only keys an export carries.
-std::string storeKey(char c) { return std::string(32, c); }
+// The key the container of `c` belongs under (its compile inputs hashed): the key the cache
+// files it under, which import and list check.
+std::string storeKey(char c) { return ownStoreKey(*parseContainer(containerBytes(c), nullptr)); }
 
 TEST_F(PersistentStoreTest, ExportThenImportUnderOneKeyGivesByteIdenticalEntries) {
   // Two caches of one cluster share a key file.
