@@ -38,9 +38,10 @@ c10::optional<Rows> rowsOf(const at::Tensor& input, at::IntArrayRef normalized_s
 }
 
 // The dtypes the registry's rule for `op` admits (fusion/op_registry.h, ReductionRule), with
-// weight and bias on the device in the input's dtype.
-bool supported(const char* op, const at::Tensor& input, const c10::optional<at::Tensor>& weight,
-               const c10::optional<at::Tensor>& bias) {
+// weight and bias on the device in the input's dtype and of normalized_shape's shape (ATen's
+// check: a weight of the right count in another shape is its error, which the CPU raises).
+bool supported(const char* op, const at::Tensor& input, at::IntArrayRef normalized_shape,
+               const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias) {
   const at::ScalarType dtype = input.scalar_type();
   const fusion::ReductionRule& rule = fusion::findReductionOp(op)->rule;
   if (input.device().type() != kNeuronDeviceType) return false;
@@ -48,7 +49,8 @@ bool supported(const char* op, const at::Tensor& input, const c10::optional<at::
   if (!rule.exact_in_half && (dtype == at::kHalf || dtype == at::kBFloat16)) return false;
   if (!rule.bool_input && dtype == at::kBool) return false;
   for (const c10::optional<at::Tensor>& t : {weight, bias})
-    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype))
+    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype ||
+                              t->sizes() != normalized_shape))
       return false;
   return true;
 }
@@ -81,7 +83,7 @@ bool runCompiledLayerNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   const auto bias = args[3].toOptional<at::Tensor>();
   const double eps = args[4].toDouble();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
-  if (!rows || !supported("layer_norm", input, weight, bias)) return false;
+  if (!rows || !supported("layer_norm", input, normalized_shape, weight, bias)) return false;
   if (rows->m == 0) { // no rows: empty results, nothing to launch
     torch::jit::drop(*stack, 5);
     torch::jit::push(*stack, at::empty_like(input), at::empty(rows->stat_shape, input.options()),
@@ -111,10 +113,14 @@ bool runCompiledLayerNormBackward(const c10::OperatorHandle& handle, torch::jit:
   const std::vector<bool> mask = args[7].toBoolList().vec();
   c10::optional<Rows> rows = rowsOf(input, normalized_shape);
   const bool has_weight = weight && weight->defined(), has_bias = bias && bias->defined();
-  if (!rows || !supported("layer_norm_backward_input", input, weight, bias) ||
-      grad_out.sizes() != input.sizes() || (mask[1] && !has_weight) || (mask[2] && !has_bias) ||
-      mean.scalar_type() != input.scalar_type())
+  // ATen checks the dtypes of grad_out, mean and rstd against the input's and reads one mean and
+  // rstd a row: anything else is its to decide.
+  if (!rows || !supported("layer_norm_backward_input", input, normalized_shape, weight, bias) ||
+      grad_out.sizes() != input.sizes() || (mask[1] && !has_weight) || (mask[2] && !has_bias))
     return false;
+  for (const at::Tensor* t : {&grad_out, &mean, &rstd})
+    if (t->scalar_type() != input.scalar_type() || t->device() != input.device()) return false;
+  if (mean.numel() != rows->m || rstd.numel() != rows->m) return false;
   if (rows->m == 0) { // no rows: an empty input gradient and zero parameter gradients
     torch::jit::drop(*stack, 8);
     torch::jit::push(*stack, mask[0] ? at::empty_like(input) : at::Tensor(),

@@ -99,7 +99,8 @@ at::Tensor lossBackward(LossKind kind, const at::Tensor& grad_output, const at::
     if (grad_output.sizes() != self.sizes()) return at::Tensor();
     grad = grad_output;
   } else {
-    if (grad_output.numel() != 1) return at::Tensor();
+    // One element broadcast over self; with more dims than self ATen's result takes its shape.
+    if (grad_output.numel() != 1 || grad_output.dim() > self.dim()) return at::Tensor();
     grad = grad_output.reshape({}).expand(self.sizes());
   }
   if (grad_input.defined()) {

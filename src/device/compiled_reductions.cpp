@@ -9,6 +9,8 @@
 #include <ATen/WrapDimUtils.h>
 
 #include <algorithm>
+#include <limits>
+#include <cmath>
 #include <unordered_map>
 
 #include "device/compiled_ops.h"
@@ -81,6 +83,14 @@ c10::optional<c10::SmallVector<int64_t, 6>> reducedDims(const at::Tensor& self,
 
 bool isNarrowFloat(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
+// `value` as the nearest float (round to nearest even), infinite beyond float's range.
+double roundedToFloat(double value) {
+  // Half a unit in the last place above FLT_MAX rounds to infinity.
+  const double overflow = static_cast<double>(std::numeric_limits<float>::max()) + std::ldexp(1.0, 103);
+  if (std::isnan(value) || std::abs(value) < overflow) return static_cast<float>(value);
+  return std::copysign(INFINITY, value);
+}
+
 // The result dtype the rule gives (ReductionResult), or nullopt when the kernels do not run it.
 c10::optional<at::ScalarType> resultDtype(const ReductionRule& rule, const NamedArgs& args,
                                           const ReductionCall& call) {
@@ -149,6 +159,7 @@ bool decideTypes(const ReductionRule& rule, const NamedArgs& args, ReductionCall
         value = given.isBool() ? (given.toBool() ? 1 : 0) : given.toScalar().toDouble();
         break;
       }
+    if (spec.rounded_to_float) value = roundedToFloat(value);
     call.params.push_back(value);
     if (!spec.special_values.empty()) {
       const auto found = std::find(spec.special_values.begin(), spec.special_values.end(), value);

@@ -137,10 +137,13 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   // ATen's sub_check, first, as its meta function runs it (a Python bool is a wrapped operand).
   if (op.refuses_bool_operands && call.operands.size() == 2)
     at::native::sub_check(call.operands[0], call.operands[1]);
-  if (op.aten_checks && !call.operands.empty())
-    op.aten_checks(call.operands[0].scalar_type(),
-                   std::vector<c10::Scalar>(call.params.begin(), call.params.end()),
+  if (op.aten_checks) {
+    std::vector<c10::ScalarType> dtypes;
+    for (const at::Tensor& t : call.operands)
+      dtypes.push_back(t.scalar_type());
+    op.aten_checks(dtypes, std::vector<c10::Scalar>(call.params.begin(), call.params.end()),
                    call.constants);
+  }
   c10::optional<c10::Device> device;
   if (target) device = target->device;
   const c10::optional<at::ScalarType> computed = computeDtype(op, call, target, device);
@@ -167,6 +170,8 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     // output in a way they cannot judge (non-dense views) goes to the CPU, whose element order
     // then decides the result, as it does on the CPU; one proven to share no element (a GRU
     // cell's gates, column blocks of one matrix) is an ordinary input.
+    if (op.writes_overlapping_outputs && internalOverlap(target->view) == at::MemOverlap::Yes)
+      return c10::nullopt;
     checkNoInternalOverlap(target->view);
     for (size_t i = 0; i < call.operands.size(); ++i) {
       if (call.operands[i].device() != target->device) continue;

@@ -207,7 +207,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                  });
   elu_backward.constants = {{"is_result", {}}};
   // ATen's meta function: the result cannot tell the branches apart for a negative alpha.
-  elu_backward.aten_checks = [](c10::ScalarType, const std::vector<c10::Scalar>& params,
+  elu_backward.aten_checks = [](const std::vector<c10::ScalarType>&,
+                                const std::vector<c10::Scalar>& params,
                                 const std::vector<int64_t>& constants) {
     TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
                 "In-place elu backward calculation is triggered with a negative slope which is not "
@@ -229,7 +230,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                    return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
                  });
   leaky_relu_backward.constants = {{"self_is_result", {}}};
-  leaky_relu_backward.aten_checks = [](c10::ScalarType, const std::vector<c10::Scalar>& params,
+  leaky_relu_backward.aten_checks = [](const std::vector<c10::ScalarType>&,
+                                       const std::vector<c10::Scalar>& params,
                                        const std::vector<int64_t>& constants) {
     TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
                 "In-place leakyReLu backward calculation is triggered with a negative slope which "
@@ -249,9 +251,9 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
       },
       kFloats | kIntegers)));
   // ATen's hardtanh_out takes integral bounds with toLong() and refuses negative ones for uint8.
-  ops.back().aten_checks = [](c10::ScalarType self, const std::vector<c10::Scalar>& params,
-                              const std::vector<int64_t>&) {
-    TORCH_CHECK(self != c10::kByte || (params[0].toLong() >= 0 && params[1].toLong() >= 0),
+  ops.back().aten_checks = [](const std::vector<c10::ScalarType>& dtypes,
+                              const std::vector<c10::Scalar>& params, const std::vector<int64_t>&) {
+    TORCH_CHECK(dtypes[0] != c10::kByte || (params[0].toLong() >= 0 && params[1].toLong() >= 0),
                 "cannot do hardtanh on an unsigned type with negative limits");
   };
   ops.push_back(activation("hardtanh_backward", {{"grad_output"}, {"self"}},

@@ -387,11 +387,24 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     ScalarEmitter& e = c.emit;
     return e.add(c.operands[0], e.div(e.mul(c.params[0], c.operands[1]), c.operands[2]));
   };
+  // ATen's meta function refuses two integral (or bool) divisor operands; its text, double space
+  // included.
+  addcdiv.aten_checks = [](const std::vector<c10::ScalarType>& dtypes,
+                           const std::vector<c10::Scalar>&, const std::vector<int64_t>&) {
+    TORCH_CHECK(!(c10::isIntegralType(dtypes[1], true) && c10::isIntegralType(dtypes[2], true)),
+                "Integer division with addcdiv is no longer supported, and in a future  release "
+                "addcdiv will perform a true division of tensor1 and tensor2. The historic addcdiv "
+                "behavior can be implemented as (input + value * torch.trunc(tensor1 / tensor2))."
+                "to(input.dtype) for integer inputs and as (input + value * tensor1 / tensor2) "
+                "for float inputs. The future addcdiv behavior is just the latter implementation: "
+                "(input + value * tensor1 / tensor2), for all dtypes.");
+  };
   ops.push_back(addcdiv);
 
   ElementwiseOp masked_fill;
   masked_fill.name = "masked_fill";
   masked_fill.operands = {{"self"}, {"mask", false, true}, {"value", false, false, true, true}};
+  masked_fill.writes_overlapping_outputs = true; // ATen only warns (deprecated)
   masked_fill.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     return e.select(c.operands[1], e.convert(c.operands[2], c.compute), c.operands[0]);

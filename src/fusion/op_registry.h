@@ -123,14 +123,18 @@ struct ElementwiseOp {
   // Operands that ATen requires to have self's dtype when they are tensors, checked in this order
   // before anything else ("expected dtype double for `end` but got dtype float": lerp).
   std::vector<std::string> same_dtype_as_self = {};
-  // ATen's own checks of the call's numbers that nothing above makes (TORCH_CHECKs in its kernel
-  // or meta function), raising ATen's error before anything is planned: `self_dtype` is the
-  // first operand's, `params` and `constants` as bound (in `params` and `constants` order).
-  // Replays of a captured call skip planning, but their numbers equal the checked call's (the
+  // ATen's own checks of the call's dtypes and numbers that nothing above makes (TORCH_CHECKs in
+  // its kernel or meta function), raising ATen's error before anything is planned: the present
+  // operands' dtypes (in `operands` order), `params` and `constants` as bound. Replays of a
+  // captured call skip planning, but their dtypes and numbers equal the checked call's (the
   // fingerprint holds them). Null: none.
-  std::function<void(c10::ScalarType self_dtype, const std::vector<c10::Scalar>& params,
-                     const std::vector<int64_t>& constants)>
+  std::function<void(const std::vector<c10::ScalarType>& dtypes,
+                     const std::vector<c10::Scalar>& params, const std::vector<int64_t>& constants)>
       aten_checks = {};
+  // ATen writes this op's output without its internal-overlap check (fill_, zero_, masked_fill_
+  // into an expanded tensor): such an output goes to the CPU, which writes it as ATen does,
+  // instead of raising the check's error.
+  bool writes_overlapping_outputs = false;
 };
 
 // `op` as ATen builds it when it builds it as a unary op (OutputDtypeRule::kExact): an out= must
@@ -182,6 +186,9 @@ struct ReductionParamSpec {
   // answers differ by op: linalg.vector_norm raises for the inf, -inf and negative orders, norm
   // returns 0 for negative p.
   std::vector<double> reduces_nothing_for = {};
+  // ATen's CPU kernel takes the value as a float, whatever the dtype (a vector norm's order:
+  // 2.1 is 2.0999999 for float64 too, and an order beyond float's range is infinite).
+  bool rounded_to_float = false;
 };
 
 // The shape/dtype rule of a reduction: which ATen overloads run it and which of their calls the

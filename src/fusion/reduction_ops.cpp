@@ -405,6 +405,7 @@ ReductionOp vectorNorm() {
                                              "norm.ScalarOpt_dim", "norm.out", "norm.Scalar"});
   op.rule.floats_only = true;
   op.rule.params = {{{"ord", "p"}, 2, {2, 1, INFINITY, -INFINITY, 0}, {2, 1, 0}}};
+  op.rule.params[0].rounded_to_float = true;
   op.init = [](ReduceContext& c, int) {
     const double start = c.constants[0] == 3 ? INFINITY : 0.0;
     return Values{c.emit.floatConstant(start, c.wide)};

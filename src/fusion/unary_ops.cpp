@@ -150,9 +150,11 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   fill.operands = {{"value", /*promotes=*/false, /*bool_only=*/false, /*zero_dim_only=*/true,
                     /*checked_scalar=*/true}};
   fill.lower = [](LoweringContext& c) { return c.emit.convert(c.operands[0], c.compute); };
+  fill.writes_overlapping_outputs = true;
   ops.push_back(fill);
   ElementwiseOp zero;
   zero.name = "zero";
+  zero.writes_overlapping_outputs = true;
   zero.lower = [](LoweringContext& c) { return c.emit.constantLike(0, c.compute); };
   ops.push_back(zero);
   ops.push_back(unary("isnan", TypePromotion::kAlwaysBool, kAllClasses,

@@ -266,6 +266,30 @@ ATEN_CHECK_CASES = {
         torch.tensor([3.0, 4.0], dtype=torch.float64, device=d), dtype=torch.float32),
     "vector_norm widening": lambda d: torch.linalg.vector_norm(
         torch.tensor([3.0, 4.0], device=d), dtype=torch.float64),
+    # An order beyond float's range is infinite (ATen takes it as a float), whatever the dtype.
+    "vector_norm ord 1e39": lambda d: torch.linalg.vector_norm(
+        torch.tensor([[0.5, -2.0], [0.1, 0.2]], device=d), ord=1e39, dim=1),
+    "norm p -1e39 float64": lambda d: torch.norm(
+        torch.tensor([0.5, -2.0, 0.25], dtype=torch.float64, device=d), p=-1e39),
+    "addcdiv integer tensors": lambda d: torch.addcdiv(
+        torch.ones(3, device=d), torch.ones(3, dtype=torch.int32, device=d),
+        torch.ones(3, dtype=torch.int64, device=d)),
+    "addcdiv_ bool and integer": lambda d: torch.ones(3, dtype=torch.float64, device=d).addcdiv_(
+        torch.ones(3, dtype=torch.bool, device=d), torch.ones(3, dtype=torch.int8, device=d)),
+    "layer_norm weight of another shape": lambda d: torch.nn.functional.layer_norm(
+        torch.ones(4, 2, 3, device=d), (2, 3), weight=torch.ones(6, device=d)),
+    "layer_norm bias of another shape": lambda d: torch.nn.functional.layer_norm(
+        torch.ones(4, 3, device=d), (3,), bias=torch.ones(1, 3, device=d)),
+    "layer_norm backward float64 rstd": lambda d: torch.ops.aten.native_layer_norm_backward(
+        torch.ones(4, 3, device=d), torch.ones(4, 3, device=d), [3],
+        torch.zeros(4, 1, device=d), torch.ones(4, 1, dtype=torch.float64, device=d),
+        None, None, [True, False, False])[0],
+    # A one-element gradient with more dims than self: the result takes its shape, as ATen's.
+    "mse_loss_backward wider gradient": lambda d: torch.ops.aten.mse_loss_backward(
+        torch.ones(1, 1, 1, device=d), torch.tensor([1.0, 2.0, 3.0], device=d),
+        torch.tensor([0.0, 2.0, 5.0], device=d), 1),
+    "fill_ expanded": lambda d: torch.zeros(1, device=d).expand(4).fill_(2.0),
+    "zero_ expanded": lambda d: torch.ones(1, device=d).expand(4).zero_(),
 }
 
 
@@ -275,6 +299,16 @@ def test_atens_argument_checks_hold_for_compiled_kernels(name):
     ATen's error, or its values, every time."""
     for _ in range(3):
         check_like_cpu(ATEN_CHECK_CASES[name])
+
+
+def test_vector_norm_takes_its_order_as_a_float_like_aten():
+    """ATen's kernel takes the order as a float for float64 too (2.1 is 2.0999999): the device
+    had computed the exact order's norm, 1.4e-7 away."""
+    x = torch.rand(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    for order in (2.1, 0.3, 3.7):
+        cpu = torch.linalg.vector_norm(x, ord=order)
+        dev = torch.linalg.vector_norm(x.to(torchneuron.device()), ord=order).cpu()
+        torch.testing.assert_close(dev, cpu, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("op", [torch.nn.functional.elu, torch.nn.functional.celu,
