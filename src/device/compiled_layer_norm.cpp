@@ -49,8 +49,9 @@ bool supported(const char* op, const at::Tensor& input, at::IntArrayRef normaliz
   if (!rule.exact_in_half && (dtype == at::kHalf || dtype == at::kBFloat16)) return false;
   if (!rule.bool_input && dtype == at::kBool) return false;
   for (const c10::optional<at::Tensor>& t : {weight, bias})
-    if (t && t->defined() && (t->device() != input.device() || t->scalar_type() != dtype ||
-                              t->sizes() != normalized_shape))
+    if (t && t->defined() &&
+        (t->device() != input.device() || t->scalar_type() != dtype ||
+         t->sizes() != normalized_shape))
       return false;
   return true;
 }

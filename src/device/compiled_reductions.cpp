@@ -9,8 +9,8 @@
 #include <ATen/WrapDimUtils.h>
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "device/compiled_ops.h"
@@ -86,7 +86,8 @@ bool isNarrowFloat(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat
 // `value` as the nearest float (round to nearest even), infinite beyond float's range.
 double roundedToFloat(double value) {
   // Half a unit in the last place above FLT_MAX rounds to infinity.
-  const double overflow = static_cast<double>(std::numeric_limits<float>::max()) + std::ldexp(1.0, 103);
+  const double overflow =
+      static_cast<double>(std::numeric_limits<float>::max()) + std::ldexp(1.0, 103);
   if (std::isnan(value) || std::abs(value) < overflow) return static_cast<float>(value);
   return std::copysign(INFINITY, value);
 }

@@ -116,7 +116,9 @@ bool solvable(const std::vector<IndexTerm>& terms, const std::vector<int64_t>& l
   const int64_t c = terms[i].coefficient;
   // Indices k for which the rest can still reach target - c * k.
   const int64_t rest_low = low[i + 1], rest_high = high[i + 1];
-  auto floorDiv = [](int64_t n, int64_t d) { return n / d - ((n % d != 0) && ((n < 0) != (d < 0))); };
+  auto floorDiv = [](int64_t n, int64_t d) {
+    return n / d - ((n % d != 0) && ((n < 0) != (d < 0)));
+  };
   auto ceilDiv = [&](int64_t n, int64_t d) { return -floorDiv(-n, d); };
   int64_t first = c > 0 ? ceilDiv(target - rest_high, c) : ceilDiv(target - rest_low, c);
   int64_t last = c > 0 ? floorDiv(target - rest_low, c) : floorDiv(target - rest_high, c);

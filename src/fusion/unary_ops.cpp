@@ -81,7 +81,8 @@ void addUnaryOps(std::vector<ElementwiseOp>& ops) {
   }));
   // ATen: self * wrapped_scalar_tensor(factor), the factor converted to self's dtype first (in
   // half and bfloat16 a rounded factor, then one product in float).
-  for (const auto& [name, factor] : {std::pair{"deg2rad", M_PI / 180.0}, {"rad2deg", 180.0 / M_PI}}) {
+  for (const auto& [name, factor] :
+       {std::pair{"deg2rad", M_PI / 180.0}, {"rad2deg", 180.0 / M_PI}}) {
     ElementwiseOp angle = floatMath(name, nullptr);
     angle.lower = [factor = factor](LoweringContext& c) {
       const Value& x = c.operands[0];
