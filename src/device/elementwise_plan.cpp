@@ -138,11 +138,10 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   if (op.refuses_bool_operands && call.operands.size() == 2)
     at::native::sub_check(call.operands[0], call.operands[1]);
   if (op.aten_checks) {
-    std::vector<c10::ScalarType> dtypes;
+    c10::SmallVector<c10::ScalarType, 4> dtypes;
     for (const at::Tensor& t : call.operands)
       dtypes.push_back(t.scalar_type());
-    op.aten_checks(dtypes, std::vector<c10::Scalar>(call.params.begin(), call.params.end()),
-                   call.constants);
+    op.aten_checks(dtypes, call.params, call.constants);
   }
   c10::optional<c10::Device> device;
   if (target) device = target->device;

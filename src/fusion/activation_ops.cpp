@@ -34,6 +34,19 @@ Value zeroWhere(ScalarEmitter& e, const Value& condition, const Value& value) {
   return e.select(condition, constant(e, 0, value), value);
 }
 
+// ATen's check in the meta function of a backward op that an in-place activation records: one
+// computed from the forward result (constant 0 set) cannot tell the branches apart for a negative
+// slope (param 0), and raises `message`.
+std::function<void(c10::ArrayRef<c10::ScalarType>, c10::ArrayRef<c10::Scalar>,
+                   const std::vector<int64_t>&)>
+refusesNegativeSlopeOfResult(std::string message) {
+  return [message = std::move(message)](c10::ArrayRef<c10::ScalarType>,
+                                        c10::ArrayRef<c10::Scalar> params,
+                                        const std::vector<int64_t>& constants) {
+    TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0, message);
+  };
+}
+
 } // namespace
 
 void addActivationOps(std::vector<ElementwiseOp>& ops) {
@@ -206,15 +219,10 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                    return e.select(e.le(b, constant(e, 0, b)), negative, e.mul(dy, poscoef));
                  });
   elu_backward.constants = {{"is_result", {}}};
-  // ATen's meta function: the result cannot tell the branches apart for a negative alpha.
-  elu_backward.aten_checks = [](const std::vector<c10::ScalarType>&,
-                                const std::vector<c10::Scalar>& params,
-                                const std::vector<int64_t>& constants) {
-    TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
-                "In-place elu backward calculation is triggered with a negative slope which is not "
-                "supported. This is caused by calling in-place forward function with a negative "
-                "slope, please call out-of-place version instead.");
-  };
+  elu_backward.aten_checks = refusesNegativeSlopeOfResult(
+      "In-place elu backward calculation is triggered with a negative slope which is not "
+      "supported. This is caused by calling in-place forward function with a negative slope, "
+      "please call out-of-place version instead.");
   ops.push_back(elu_backward);
   ops.push_back(sameDtype(
       activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
@@ -230,16 +238,12 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                    return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
                  });
   leaky_relu_backward.constants = {{"self_is_result", {}}};
-  leaky_relu_backward.aten_checks = [](const std::vector<c10::ScalarType>&,
-                                       const std::vector<c10::Scalar>& params,
-                                       const std::vector<int64_t>& constants) {
-    TORCH_CHECK(constants[0] == 0 || params[0].to<double>() >= 0.0,
-                "In-place leakyReLu backward calculation is triggered with a negative slope which "
-                "is not supported. This is caused by calling in-place forward function with a "
-                "negative slope, please call out-of-place version instead. File an issue at "
-                "https://github.com/pytorch/pytorch if you do require supporting in-place "
-                "leakRelu backward calculation with negative slope");
-  };
+  leaky_relu_backward.aten_checks = refusesNegativeSlopeOfResult(
+      "In-place leakyReLu backward calculation is triggered with a negative slope which is not "
+      "supported. This is caused by calling in-place forward function with a negative slope, "
+      "please call out-of-place version instead. File an issue at "
+      "https://github.com/pytorch/pytorch if you do require supporting in-place leakRelu "
+      "backward calculation with negative slope");
   ops.push_back(leaky_relu_backward);
   ops.push_back(sameDtype(activation(
       "hardtanh", {{"self"}}, {{"min_val", -1}, {"max_val", 1}},
@@ -251,8 +255,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
       },
       kFloats | kIntegers)));
   // ATen's hardtanh_out takes integral bounds with toLong() and refuses negative ones for uint8.
-  ops.back().aten_checks = [](const std::vector<c10::ScalarType>& dtypes,
-                              const std::vector<c10::Scalar>& params, const std::vector<int64_t>&) {
+  ops.back().aten_checks = [](c10::ArrayRef<c10::ScalarType> dtypes,
+                              c10::ArrayRef<c10::Scalar> params, const std::vector<int64_t>&) {
     TORCH_CHECK(dtypes[0] != c10::kByte || (params[0].toLong() >= 0 && params[1].toLong() >= 0),
                 "cannot do hardtanh on an unsigned type with negative limits");
   };

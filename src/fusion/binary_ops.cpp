@@ -389,8 +389,8 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   };
   // ATen's meta function refuses two integral (or bool) divisor operands; its text, double space
   // included.
-  addcdiv.aten_checks = [](const std::vector<c10::ScalarType>& dtypes,
-                           const std::vector<c10::Scalar>&, const std::vector<int64_t>&) {
+  addcdiv.aten_checks = [](c10::ArrayRef<c10::ScalarType> dtypes, c10::ArrayRef<c10::Scalar>,
+                           const std::vector<int64_t>&) {
     TORCH_CHECK(!(c10::isIntegralType(dtypes[1], true) && c10::isIntegralType(dtypes[2], true)),
                 "Integer division with addcdiv is no longer supported, and in a future  release "
                 "addcdiv will perform a true division of tensor1 and tensor2. The historic addcdiv "

@@ -5,6 +5,7 @@
 // and later the tracer and the fusion partitioner, consult this registry and nothing else.
 
 #include <c10/core/Scalar.h>
+#include <c10/util/ArrayRef.h>
 
 #include <cstdint>
 #include <functional>
@@ -128,8 +129,8 @@ struct ElementwiseOp {
   // operands' dtypes (in `operands` order), `params` and `constants` as bound. Replays of a
   // captured call skip planning, but their dtypes and numbers equal the checked call's (the
   // fingerprint holds them). Null: none.
-  std::function<void(const std::vector<c10::ScalarType>& dtypes,
-                     const std::vector<c10::Scalar>& params, const std::vector<int64_t>& constants)>
+  std::function<void(c10::ArrayRef<c10::ScalarType> dtypes, c10::ArrayRef<c10::Scalar> params,
+                     const std::vector<int64_t>& constants)>
       aten_checks = {};
   // ATen writes this op's output without its internal-overlap check (fill_, zero_, masked_fill_
   // into an expanded tensor): such an output goes to the CPU, which writes it as ATen does,
