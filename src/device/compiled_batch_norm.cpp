@@ -14,13 +14,17 @@
 // inputs whose channel rows run contiguously for fewer than 32 elements (channels-last,
 // BatchNorm1d's [N, C], planes of 4 x 4: contiguousRun), training rows of one element (ATen's
 // running variance is NaN there) and running statistics that share memory with the input,
-// weight or bias (ATen updates them before it normalizes) or with themselves (expanded).
+// weight or bias (ATen updates them before it normalizes) or with themselves (expanded), and a
+// momentum whose factors do not fit float32 running statistics (momentumFits).
 // Inputs with no elements, on which ATen's CPU kernels divide by zero (SIGFPE), get empty
 // results (evaluation, backward) or an error naming the shape (training); evaluation without
 // running statistics, which ATen's CPU kernels dereference, an error naming them (forward and
 // backward).
 
 #include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
 
 #include "device/compiled_ops.h"
 #include "device/device.h"
@@ -170,6 +174,19 @@ c10::optional<TensorList> run(const char* op, TensorList inputs, TensorList outp
                               std::move(params), launches);
 }
 
+// ATen updates a running statistic as momentum * statistic + (1 - momentum) * running, in
+// double. Here mul_ and add_ take momentum and 1 - momentum as numbers of the statistic's dtype,
+// and raise ATen's overflow error for one that does not fit it (momentum=1e39 on float32, where
+// ATen computes): such calls are declined, and ATen's own kernel (the library route) runs them.
+bool momentumFits(double momentum, const c10::optional<at::Tensor>& running) {
+  if (!isParameter(running) || running->scalar_type() != at::kFloat) return true;
+  auto fits = [](double value) { // as c10::overflows: NaN and infinities convert
+    return !(std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) ||
+           std::isinf(value);
+  };
+  return fits(momentum) && fits(1 - momentum);
+}
+
 at::Tensor channelResult(const at::Tensor& input) {
   return at::empty({input.size(1)}, input.options());
 }
@@ -202,6 +219,8 @@ bool runCompiledBatchNorm(const c10::OperatorHandle& handle, torch::jit::Stack* 
   if (!supported(input, per_channel)) return false;
   if (training && input.numel() / input.size(1) < 2) return false;
   if (training && !statisticsUpdatableAfter(input, weight, bias, {&running_mean, &running_var}))
+    return false;
+  if (training && !(momentumFits(momentum, running_mean) && momentumFits(momentum, running_var)))
     return false;
 
   if (!training) {

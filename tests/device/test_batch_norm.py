@@ -123,6 +123,15 @@ def test_momentum_and_eps_are_used(dev):
     normalize_on_both(dev, batch((8, 3, 40)), False, eps=2.0)
 
 
+@pytest.mark.parametrize("momentum", [1e39, -1e39, 3.5e38])
+def test_a_momentum_beyond_float_updates_the_statistics_as_aten(dev, momentum):
+    # ATen updates the running statistics in double; the compiled update's mul_ and add_ raised
+    # converting momentum or 1 - momentum to float32. Three calls: planned, then replayed.
+    for _ in range(3):
+        normalize_on_both(dev, batch((8, 3, 40)), True, momentum=momentum,
+                          tolerance={"rtol": 1e-5, "atol": 2e-5, "equal_nan": True})
+
+
 def test_channels_far_from_zero_keep_their_precision(dev):
     # Mean 1000, deviation 1: a float32 sum of squares around zero would lose the variance. What
     # is left is the float32 mean's rounding, half an ulp of 1000 (3.05e-5) times invstd (~1),
