@@ -87,10 +87,17 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       InterimLaunchScope scope; // a kernel still compiling declines the call (interim_launch.h)
       // Eager calls run after any launches still recorded: another thread may have turned
       // adaptive mode on and recorded what this call reads since this thread read the flag.
-      if (tracer::adaptiveEnabled()
-              ? tracer::traceCompiledCall(op, stack, kernel)
-              : (tracer::runRecordedLaunches(), runWithEagerCallCache(op, stack, kernel)))
-        return;
+      bool ran;
+      if (!tracer::adaptiveEnabled()) {
+        tracer::runRecordedLaunches();
+        ran = runWithEagerCallCache(op, stack, kernel);
+      } else if (tracer::runsBesideTracer(op, *stack)) {
+        tracer::UntracedCall untraced;
+        ran = runWithEagerCallCache(op, stack, kernel);
+      } else {
+        ran = tracer::traceCompiledCall(op, stack, kernel);
+      }
+      if (ran) return;
       interim = scope.requested();
     }
     // A capture under way (plan_replay.h) cannot replay a CPU kernel run inside its call.
@@ -116,7 +123,12 @@ void routeCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                   std::is_same_v<decltype(declined), std::nullptr_t>);
     invalidateCallCapture();
     if (tracer::adaptiveEnabled()) {
-      tracer::traceLibraryCall(op, stack, kernel);
+      if (tracer::runsBesideTracer(op, *stack)) {
+        tracer::UntracedCall untraced;
+        kernel(op, stack);
+      } else {
+        tracer::traceLibraryCall(op, stack, kernel);
+      }
     } else {
       tracer::runRecordedLaunches(); // as for a compiled call above
       kernel(op, stack);

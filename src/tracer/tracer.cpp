@@ -44,21 +44,18 @@ thread_local bool in_library_step = false;
 thread_local bool in_eager_region = false;
 thread_local bool running_window = false;
 std::atomic<bool> debugging{false};
+thread_local int traced_call_depth = 0;
+// Written with the settings, under the window lock.
+std::atomic<int64_t> min_bytes_to_defer{AdaptiveSettings().min_bytes};
 } // namespace detail
 
 namespace {
 
-// Compiled calls this thread is inside: a compiled kernel that dispatches another compiled op
-// runs it in its own mode (deferred or eager), untraced, so the two stay in order.
-thread_local int traced_call_depth = 0;
+using detail::traced_call_depth;
 // The op whose launches this thread is recording.
 thread_local const c10::OperatorHandle* deferred_op = nullptr;
 
 std::recursive_mutex window_mutex;
-
-// NEURON_ADAPTIVE_MIN_BYTES (AdaptiveSettings::min_bytes) as calls read it before they take the
-// window lock: written with the settings, under it.
-std::atomic<int64_t> min_bytes_unlocked{AdaptiveSettings().min_bytes};
 
 // The token of the backward pass whose end has a sync queued: alive while that pass's callback
 // is (a pass that fails drops its callbacks, and the token expires with them). One per pass; two
@@ -304,20 +301,6 @@ bool fusionReady(const TracerState& tracer) {
 // those intermediates instead. The window's byte limit (NEURON_ADAPTIVE_WINDOW_BYTES, 256K by
 // default) keeps what smaller recorded calls hold pending about the size of a core's L2.
 constexpr int64_t kLargeTensorBytes = 64 << 10;
-
-// Whether one of the call's tensors holds more than `bytes`.
-bool touchesTensorOver(c10::ArrayRef<c10::IValue> args, int64_t bytes) {
-  auto large = [bytes](const at::Tensor& t) {
-    return t.defined() && t.numel() * static_cast<int64_t>(t.itemsize()) > bytes;
-  };
-  for (const c10::IValue& value : args) {
-    if (value.isTensor() && large(value.toTensor())) return true;
-    if (value.isTensorList())
-      for (const at::Tensor& t : value.toTensorList())
-        if (large(t)) return true;
-  }
-  return false;
-}
 
 bool touchesLargeTensor(c10::ArrayRef<c10::IValue> args) {
   return touchesTensorOver(args, kLargeTensorBytes);
@@ -580,7 +563,7 @@ void configureFromEnvironment() {
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings = settings;
-  min_bytes_unlocked.store(settings.min_bytes, std::memory_order_relaxed);
+  detail::min_bytes_to_defer.store(settings.min_bytes, std::memory_order_relaxed);
   detail::debugging.store(settings.debug, std::memory_order_relaxed);
   tracer.recurrence = Recurrence(settings.threshold);
   detail::adaptive_on.store(settings.enabled, std::memory_order_release);
@@ -607,7 +590,7 @@ void setAdaptiveMinBytes(int64_t bytes) {
   TracerState& tracer = state();
   syncLocked(tracer, SyncCause::kAdaptiveOff, nullptr);
   tracer.settings.min_bytes = bytes;
-  min_bytes_unlocked.store(bytes, std::memory_order_relaxed);
+  detail::min_bytes_to_defer.store(bytes, std::memory_order_relaxed);
 }
 
 void setAdaptiveUnbacked(bool enabled) {
@@ -678,7 +661,7 @@ bool traceCompiledCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // recorded so far (it may read what they write), takes no place in the window's records (a
   // result of it that a later recorded call reads is a window input there), and is not counted
   // in metrics()["adaptive"].
-  if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
+  if (!worthDeferring(detail::min_bytes_to_defer.load(std::memory_order_relaxed),
                       torch::jit::last(*stack, op.schema().arguments().size()))) {
     if (std::optional<bool> ran = recordSmallAccumulation(op, stack, kernel)) return *ran;
     return runUntracedCall(op, stack, kernel);
@@ -765,7 +748,7 @@ void traceLibraryCall(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // window's run cost more than the call: a small regression model's training step (five
   // products of a few hundred elements) ran at 0.75x eager's speed.
   auto untraced = [&] { runUntraced([&] { kernel(op, stack); }); };
-  if (!worthDeferring(min_bytes_unlocked.load(std::memory_order_relaxed),
+  if (!worthDeferring(detail::min_bytes_to_defer.load(std::memory_order_relaxed),
                       torch::jit::last(*stack, op.schema().arguments().size())))
     return untraced();
   TracedCallStart begun = beginTracedCall();

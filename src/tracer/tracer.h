@@ -40,6 +40,10 @@ extern thread_local bool in_library_step;   // this thread runs a library op tra
 extern thread_local bool running_window;    // this thread runs the window's recorded steps
 extern std::atomic<bool> debugging;         // NEURON_ADAPTIVE_DEBUG is on
 extern thread_local bool in_eager_region;   // this thread is inside an EagerRegion
+// Device calls this thread is inside: a kernel that dispatches another device op runs it in its
+// own mode (deferred or eager), untraced, so the two stay in order.
+extern thread_local int traced_call_depth;
+extern std::atomic<int64_t> min_bytes_to_defer; // NEURON_ADAPTIVE_MIN_BYTES, read without a lock
 void syncSlow(SyncCause cause, const c10::OperatorHandle* op);
 void runRecordedLaunchesSlow();
 } // namespace detail
@@ -48,6 +52,50 @@ void runRecordedLaunchesSlow();
 inline bool adaptiveEnabled() {
   return detail::adaptive_on.load(std::memory_order_relaxed) && !detail::in_eager_region;
 }
+
+// Whether one of the call's arguments (a tensor, or a tensor of a list) holds more than `bytes`.
+inline bool touchesTensorOver(c10::ArrayRef<c10::IValue> args, int64_t bytes) {
+  auto large = [bytes](const c10::IValue& value) {
+    if (!value.isTensor()) return false;
+    const at::Tensor& t = value.toTensor();
+    return t.defined() && t.numel() * static_cast<int64_t>(t.itemsize()) > bytes;
+  };
+  for (const c10::IValue& value : args) {
+    if (large(value)) return true;
+    // isList(), not isTensorList(): a tag test, where isTensorList() is an out-of-line call that
+    // cost a small call a fifth of the tracer's share of it.
+    if (value.isList())
+      for (const c10::IValue& element : value.toListRef())
+        if (large(element)) return true;
+  }
+  return false;
+}
+
+// Whether an adaptive-mode device call runs exactly as eager mode runs it without entering the
+// tracer at all: this thread is inside no traced call, the window holds no launches waiting to
+// run (which the call might read, overwrite or join as an accumulation, traceCompiledCall), and
+// none of its tensors holds more than NEURON_ADAPTIVE_MIN_BYTES, so the tracer would not defer
+// it. Such a call takes no record and is not counted in metrics()["adaptive"], as the tracer's
+// own small calls are not; the routing point runs it under an UntracedCall. Inline, since the
+// tracer's entry, lock-free as it is for these calls, cost about 300 instructions of an
+// 8-element add's 7,600 (tiny-add-8 at 0.92x eager's speed).
+inline bool runsBesideTracer(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (detail::traced_call_depth != 0 || detail::launches_recorded.load(std::memory_order_acquire))
+    return false;
+  const int64_t min_bytes = detail::min_bytes_to_defer.load(std::memory_order_relaxed);
+  return min_bytes != 0 &&
+         !touchesTensorOver(torch::jit::last(stack, op.schema().arguments().size()), min_bytes);
+}
+
+// While it lives, the device calls this thread makes run untraced (a call that runsBesideTracer
+// and whatever device ops its kernel dispatches).
+class UntracedCall {
+public:
+  UntracedCall() { ++detail::traced_call_depth; }
+  ~UntracedCall() { --detail::traced_call_depth; }
+  UntracedCall(const UntracedCall&) = delete;
+  UntracedCall& operator=(const UntracedCall&) = delete;
+};
 
 // Device code that launches kernels on memory it reads and writes itself, not through plans a
 // window could record (device/lstm_sequence.h): it begins with a sync point (the window runs,
