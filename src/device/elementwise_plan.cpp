@@ -240,8 +240,12 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
                                     static_cast<int64_t>(c10::elementSize(result_dtype)));
   }
   // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
-  for (const c10::Scalar& param : call.params)
-    checkScalarFits(param, common);
+  const bool reduced_precision = common == at::kHalf || common == at::kBFloat16;
+  for (size_t i = 0; i < call.params.size(); ++i)
+    checkScalarFits(call.params[i],
+                    reduced_precision && i < op.params.size() && op.params[i].checked_in_opmath
+                        ? at::kFloat
+                        : common);
   for (size_t i = 0; i < call.operands.size(); ++i) {
     const fusion::OperandSpec& spec = *call.specs[i];
     at::ScalarType converted_to = spec.promotes ? common : output.dtype;

@@ -47,6 +47,13 @@ refusesNegativeSlopeOfResult(std::string message) {
   };
 }
 
+// `op` with every number taken as ATen's bfloat16 kernels take it: as float (ParamSpec).
+ElementwiseOp paramsInOpmath(ElementwiseOp op) {
+  for (ParamSpec& param : op.params)
+    param.checked_in_opmath = true;
+  return op;
+}
+
 } // namespace
 
 void addActivationOps(std::vector<ElementwiseOp>& ops) {
@@ -175,24 +182,25 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         if (c.compute.mlir == "f32") return e.mul(dy, e.fma(e.neg(y), y, constant(e, 1, y)));
         return e.mul(dy, e.sub(constant(e, 1, y), e.mul(y, y)));
       }));
-  ops.push_back(sameDtype(
+  ops.push_back(sameDtype(paramsInOpmath(
       activation("softplus", {{"self"}}, {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
         const Value scaled = e.mul(x, c.params[0]);
         const Value smooth = e.div(e.libm("log1p", {e.unary("math.exp", scaled)}), c.params[0]);
         return e.select(e.gt(scaled, c.params[1]), x, smooth);
-      })));
-  ops.push_back(activation("softplus_backward", {{"grad_output"}, {"self"}},
-                           {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
-                             ScalarEmitter& e = c.emit;
-                             const Value &dy = c.operands[0], &x = c.operands[1];
-                             const Value scaled = e.mul(x, c.params[0]);
-                             const Value z = e.unary("math.exp", scaled);
-                             const Value smooth = e.div(e.mul(dy, z), e.add(z, constant(e, 1, z)));
-                             return e.select(e.gt(scaled, c.params[1]), dy, smooth);
-                           }));
-  ops.push_back(sameDtype(activation(
+      }))));
+  ops.push_back(paramsInOpmath(activation("softplus_backward", {{"grad_output"}, {"self"}},
+                                          {{"beta", 1}, {"threshold", 20}}, [](LoweringContext& c) {
+                                            ScalarEmitter& e = c.emit;
+                                            const Value &dy = c.operands[0], &x = c.operands[1];
+                                            const Value scaled = e.mul(x, c.params[0]);
+                                            const Value z = e.unary("math.exp", scaled);
+                                            const Value smooth =
+                                                e.div(e.mul(dy, z), e.add(z, constant(e, 1, z)));
+                                            return e.select(e.gt(scaled, c.params[1]), dy, smooth);
+                                          })));
+  ops.push_back(sameDtype(paramsInOpmath(activation(
       "elu", {{"self"}}, {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
@@ -201,8 +209,8 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         const Value exp = e.unary("math.exp", e.mul(x, c.params[2]));
         const Value negative = e.mul(e.sub(exp, constant(e, 1, x)), negcoef);
         return e.select(e.le(x, constant(e, 0, x)), negative, e.mul(x, c.params[1]));
-      })));
-  ElementwiseOp elu_backward =
+      }))));
+  ElementwiseOp elu_backward = paramsInOpmath(
       activation("elu_backward", {{"grad_output"}, {"self_or_result"}},
                  {{"alpha", 1}, {"scale", 1}, {"input_scale", 1}}, [](LoweringContext& c) {
                    ScalarEmitter& e = c.emit;
@@ -217,26 +225,26 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
                                       e.unary("math.exp", e.mul(b, negiptcoef)));
                    }
                    return e.select(e.le(b, constant(e, 0, b)), negative, e.mul(dy, poscoef));
-                 });
+                 }));
   elu_backward.constants = {{"is_result", {}}};
   elu_backward.aten_checks = refusesNegativeSlopeOfResult(
       "In-place elu backward calculation is triggered with a negative slope which is not "
       "supported. This is caused by calling in-place forward function with a negative slope, "
       "please call out-of-place version instead.");
   ops.push_back(elu_backward);
-  ops.push_back(sameDtype(
+  ops.push_back(sameDtype(paramsInOpmath(
       activation("leaky_relu", {{"self"}}, {{"negative_slope", 0.01}}, [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         const Value& x = c.operands[0];
         return e.select(e.gt(x, constant(e, 0, x)), x, e.mul(x, c.params[0]));
-      })));
-  ElementwiseOp leaky_relu_backward =
+      }))));
+  ElementwiseOp leaky_relu_backward = paramsInOpmath(
       activation("leaky_relu_backward", {{"grad_output"}, {"self"}}, {{"negative_slope", 0.01}},
                  [](LoweringContext& c) {
                    ScalarEmitter& e = c.emit;
                    const Value &dy = c.operands[0], &x = c.operands[1];
                    return e.select(e.gt(x, constant(e, 0, x)), dy, e.mul(dy, c.params[0]));
-                 });
+                 }));
   leaky_relu_backward.constants = {{"self_is_result", {}}};
   leaky_relu_backward.aten_checks = refusesNegativeSlopeOfResult(
       "In-place leakyReLu backward calculation is triggered with a negative slope which is not "

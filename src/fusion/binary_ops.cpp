@@ -368,7 +368,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ElementwiseOp addcmul;
   addcmul.name = "addcmul";
   addcmul.operands = {{"self"}, {"tensor1"}, {"tensor2"}};
-  addcmul.params = {{"value", 1.0}};
+  addcmul.params = {{"value", 1.0, /*checked_in_opmath=*/true}};
   addcmul.compute_classes = kFloats | kIntegers;
   addcmul.lower = [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;

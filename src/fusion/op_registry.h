@@ -49,6 +49,10 @@ struct OperandSpec {
 struct ParamSpec {
   std::string arg;
   double fallback = 0;
+  // ATen's kernel takes the number as the compute dtype's opmath type (float for half and
+  // bfloat16) with Scalar::to<opmath_t>(), so it must fit that, not the dtype: bfloat16
+  // leaky_relu(x, 3.395e38) computes on the CPU. Otherwise as the compute dtype.
+  bool checked_in_opmath = false;
 };
 
 // An argument the code depends on (a rounding mode, a flag): part of the kernel key. String

@@ -239,6 +239,56 @@ def test_in_range_or_cast_scalars_match_cpu(fn):
     assert check_like_cpu(fn)[0] == "value"
 
 
+# 3.395e38 fits float but not bfloat16 (its largest is 3.3895e38). ATen's bfloat16 kernels of
+# these ops take their numbers as float (Scalar::to<opmath_t>), so they compute; hardtanh,
+# threshold and add's alpha take them as bfloat16 and raise. The kernels computed in float
+# already, but the numbers were checked against bfloat16.
+BF16 = torch.bfloat16
+BEYOND_BF16 = 3.395e38
+aten = torch.ops.aten
+
+
+def bf16_input(d):
+    return torch.linspace(-2, 2, 7, dtype=BF16, device=d)
+
+
+NUMBERS_TAKEN_AS_FLOAT = {
+    "leaky_relu": lambda d: aten.leaky_relu(bf16_input(d), -BEYOND_BF16),
+    "leaky_relu_backward": lambda d: aten.leaky_relu_backward(bf16_input(d), bf16_input(d),
+                                                              BEYOND_BF16, False),
+    "elu alpha": lambda d: aten.elu(bf16_input(d), BEYOND_BF16, 1, 1),
+    "elu input_scale": lambda d: aten.elu(bf16_input(d), 1, 1, -BEYOND_BF16),
+    "elu_backward scale": lambda d: aten.elu_backward(bf16_input(d), 1, BEYOND_BF16, 1, False,
+                                                      bf16_input(d)),
+    "softplus beta": lambda d: aten.softplus(bf16_input(d), BEYOND_BF16, 20),
+    "softplus threshold": lambda d: aten.softplus(bf16_input(d), 1, -BEYOND_BF16),
+    "softplus_backward": lambda d: aten.softplus_backward(bf16_input(d), bf16_input(d), 1,
+                                                          BEYOND_BF16),
+    "addcmul": lambda d: torch.addcmul(bf16_input(d), bf16_input(d), bf16_input(d),
+                                       value=BEYOND_BF16),
+    "addcdiv": lambda d: torch.addcdiv(bf16_input(d), bf16_input(d), bf16_input(d) + 3,
+                                       value=-BEYOND_BF16),
+}
+NUMBERS_TAKEN_AS_BFLOAT16 = {
+    "hardtanh": lambda d: aten.hardtanh(bf16_input(d), -BEYOND_BF16, 2),
+    "threshold": lambda d: aten.threshold(bf16_input(d), 0.5, BEYOND_BF16),
+    "add alpha": lambda d: torch.add(bf16_input(d), bf16_input(d), alpha=BEYOND_BF16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS_TAKEN_AS_FLOAT))
+def test_bfloat16_numbers_ops_take_as_float_compute_like_cpu(name):
+    for _ in range(3):  # planned, then replayed from the call cache
+        assert check_like_cpu(NUMBERS_TAKEN_AS_FLOAT[name])[0] == "value"
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS_TAKEN_AS_BFLOAT16))
+def test_bfloat16_numbers_ops_take_as_bfloat16_still_raise(name):
+    for _ in range(3):
+        result = check_like_cpu(NUMBERS_TAKEN_AS_BFLOAT16[name])
+        assert result[0] == "error" and "without overflow" in result[2], result
+
+
 def test_fill_value_tensor_is_checked_on_every_call_not_only_the_planned_one():
     """The value's data decides, and a capture's fingerprint holds no data: a call replayed from
     the eager call cache would have skipped the check."""
