@@ -190,20 +190,27 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     const Value one = e.constantLike(1.0, x.type);
     // bfloat16's x ** 3 and x ** -2 round the square first (ATen: Vectorized<BFloat16>
     // products); half computes std::pow in float, as the other exponents do. For 0.5 and -0.5
-    // that differs from sqrt at -0.0 and -inf (pow(-inf, 0.5) is inf, sqrt(-inf) NaN), so half
-    // calls powf there too.
+    // that differs from sqrt at -0.0 and -inf (pow(-inf, 0.5) is inf, sqrt(-inf) NaN): half's
+    // x ** 0.5 is sqrt with those two fixed (glibc's powf is correctly rounded there, as sqrtf is;
+    // libmvec's vector powf is not, and its ulp off turned float results onto half midpoints:
+    // 3.998046875 ** 0.5 gave 2.0, ATen 1.9990234375), and -0.5 calls powf.
     auto square = [&] {
       return c.stored.isBFloat16Bits() ? c.roundedToStored(e.mul(x, x)) : e.mul(x, x);
     };
     int64_t special = c.constants.empty() ? -1 : c.constants.back();
-    if (c.stored.isHalf() && (special == 2 || special == 3)) special = -1;
+    if (c.stored.isHalf() && special == 3) special = -1;
     switch (special) {
     case 0:
       return e.mul(x, x);
     case 1:
       return e.mul(square(), x);
-    case 2:
-      return e.unary("math.sqrt", x);
+    case 2: {
+      const Value root = e.unary("math.sqrt", x);
+      if (!c.stored.isHalf()) return root;
+      const Value zero = e.constantLike(0, x.type), inf = e.floatConstant(INFINITY, x.type);
+      const Value signless = e.select(e.compare("oeq", x, zero), zero, root);
+      return e.select(e.compare("oeq", x, e.neg(inf)), inf, signless);
+    }
     case 3:
       return e.div(one, e.unary("math.sqrt", x));
     case 4:
@@ -274,6 +281,11 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
     return e.select(e.isNan(y), nan, e.select(e.compare("oeq", x, zero), zero, product));
   }));
   ops.back().operands = {{"self"}, {"other"}};
+  // ATen's bfloat16 xlogy rounds std::log(y) to bfloat16 before the product (c10's BFloat16
+  // math); half's log stays float, as here.
+  ops.back().matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>&) {
+    return dtype != c10::kBFloat16;
+  };
 
   ops.push_back(comparison("eq", "oeq", "eq", "eq"));
   ops.push_back(comparison("ne", "une", "ne", "ne"));

@@ -724,6 +724,36 @@ def test_half_precision_arithmetic_matches_cpu_bit_for_bit(name, dtype):
     check_like_cpu(on_three_random_operands(HALF_PRECISION_CASES[name], dtype))
 
 
+BFLOAT16_STEP_CASES = {
+    # ATen's bfloat16 kernels of these round every step (Vectorized<BFloat16>, c10's BFloat16
+    # log); the kernels rounded once (silu(0.75) gave 0.5078125, ATen 0.51171875). They now run
+    # ATen's kernel on device memory.
+    "silu": lambda a, b, c: torch.nn.functional.silu(a),
+    "gelu": lambda a, b, c: torch.nn.functional.gelu(a),
+    "gelu_backward": lambda a, b, c: torch.ops.aten.gelu_backward(b, a),
+    "xlogy": lambda a, b, c: torch.xlogy(a, c),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BFLOAT16_STEP_CASES))
+def test_bfloat16_ops_aten_rounds_step_by_step_match_cpu_bit_for_bit(name):
+    for _ in range(3):
+        check_like_cpu(on_three_random_operands(BFLOAT16_STEP_CASES[name], torch.bfloat16))
+
+
+def test_half_square_root_power_is_correctly_rounded_like_cpu():
+    # ATen's half x ** 0.5 is glibc's powf, correctly rounded; libmvec's vector powf is an ulp
+    # off at times, which put 3.998046875 ** 0.5 on a half midpoint (2.0, ATen 1.9990234375).
+    def case(d):
+        torch.manual_seed(0)
+        special = torch.tensor([-0.0, 0.0, -math.inf, math.inf, NAN, -1.0, 3.998046875,
+                                0.062469482421875, 6e-8])
+        x = torch.cat([special, torch.rand(4096) * 100]).half().to(d)
+        return x ** 0.5
+    for _ in range(3):
+        check_like_cpu(case)
+
+
 def interleaved_blocks(d, first, second):
     """In place between two column blocks of one 4 x 6 matrix (what a GRU cell does with its
     gates): disjoint blocks run compiled; straddling ones share elements, and the CPU's element
