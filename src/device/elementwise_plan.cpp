@@ -32,11 +32,15 @@ c10::optional<double> cpuScalarValue(const at::Tensor& t) {
 }
 
 // The constant of an op with special values (ElementwiseOp::special_values): the index of the
-// specialized operand's value among them, or -1.
+// specialized operand's value among them, or -1. Only a number specializes (pow.Tensor_Scalar,
+// whose kernel ATen specializes so): a 0-dim tensor exponent is pow.Tensor_Tensor, which ATen
+// computes with pow itself (bfloat16 `x ** torch.tensor(3.)` rounds once; the cube's rounded
+// square was an ulp off).
 int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::ScalarType common) {
   if (!at::isFloatingType(common) && !at::isIntegralType(common, /*includeBool=*/false)) return -1;
   for (size_t i = 0; i < call.operands.size(); ++i) {
     if (call.specs[i]->arg != op.specialized_operand) continue;
+    if (!call.scalars[i]) return -1;
     const c10::optional<double> value = cpuScalarValue(call.operands[i]);
     if (!value) return -1;
     const auto found = std::find(op.special_values.begin(), op.special_values.end(), *value);
