@@ -173,8 +173,14 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     // output in a way they cannot judge (non-dense views) goes to the CPU, whose element order
     // then decides the result, as it does on the CPU; one proven to share no element (a GRU
     // cell's gates, column blocks of one matrix) is an ordinary input.
-    if (op.writes_overlapping_outputs && internalOverlap(target->view) == at::MemOverlap::Yes)
+    if ((op.writes_overlapping_outputs || op.skips_overlap_checks) &&
+        internalOverlap(target->view) == at::MemOverlap::Yes)
       return c10::nullopt;
+    if (op.skips_overlap_checks)
+      for (const ViewGeometry& view : views) {
+        const at::MemOverlapStatus status = overlapStatus(target->view, view);
+        if (status == at::MemOverlapStatus::Partial) return c10::nullopt;
+      }
     checkNoInternalOverlap(target->view);
     for (size_t i = 0; i < call.operands.size(); ++i) {
       if (call.operands[i].device() != target->device) continue;

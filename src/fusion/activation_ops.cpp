@@ -85,6 +85,7 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         return zeroWhere(e, e.le(c.operands[1], c.params[0]), c.operands[0]);
       },
       kFloats | kIntegers));
+  ops[ops.size() - 2].skips_overlap_checks = ops.back().skips_overlap_checks = true;
 
   ElementwiseOp gelu = activation("gelu", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;

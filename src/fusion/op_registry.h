@@ -140,6 +140,10 @@ struct ElementwiseOp {
   // into an expanded tensor): such an output goes to the CPU, which writes it as ATen does,
   // instead of raising the check's error.
   bool writes_overlapping_outputs = false;
+  // ATen builds this op's iterator without any memory-overlap check (threshold and its backward:
+  // "threshold is idempotent"): an output that overlaps itself or an input partially goes to the
+  // CPU, which writes it as ATen does, instead of raising either check's error.
+  bool skips_overlap_checks = false;
 };
 
 // `op` as ATen builds it when it builds it as a unary op (OutputDtypeRule::kExact): an out= must

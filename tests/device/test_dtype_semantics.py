@@ -770,6 +770,37 @@ def test_a_zero_dim_tensor_exponent_is_not_specialized_like_a_number(exponent):
         check_like_cpu(case)
 
 
+def threshold_base(d):
+    return torch.tensor([-1.0, 0.25, 2.0, 0.75], device=d)
+
+
+def written(fn):
+    """The case's base tensor after fn(base) writes through a view of it."""
+    def case(d):
+        base = threshold_base(d)
+        fn(base)
+        return base
+    return case
+
+
+THRESHOLD_OVERLAPS = {
+    # ATen builds threshold and its backward without memory-overlap checks ("threshold is
+    # idempotent") and writes these; the device raised the internal- or partial-overlap error.
+    "in place into expanded": written(
+        lambda b: torch.nn.functional.threshold_(b.expand(3, 4), 0.5, 9.0)),
+    "out= expanded": written(lambda b: torch.threshold(b, 0.5, 9.0, out=b[:1].expand(4))),
+    "out= shifted": written(lambda b: torch.threshold(b[:-1], 0.5, 9.0, out=b[1:])),
+    "backward out= shifted": written(lambda b: torch.ops.aten.threshold_backward(
+        b[:-1], b[:-1], 0.5, grad_input=b[1:])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(THRESHOLD_OVERLAPS))
+def test_threshold_writes_overlapping_outputs_like_cpu(name):
+    for _ in range(3):
+        assert check_like_cpu(THRESHOLD_OVERLAPS[name])[0] == "value"
+
+
 def interleaved_blocks(d, first, second):
     """In place between two column blocks of one 4 x 6 matrix (what a GRU cell does with its
     gates): disjoint blocks run compiled; straddling ones share elements, and the CPU's element
