@@ -7,6 +7,7 @@
 #include <ATen/native/TypeProperties.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "device/device.h"
 #include "device/kernel_operand.h"
@@ -54,6 +55,34 @@ int64_t specialValueIndex(const ElementwiseOp& op, const BoundCall& call, at::Sc
 void checkScalarFits(const c10::Scalar& value, at::ScalarType dtype) {
   AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "scalar range",
                              [&] { (void)value.to<scalar_t>(); });
+}
+
+// -alpha as ATen's sub computes it (c10::Scalar's negation): an int64 wraps, so -INT64_MIN is
+// INT64_MIN.
+c10::Scalar negatedLikeAten(const c10::Scalar& alpha) {
+  if (alpha.isIntegral(/*includeBool=*/false))
+    return c10::Scalar(static_cast<int64_t>(0 - static_cast<uint64_t>(alpha.toLong())));
+  return -alpha;
+}
+
+bool isNegatedAlpha(const ElementwiseOp& op, size_t i) {
+  return op.negates_alpha && i < op.params.size() && op.params[i].arg == "alpha";
+}
+
+// The number ATen range-checks and converts for param `i` of the call (ElementwiseOp::
+// negates_alpha: -alpha), and the one the kernel takes, which computes a - alpha * b for those
+// ops: alpha itself, but where the negation wrapped (alpha INT64_MIN in a floating call is -2^63
+// in ATen's sum, and the kernel's a - alpha * b needs +2^63 for it).
+c10::Scalar checkedParam(const ElementwiseOp& op, const BoundCall& call, size_t i) {
+  return isNegatedAlpha(op, i) ? negatedLikeAten(call.params[i]) : call.params[i];
+}
+
+c10::Scalar kernelParam(const ElementwiseOp& op, const BoundCall& call, size_t i) {
+  const c10::Scalar& param = call.params[i];
+  if (!isNegatedAlpha(op, i) || !param.isIntegral(/*includeBool=*/false) ||
+      param.toLong() != std::numeric_limits<int64_t>::min())
+    return param;
+  return c10::Scalar(-static_cast<double>(std::numeric_limits<int64_t>::min()));
 }
 
 // Whether some value of dtype `from` may not fit `to` under Scalar::to<T>()'s check (false only
@@ -252,7 +281,7 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
   // Numbers ATen converts with Scalar::to<T>() (alpha, fill values, clamp bounds) must fit.
   const bool reduced_precision = common == at::kHalf || common == at::kBFloat16;
   for (size_t i = 0; i < call.params.size(); ++i)
-    checkScalarFits(call.params[i],
+    checkScalarFits(checkedParam(op, call, i),
                     reduced_precision && i < op.params.size() && op.params[i].checked_in_opmath
                         ? at::kFloat
                         : common);
@@ -320,9 +349,11 @@ c10::optional<LaunchPlan> planCall(const NativeOpBinding& binding, const BoundCa
     operand.sizes.assign(iteration.sizes.begin(), iteration.sizes.begin() + dims);
     operand.strides.assign(iteration.strides[i].begin(), iteration.strides[i].begin() + dims);
   }
-  for (const c10::Scalar& param : call.params)
+  for (size_t i = 0; i < call.params.size(); ++i) {
+    const c10::Scalar param = kernelParam(op, call, i);
     launch.words.push_back(at::isFloatingType(common) ? floatSlot(param.toDouble())
                                                       : param.toLong());
+  }
   launch.range = iteration.sizes[0];
   launch.work_per_index = iteration.numel() / iteration.sizes[0];
   return plan;

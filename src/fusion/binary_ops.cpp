@@ -36,7 +36,7 @@ ElementwiseOp withAlpha(const char* name, bool subtract, bool reversed) {
   op.operands = {{"self"}, {"other"}};
   op.params = {{"alpha", 1.0}};
   op.compute_classes = kFloats | kIntegers;
-  op.refuses_bool_operands = subtract;
+  op.refuses_bool_operands = op.negates_alpha = subtract;
   op.lower = [subtract, reversed](LoweringContext& c) {
     ScalarEmitter& e = c.emit;
     const Value& a = reversed ? c.operands[1] : c.operands[0];

@@ -123,6 +123,9 @@ struct ElementwiseOp {
   // ATen refuses a bool operand before any other check (sub and rsub: "Subtraction, the `-`
   // operator, with a bool tensor is not supported"), even where the result type is not bool.
   bool refuses_bool_operands = false;
+  // ATen computes this op as add with -alpha (sub, rsub: TORCH_IMPL_FUNC(sub_out)): the number
+  // it range-checks and converts is -alpha, negated as an int64 where alpha is one.
+  bool negates_alpha = false;
   OutputDtypeRule output_dtype = OutputDtypeRule::kCasts;
   std::string exact_dtype_operand = {}; // for kExactWithNumber and kExactWithTensor
   // Operands that ATen requires to have self's dtype when they are tensors, checked in this order

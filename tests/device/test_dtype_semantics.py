@@ -770,6 +770,28 @@ def test_a_zero_dim_tensor_exponent_is_not_specialized_like_a_number(exponent):
         check_like_cpu(case)
 
 
+SUB_FORMS = {
+    "sub": lambda x, y, alpha: torch.sub(x, y, alpha=alpha),
+    "sub_": lambda x, y, alpha: x.sub_(y, alpha=alpha),
+    "sub out=": lambda x, y, alpha: torch.sub(x, y, alpha=alpha, out=torch.empty_like(x)),
+    "rsub": lambda x, y, alpha: torch.rsub(x, y, alpha=alpha),
+}
+
+
+@pytest.mark.parametrize("form", sorted(SUB_FORMS))
+@pytest.mark.parametrize("dtype, alpha", [(torch.int32, 2**31), (torch.int32, -2**31),
+                                          (torch.int8, 128), (torch.int8, -128),
+                                          (torch.float32, -2**63), (torch.float64, -2**63)])
+def test_sub_checks_and_takes_negated_alpha_like_aten(form, dtype, alpha):
+    # ATen's sub is add with -alpha: -alpha is what must fit the dtype (int32 alpha 2**31
+    # computes, -2**31 raises), negated as an int64 (-(-2**63) wraps to -2**63).
+    def case(d):
+        x = torch.tensor([1, 2, 0, 3], device=d).to(dtype)
+        return SUB_FORMS[form](x, torch.tensor([1, 2, 0, 3], device=d).to(dtype), alpha)
+    for _ in range(3):
+        check_like_cpu(case)
+
+
 def threshold_base(d):
     return torch.tensor([-1.0, 0.25, 2.0, 0.75], device=d)
 
