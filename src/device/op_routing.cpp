@@ -244,8 +244,8 @@ constexpr const char* kEverydayOps[] = {
     "cumsum.out", "cumprod.out", "_cummax_helper", "_cummin_helper", "_logcumsumexp",
     // sorting, selection, searching, counting
     "sort.values_stable", "argsort.stable", "kthvalue.values", "median.dim_values", "mode",
-    "searchsorted.Tensor", "searchsorted.Tensor_out", "bucketize.Tensor", "bucketize.Tensor_out",
-    "bincount", "histc", "_unique2", "nonzero", "count_nonzero.dim_IntList",
+    "mode.values", "searchsorted.Tensor", "searchsorted.Tensor_out", "bucketize.Tensor",
+    "bucketize.Tensor_out", "bincount", "histc", "_unique2", "nonzero", "count_nonzero.dim_IntList",
     "isin.Tensor_Tensor_out",
     // index updates
     "index_add.out", "index_copy.out", "index_fill_.int_Scalar", "index_fill_.int_Tensor", "take",

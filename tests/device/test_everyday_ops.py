@@ -43,6 +43,9 @@ def cases(dev):
         "kthvalue": (lambda d, x: (x * 1).kthvalue(5, 1), (x,)),
         "median": (lambda d, x: (x * 1).median(1), (x,)),
         "mode": (lambda d, t: (t * 1).mode(1), (it,)),
+        "mode out=": (lambda d, t: torch.mode(t * 1, 1, out=(
+            torch.empty(0, dtype=t.dtype, device=d), torch.empty(0, dtype=torch.long, device=d))),
+            (it,)),
         "searchsorted": (lambda d, s, x: torch.searchsorted(s, x * 1), (x[0].sort().values, x[1])),
         "bucketize": (lambda d, x, s: torch.bucketize(x * 1, s), (x, x[0].sort().values)),
         "bincount": (lambda d, i: torch.bincount(i * 1, minlength=70), (i,)),
