@@ -81,6 +81,16 @@ public:
 
   void moveArgumentsToHost(torch::jit::Stack* stack, size_t begin) {
     const auto& arguments = op_.schema().arguments();
+    // Written tensors a kernel ignoring their strides would write past their storage with get
+    // host memory with room first (HostAliasSet::giveWriteRoom), before any view of the storage.
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const c10::AliasInfo* alias = arguments[i].alias_info();
+      const c10::IValue& value = (*stack)[begin + i];
+      if (alias != nullptr && alias->isWrite() && value.isTensor() &&
+          value.toTensor().device().type() == kNeuronDeviceType &&
+          value.toTensor().layout() == at::kStrided && mayWritePastStorage(value.toTensor()))
+        aliases_.giveWriteRoom(value.toTensor());
+    }
     for (size_t i = 0; i < arguments.size(); ++i) {
       c10::IValue& value = (*stack)[begin + i];
       const c10::AliasInfo* alias = arguments[i].alias_info();

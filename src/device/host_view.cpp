@@ -7,6 +7,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <c10/util/strides.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -136,6 +137,28 @@ char* hostAddressOf(const at::Tensor& device_tensor) {
          device_tensor.storage_offset() * static_cast<int64_t>(device_tensor.itemsize());
 }
 
+bool mayWritePastStorage(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return false;
+  const auto end = (static_cast<uint64_t>(t.storage_offset()) + static_cast<uint64_t>(t.numel())) *
+                   static_cast<uint64_t>(t.itemsize());
+  return end > t.storage().nbytes();
+}
+
+void HostAliasSet::giveWriteRoom(const at::Tensor& device_tensor) {
+  const c10::Storage& device_storage = device_tensor.storage();
+  if (host_storage_of_.find(device_storage.unsafeGetStorageImpl()) != nullptr) return;
+  prepareHostAccess(device_storage);
+  const size_t nbytes = device_storage.nbytes();
+  const size_t room = (device_tensor.storage_offset() + device_tensor.numel()) *
+                      static_cast<size_t>(device_tensor.itemsize());
+  c10::Storage scratch(c10::Storage::use_byte_size_t(), std::max(nbytes, room),
+                       c10::GetCPUAllocator(), /*resizable=*/true);
+  if (nbytes > 0) std::memcpy(scratch.data(), device_storage.data(), nbytes);
+  with_write_room_.emplace(scratch.unsafeGetStorageImpl(), true);
+  device_storage_of_.emplace(scratch.unsafeGetStorageImpl(), device_storage);
+  host_storage_of_.emplace(device_storage.unsafeGetStorageImpl(), std::move(scratch));
+}
+
 at::Tensor HostAliasSet::toHost(const at::Tensor& device_tensor) {
   const c10::Storage& device_storage = device_tensor.storage();
   const c10::Storage* host = host_storage_of_.find(device_storage.unsafeGetStorageImpl());
@@ -156,6 +179,21 @@ at::Tensor HostAliasSet::toDevice(const at::Tensor& host, c10::Device device) co
 
 void HostAliasSet::writeBack(const at::Tensor& host, const at::Tensor& device_tensor) const {
   c10::TensorImpl* device_impl = device_tensor.unsafeGetTensorImpl();
+  const c10::Storage* stood_in = device_storage_of_.find(host.storage().unsafeGetStorageImpl());
+  if (with_write_room_.find(host.storage().unsafeGetStorageImpl()) != nullptr &&
+      stood_in != nullptr &&
+      stood_in->unsafeGetStorageImpl() == device_tensor.storage().unsafeGetStorageImpl()) {
+    // Write room (giveWriteRoom): the storage's own bytes go back; what a kernel wrote past them
+    // is dropped. Written once per storage, however many arguments view it.
+    const c10::Storage& device_storage = *stood_in;
+    const size_t nbytes = device_storage.nbytes();
+    if (nbytes > 0 && host.storage().nbytes() >= nbytes)
+      std::memcpy(device_storage.data(), host.storage().data(), nbytes);
+    if (host.sizes() != device_tensor.sizes() || host.strides() != device_tensor.strides() ||
+        host.storage_offset() != device_tensor.storage_offset())
+      device_impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
+    return;
+  }
   const bool same_bytes = host.storage().data() == device_tensor.storage().data() &&
                           host.storage().nbytes() <= device_tensor.storage().nbytes();
   if (same_bytes) {

@@ -43,6 +43,16 @@ class HostAliasSet {
 public:
   at::Tensor toHost(const at::Tensor& device_tensor);
 
+  // Gives `device_tensor`'s storage, for this call, host memory that is a copy of its bytes with
+  // room after them for the tensor's elements as one contiguous run from its offset, instead of
+  // an alias: every view of the storage in the call shares it, and writeBack() returns its first
+  // bytes to the device storage. For a written tensor whose run would pass its storage's end
+  // (mayWritePastStorage): some of ATen's CPU kernels write an out= argument as if it were
+  // contiguous whatever its strides (1.13's _softmax.out into an expanded tensor), which on the
+  // CPU corrupts the heap and here would overwrite other device tensors. Call it before toHost()
+  // of any view of the same storage.
+  void giveWriteRoom(const at::Tensor& device_tensor);
+
   // The device tensor for a host result: an alias of a device storage when `host` lives in
   // one of this set's host storages, otherwise a new device tensor holding a copy.
   at::Tensor toDevice(const at::Tensor& host, c10::Device device) const;
@@ -52,11 +62,17 @@ public:
   void writeBack(const at::Tensor& host, const at::Tensor& device_tensor) const;
 
 private:
-  // Host storage impl -> device storage it aliases.
+  // Host storage impl -> device storage it aliases (or, for write room, stands in for).
   SmallPointerMap<c10::StorageImpl, c10::Storage> device_storage_of_;
+  // Host storages that are copies with write room (giveWriteRoom), by host storage impl.
+  SmallPointerMap<c10::StorageImpl, bool> with_write_room_;
   // Device storage impl -> its host alias.
   SmallPointerMap<c10::StorageImpl, c10::Storage> host_storage_of_;
 };
+
+// Whether writing `t`'s elements as one contiguous run from its storage offset would pass the end
+// of its storage (an expanded or otherwise overlapping tensor has fewer bytes than elements).
+bool mayWritePastStorage(const at::Tensor& t);
 
 // A new device tensor with the same values, sizes and (when dense) strides as a CPU tensor.
 at::Tensor copyHostToNewDeviceTensor(const at::Tensor& host, c10::Device device);

@@ -102,6 +102,32 @@ def test_out_argument_of_wrong_size_is_resized_on_the_device(dev, monkeypatch):
     assert torch.equal(out.cpu(), torch.ones(6))
 
 
+WRITE_PAST_STORAGE = '''
+import torch, torchneuron
+dev = torchneuron.device()
+x = torch.randn(64, 64).to(dev)
+for _ in range(3):
+    before = [torch.full((64,), 7.0).to(dev) for _ in range(50)]
+    out = torch.empty(64).to(dev).expand(64, 64)  # 64 floats of storage, 4,096 elements
+    after = [torch.full((64,), 7.0).to(dev) for _ in range(50)]
+    torch._softmax(x, 1, False, out=out)
+    assert all(bool((t.cpu() == 7.0).all()) for t in before + after), "neighbours overwritten"
+print("intact")
+'''
+
+
+def test_a_kernel_writing_an_expanded_out_as_contiguous_overwrites_no_other_tensor():
+    # 1.13's _softmax.out writes its out= argument as if it were contiguous, whatever its strides:
+    # on the CPU an expanded one corrupts the heap (the process aborts); here it overwrote the
+    # device tensors after it (a segmentation fault, or silently wrong neighbours). The host
+    # memory for such an argument has room for the run (HostAliasSet::giveWriteRoom). In a child
+    # process, since a failure is a crash.
+    env = dict(os.environ, NEURON_FALLBACK="silent")
+    done = subprocess.run([sys.executable, "-c", WRITE_PAST_STORAGE], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "intact" in done.stdout, done.stderr[-2000:]
+
+
 def test_fallback_view_op_returns_device_alias(dev, monkeypatch):
     monkeypatch.setenv("NEURON_FALLBACK", "silent")
     sparse = torch.sparse_coo_tensor([[0, 2]], [1., 2.], (4,)).coalesce().to(dev)
