@@ -54,9 +54,10 @@ ElementwiseOp paramsInOpmath(ElementwiseOp op) {
   return op;
 }
 
-// For ops whose bfloat16 kernels in ATen round every step (ElementwiseOp::matches_cpu).
-bool notBFloat16(c10::ScalarType dtype, const std::vector<int64_t>&) {
-  return dtype != c10::kBFloat16;
+// `op` as ATen builds it with no memory-overlap check (ElementwiseOp::skips_overlap_checks).
+ElementwiseOp withoutOverlapChecks(ElementwiseOp op) {
+  op.skips_overlap_checks = true;
+  return op;
 }
 
 } // namespace
@@ -71,21 +72,20 @@ void addActivationOps(std::vector<ElementwiseOp>& ops) {
         return c.emit.stdMax(c.operands[0], constant(c.emit, 0, c.operands[0]));
       },
       kFloats | kIntegers));
-  ops.push_back(activation(
+  ops.push_back(withoutOverlapChecks(activation(
       "threshold", {{"self"}}, {{"threshold"}, {"value"}},
       [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         return e.select(e.le(c.operands[0], c.params[0]), c.params[1], c.operands[0]);
       },
-      kFloats | kIntegers));
-  ops.push_back(activation(
+      kFloats | kIntegers)));
+  ops.push_back(withoutOverlapChecks(activation(
       "threshold_backward", {{"grad_output"}, {"self"}}, {{"threshold"}},
       [](LoweringContext& c) {
         ScalarEmitter& e = c.emit;
         return zeroWhere(e, e.le(c.operands[1], c.params[0]), c.operands[0]);
       },
-      kFloats | kIntegers));
-  ops[ops.size() - 2].skips_overlap_checks = ops.back().skips_overlap_checks = true;
+      kFloats | kIntegers)));
 
   ElementwiseOp gelu = activation("gelu", {{"self"}}, {}, [](LoweringContext& c) {
     ScalarEmitter& e = c.emit;

@@ -283,9 +283,7 @@ void addBinaryOps(std::vector<ElementwiseOp>& ops) {
   ops.back().operands = {{"self"}, {"other"}};
   // ATen's bfloat16 xlogy rounds std::log(y) to bfloat16 before the product (c10's BFloat16
   // math); half's log stays float, as here.
-  ops.back().matches_cpu = [](c10::ScalarType dtype, const std::vector<int64_t>&) {
-    return dtype != c10::kBFloat16;
-  };
+  ops.back().matches_cpu = notBFloat16;
 
   ops.push_back(comparison("eq", "oeq", "eq", "eq"));
   ops.push_back(comparison("ne", "une", "ne", "ne"));

@@ -40,6 +40,10 @@ const ElementwiseOp* findElementwiseOp(const std::string& name) {
 
 const std::vector<ElementwiseOp>& elementwiseOps() { return registry().ops; }
 
+bool notBFloat16(c10::ScalarType dtype, const std::vector<int64_t>&) {
+  return dtype != c10::kBFloat16;
+}
+
 const std::vector<ReductionOp>& reductionOps() { return registry().reductions; }
 
 const ReductionOp* findReductionOp(const std::string& name) {

@@ -315,6 +315,10 @@ const ElementwiseOp* findElementwiseOp(const std::string& name);
 // Every elementwise op, in registration order.
 const std::vector<ElementwiseOp>& elementwiseOps();
 
+// ElementwiseOp::matches_cpu for ops whose bfloat16 kernels in ATen round every step
+// (Vectorized<BFloat16> arithmetic, c10's bfloat16 math): their bfloat16 calls run ATen's kernel.
+bool notBFloat16(c10::ScalarType dtype, const std::vector<int64_t>& constants);
+
 // Registration hooks, one per family file (unary_ops.cpp, binary_ops.cpp, activation_ops.cpp).
 void addUnaryOps(std::vector<ElementwiseOp>& ops);
 void addBinaryOps(std::vector<ElementwiseOp>& ops);
